@@ -1,0 +1,43 @@
+"""Configs of the two diagnostic workers (pure: validated on the host before a launch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """``labkit placement``: where each rank runs, and one timed all-reduce."""
+
+    allreduce_bytes: int = 1 << 20
+    warmup: int = 3
+    repeat: int = 10
+
+    def __post_init__(self):
+        if self.allreduce_bytes < 4:
+            raise UsageError(f"allreduce_bytes must be >= 4, got {self.allreduce_bytes}")
+        if self.warmup < 0 or self.repeat < 1:
+            raise UsageError(f"need warmup >= 0 and repeat >= 1, got {self.warmup}, {self.repeat}")
+
+
+@dataclass(frozen=True)
+class SelftestConfig:
+    """``labkit.workers.selftest``: a launch that succeeds or fails on purpose.
+
+    ``fault`` is what ``fault_rank`` does: ``none``, ``raise`` (a Python exception), ``exit``
+    (exit code 3), ``kill`` (SIGKILL itself) or ``hang`` (wait forever in an all-reduce its peers
+    never join). Used by the tests of the launcher, and by a reader who wants to see what a
+    failing launch looks like.
+    """
+
+    fault: str = "none"
+    fault_rank: int = 1
+    sleep_s: float = 0.0
+
+    def __post_init__(self):
+        if self.fault not in ("none", "raise", "exit", "kill", "hang"):
+            raise UsageError(f"unknown fault {self.fault!r} (none, raise, exit, kill, hang)")
+        if self.fault_rank < 0 or self.sleep_s < 0:
+            raise UsageError("fault_rank and sleep_s must be >= 0")

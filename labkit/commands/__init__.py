@@ -1,0 +1,1 @@
+"""Subcommands of ``labkit``. Each module has ``register(subparsers)``; no heavy imports at top."""

@@ -1,0 +1,38 @@
+"""Errors a user can act on.
+
+A ``UsageError`` is bad input caught before anything is launched or written: the CLI prints its
+one-line message and exits 2. A ``LaunchError`` is a launch that ran and failed (a rank raised,
+hung or was killed): the message names the rank, its exit code or signal and its last log lines.
+"""
+
+
+class LabkitError(Exception):
+    """Base class: an error with a message meant for the user, not a traceback."""
+
+
+class UsageError(LabkitError, ValueError):
+    """Bad input, detected before anything was launched or written (CLI exit code 2)."""
+
+
+class ResultsFileError(UsageError):
+    """A results file that is unreadable, corrupt or not a labkit results file."""
+
+
+class LaunchError(LabkitError, RuntimeError):
+    """A torchrun launch that failed after it started."""
+
+
+class LaunchTimeout(LaunchError):
+    """The launch ran past its timeout and every process of it was killed."""
+
+
+class RankFailed(LaunchError):
+    """A rank exited non-zero or was killed by a signal."""
+
+    def __init__(self, message: str, *, rank: int | None, exitcode: int | None,
+                 signal_name: str | None, log_tail: str):
+        super().__init__(message)
+        self.rank = rank
+        self.exitcode = exitcode
+        self.signal_name = signal_name
+        self.log_tail = log_tail

@@ -1,0 +1,179 @@
+"""Rank side: the one place where a rank joins the world.
+
+Everything is driven by the environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``...) plus ``LABKIT_BACKEND`` from the launcher. gloo on CPU, nccl on CUDA, the device
+from ``LOCAL_RANK``. Rank code never launches ranks (that is :mod:`labkit.launch`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import random
+import socket
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a rank knows about itself once :func:`init` has run."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    backend: str
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+_RUNTIME: Runtime | None = None
+
+
+def _choose_backend(local_world_size: int) -> str:
+    requested = os.environ.get("LABKIT_BACKEND", "auto")
+    if requested != "auto":
+        return requested
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
+        return "nccl"
+    return "gloo"
+
+
+def init(timeout_s: float | None = None) -> Runtime:
+    """Join the process group described by the environment (idempotent).
+
+    Outside torchrun (no ``WORLD_SIZE``) this is a world of one, still with a real gloo process
+    group so that collectives in worker code run unchanged in a plain ``python -m``.
+    """
+    global _RUNTIME
+    if _RUNTIME is not None:
+        return _RUNTIME
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if "MASTER_ADDR" not in os.environ:  # plain python: a private world of one
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    backend = _choose_backend(local_world_size)
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    timeout = _dt.timedelta(seconds=float(timeout_s or os.environ.get("LABKIT_PG_TIMEOUT_S", 600)))
+    kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout,
+                            **kwargs)
+    _RUNTIME = Runtime(rank, world_size, local_rank, local_world_size, backend, device)
+    return _RUNTIME
+
+
+def finalize() -> None:
+    global _RUNTIME
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _RUNTIME = None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def print0(*args, **kwargs) -> None:
+    """``print`` on rank 0 only, flushed (rank logs are files; unflushed lines vanish on a kill)."""
+    if rank() == 0:
+        kwargs.setdefault("flush", True)
+        print(*args, **kwargs)
+
+
+def seed_everything(seed: int, *, per_rank: bool = False) -> int:
+    """Seed Python, NumPy and torch. ``per_rank`` offsets by the rank (different data per rank)."""
+    s = int(seed) + (rank() if per_rank else 0)
+    random.seed(s)
+    np.random.seed(s % 2**32)
+    torch.manual_seed(s)
+    return s
+
+
+def sync(device: torch.device | None = None) -> None:
+    """Wait for queued device work, so a clock read after it means something."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def placement(rt: Runtime) -> list[dict] | None:
+    """Every rank's placement, gathered to rank 0 (others get None).
+
+    Columns: rank, local_rank, host, pid, device, device_name, cuda_visible_devices,
+    threads (torch intra-op threads), and ``problem``: a non-empty string where two ranks share
+    one GPU (same host and same physical device), the classic misconfiguration that halves
+    throughput silently.
+    """
+    if rt.device.type == "cuda":
+        props = torch.cuda.get_device_properties(rt.device)
+        device_name = props.name
+        uuid = str(getattr(props, "uuid", "")) or f"{rt.device.index}"
+    else:
+        device_name = _cpu_name()
+        uuid = ""
+    me = {
+        "rank": rt.rank,
+        "local_rank": rt.local_rank,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "device": str(rt.device),
+        "device_name": device_name,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "threads": torch.get_num_threads(),
+        "_uuid": uuid,
+    }
+    table: list = [None] * rt.world_size
+    dist.all_gather_object(table, me)
+    if rt.rank != 0:
+        return None
+    seen: dict[tuple, int] = {}
+    for row in table:
+        row["problem"] = ""
+        if row["device"].startswith("cuda"):
+            where = (row["host"], row.pop("_uuid"))
+            if where in seen:
+                row["problem"] = f"shares its GPU with rank {seen[where]}"
+            seen.setdefault(where, row["rank"])
+        else:
+            row.pop("_uuid")
+    return table
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return "cpu: " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def run_meta(rt: Runtime) -> dict:
+    """The rank-side facts a launch records beside its rows."""
+    meta = asdict(rt)
+    meta["device"] = str(rt.device)
+    meta["device_name"] = (torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda"
+                           else _cpu_name())
+    meta["torch_version"] = torch.__version__
+    meta["threads_per_rank"] = torch.get_num_threads()
+    return meta

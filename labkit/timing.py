@@ -1,0 +1,115 @@
+"""Rank side: honest timing.
+
+Rules every lab follows through these helpers:
+
+1. warm-up runs first and is not recorded;
+2. queued CUDA work is synchronised before every clock read (otherwise you time the launch of
+   a kernel, not the kernel);
+3. every rank times itself; the samples are gathered from all ranks, and a step's time is the
+   *slowest* rank's (a synchronous step ends when its last rank does; a mean over ranks hides
+   the straggler that sets the pace);
+4. summaries are p50/p75/p90/p95, min, mean and coefficient of variation
+   (:func:`labkit.metrics.summarize_times`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .metrics import slowest_rank, summarize_times
+from .runtime import sync
+
+
+def repeat_timed(fn: Callable[[], object], *, warmup: int, repeat: int,
+                 device: torch.device | None = None, barrier: bool = True) -> list[float]:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeat`` times timed; this rank's seconds.
+
+    With ``barrier`` every timed repeat starts with all ranks together, so per-rank times of
+    one repeat are comparable and their maximum is that repeat's wall time.
+    """
+    if warmup < 0 or repeat < 1:
+        raise ValueError(f"warmup must be >= 0 and repeat >= 1, got {warmup}, {repeat}")
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    samples = []
+    for _ in range(repeat):
+        if barrier and dist.is_initialized():
+            dist.barrier()
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def gather_samples(local: list[float]) -> np.ndarray:
+    """All ranks' samples as a (world_size, n) array, on every rank (n must match)."""
+    t = torch.tensor(local, dtype=torch.float64)
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return t.numpy()[None, :]
+    # gloo and nccl both take CPU float64 all_gather_object-free: pack into one tensor.
+    backend = dist.get_backend()
+    dev = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else t.device
+    t = t.to(dev)
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t)
+    return torch.stack(out).cpu().numpy()
+
+
+def slowest_step_times(local: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """(per-step time of the slowest rank, the full (world_size, n) sample array)."""
+    allr = gather_samples(local)
+    return slowest_rank(allr), allr
+
+
+def summarize(local: list[float], prefix: str = "step_time") -> dict:
+    """Gather, take the slowest rank per step, summarize. Collective: call on every rank."""
+    steps, allr = slowest_step_times(local)
+    out = summarize_times(steps, prefix)
+    # how far the ranks drift apart: the mean over steps of (slowest - fastest) / slowest
+    out[f"{prefix}_rank_spread"] = float(np.mean((allr.max(0) - allr.min(0)) / allr.max(0)))
+    return out
+
+
+class Stopwatch:
+    """Accumulates time into named buckets, synchronising CUDA around each read.
+
+    >>> sw = Stopwatch()
+    >>> with sw("spmv"):
+    ...     pass
+    >>> sorted(sw.totals)
+    ['spmv']
+    """
+
+    def __init__(self, device: torch.device | None = None, enabled: bool = True):
+        self.device = device
+        self.enabled = enabled
+        self.totals: dict[str, float] = {}
+        self._name: str | None = None
+        self._t0 = 0.0
+
+    def __call__(self, name: str) -> Stopwatch:
+        self._name = name
+        return self
+
+    def __enter__(self) -> Stopwatch:
+        if self.enabled:
+            sync(self.device)
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            sync(self.device)
+            name = self._name or "total"
+            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - self._t0
+
+    def reset(self) -> None:
+        self.totals.clear()

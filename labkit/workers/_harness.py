@@ -1,0 +1,85 @@
+"""The shared ``main`` of every worker: parse, join the world, run, write rank 0's payload.
+
+A worker module defines ``Config`` (a frozen dataclass, usually from a pure module) and
+``run(rt, cfg) -> dict`` returning at least ``{"rows": [...]}``; its ``__main__`` calls
+``worker_main(run, Config)``. Rank 0 writes ``{"rows", "placement", "meta", ...}`` atomically to
+``--out``. A rank that raises leaves a one-line ``rank<R>.error`` for the launcher, prints its
+traceback to its own log and exits 1 at once (a peer may be stuck in a collective with it, so
+tearing the process group down politely could hang).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from .. import runtime
+from ..config import from_dict
+
+
+def _status(name: str, text: str) -> None:
+    folder = os.environ.get("LABKIT_STATUS_DIR")
+    if folder:
+        try:
+            Path(folder, name).write_text(text)
+        except OSError:
+            pass
+
+
+def _load_config(raw: str | None) -> dict:
+    if not raw:
+        return {}
+    if raw.startswith("@"):
+        raw = Path(raw[1:]).read_text()
+    return json.loads(raw)
+
+
+def write_json_atomic(path: str | os.PathLike, doc: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, default=_default))
+    os.replace(tmp, path)
+
+
+def _default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+def worker_main(run, config_cls=None, argv=None) -> None:
+    parser = argparse.ArgumentParser(description=(sys.modules["__main__"].__doc__ or "").split("\n")[0])
+    parser.add_argument("--config", help="JSON object, or @FILE holding one")
+    parser.add_argument("--out", help="where rank 0 writes its JSON payload")
+    args = parser.parse_args(argv)
+    rank = int(os.environ.get("RANK", 0))
+    try:
+        data = _load_config(args.config)
+        cfg = from_dict(config_cls, data) if config_cls is not None else data
+        rt = runtime.init()
+        _status(f"local{rt.local_rank}.json", json.dumps({"rank": rt.rank, "local_rank": rt.local_rank}))
+        placement = runtime.placement(rt)
+        payload = run(rt, cfg) or {}
+        if rt.rank == 0:
+            payload.setdefault("rows", [])
+            payload["placement"] = placement
+            payload["meta"] = runtime.run_meta(rt)
+            if args.out:
+                write_json_atomic(args.out, payload)
+            else:
+                print(json.dumps(payload, default=_default, indent=1))
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher
+        if isinstance(e, SystemExit) and not e.code:
+            raise
+        _status(f"rank{rank}.error", f"{type(e).__name__}: {e}".splitlines()[0][:500])
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    runtime.finalize()

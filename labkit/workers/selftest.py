@@ -1,0 +1,47 @@
+"""A launch that succeeds or fails on purpose, to see (and test) what the launcher does.
+
+Run by hand::
+
+    torchrun --standalone --nproc-per-node=2 -m labkit.workers.selftest \\
+        --config '{"fault": "raise", "fault_rank": 1}'
+
+Faults: none, raise, exit (code 3), kill (SIGKILL itself), hang (an all-reduce the peers never
+join; only the launcher's timeout ends it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+from labkit import runtime
+from labkit.checks import SelftestConfig
+from labkit.workers._harness import worker_main
+
+
+def run(rt: runtime.Runtime, cfg: SelftestConfig) -> dict:
+    time.sleep(cfg.sleep_s)
+    if rt.rank == cfg.fault_rank:
+        if cfg.fault == "raise":
+            raise RuntimeError(f"injected failure on rank {rt.rank}")
+        if cfg.fault == "exit":
+            runtime.print0("exiting")  # rank 0 only: stays quiet here
+            os._exit(3)
+        if cfg.fault == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if cfg.fault == "hang":
+            dist.all_reduce(torch.ones(1, device=rt.device))  # peers never join
+            time.sleep(3600)
+    if cfg.fault == "hang":
+        time.sleep(3600)  # the other ranks wait too, like ranks stuck behind a straggler
+    t = torch.tensor([float(rt.rank)], device=rt.device)
+    dist.all_reduce(t)
+    return {"rows": [{"rank_sum": float(t.item()), "pid": os.getpid()}]}
+
+
+if __name__ == "__main__":
+    worker_main(run, SelftestConfig)
