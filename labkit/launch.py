@@ -176,6 +176,26 @@ def launch(worker: str, nproc: int, config: dict | None = None, **kwargs) -> Lau
     return run_spec(spec, echo=echo)
 
 
+def launch_many(worker: str, nprocs, config: dict | None = None, *, progress: bool = True,
+                **kwargs) -> list[LaunchResult]:
+    """One launch per world size (``nprocs`` ranks per node each), with a progress bar.
+
+    Everything is validated before the first launch, so a bad entry late in ``nprocs`` cannot
+    waste the launches before it.
+    """
+    from tqdm.auto import tqdm
+
+    echo = kwargs.pop("echo", False)
+    nprocs = list(nprocs)
+    if not nprocs:
+        raise UsageError("need at least one rank count")
+    specs = [LaunchSpec(worker=worker, nproc=n, config=dict(config or {}), **kwargs) for n in nprocs]
+    results = []
+    for spec in tqdm(specs, desc=f"{worker} launches", unit="launch", disable=not progress):
+        results.append(run_spec(spec, echo=echo))
+    return results
+
+
 def run_spec(spec: LaunchSpec, *, echo: bool = False) -> LaunchResult:
     backend = spec.backend or detect_backend(spec.nproc)
     threads = spec.threads_per_rank or default_threads(spec.nproc)
@@ -356,55 +376,43 @@ def _tail_note(logs: dict[int, str]) -> str:
     return "".join(parts)
 
 
-_ROOT_CAUSE = re.compile(
-    r"Root Cause.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*exitcode\s*:\s*(-?\d+)", re.S)
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*exitcode\s*:\s*(-?\d+)")
 
 
 def _failure(spec, rc: int, agent_text: str, logs: dict[int, str], status_dir: Path) -> RankFailed:
-    rank = exitcode = None
-    m = _ROOT_CAUSE.search(agent_text)
-    if m:
-        rank, exitcode = int(m.group(1)), int(m.group(3))
-    # the worker harness leaves rank<R>.error with the exception it caught
-    errors = {}
+    """Name the rank that caused a failed launch.
+
+    torchrun's "Root Cause (first observed failure)" is often a victim: when rank 1 dies, rank 0
+    fails next in a collective with "connection reset", and torchrun may observe rank 0 first.
+    So: a rank that died hard (a signal, ``os._exit``, a crash: no ``rank<R>.error`` left by the
+    harness) is the cause; otherwise the rank whose exception was caught earliest is.
+    """
+    errors: dict[int, tuple[float, str]] = {}
     for f in status_dir.glob("rank*.error"):
-        with contextlib.suppress(OSError, ValueError):
-            errors[int(f.stem[4:])] = f.read_text().strip()
-    if rank is None and errors:
-        rank = min(errors)
-    if exitcode is None:
-        exitcode = rc
+        with contextlib.suppress(OSError, ValueError, KeyError, json.JSONDecodeError):
+            info = json.loads(f.read_text())
+            errors[int(f.stem[4:])] = (float(info["time"]), str(info["error"]))
+    exits = {int(r): int(c) for r, c in _FAILURE.findall(agent_text)}
+    hard = [r for r in exits if r not in errors]
+    if hard:
+        rank = hard[0]
+    elif errors:
+        rank = min(errors, key=lambda r: errors[r][0])
+    else:
+        rank = next(iter(exits), None)
+    exitcode = exits.get(rank, 1 if rank in errors else rc)
     signal_name = None
-    if exitcode is not None and exitcode < 0:
+    if exitcode < 0:
         with contextlib.suppress(ValueError):
             signal_name = signal.Signals(-exitcode).name
     how = f"killed by {signal_name}" if signal_name else f"exit code {exitcode}"
     who = f"rank {rank}" if rank is not None else "a rank"
     log_tail = _tail(logs.get(rank, "") if rank is not None else agent_text)
-    if not log_tail:
-        log_tail = _tail(agent_text)
     msg = f"{spec.worker} on {spec.world_size} ranks: {who} failed ({how})"
     if rank in errors:
-        msg += f": {errors[rank]}"
-    msg += f"\n--- last lines of {who}'s log ---\n{log_tail}"
+        msg += f": {errors[rank][1]}"
+    others = sorted(r for r in set(errors) | set(exits) if r != rank)
+    if others:
+        msg += f"\n(rank(s) {', '.join(map(str, others))} failed too, as a consequence)"
+    msg += f"\n--- last lines of {who}'s log ---\n{log_tail or '(empty: it printed nothing before it died)'}"
     return RankFailed(msg, rank=rank, exitcode=exitcode, signal_name=signal_name, log_tail=log_tail)
-
-
-def launch_many(worker: str, nprocs, config: dict | None = None, *, progress: bool = True,
-                **kwargs) -> list[LaunchResult]:
-    """One launch per world size (``nprocs`` ranks per node each), with a progress bar.
-
-    Everything is validated before the first launch, so a bad entry late in ``nprocs`` cannot
-    waste the launches before it.
-    """
-    from tqdm.auto import tqdm
-
-    echo = kwargs.pop("echo", False)
-    nprocs = list(nprocs)
-    if not nprocs:
-        raise UsageError("need at least one rank count")
-    specs = [LaunchSpec(worker=worker, nproc=n, config=dict(config or {}), **kwargs) for n in nprocs]
-    results = []
-    for spec in tqdm(specs, desc=f"{worker} launches", unit="launch", disable=not progress):
-        results.append(run_spec(spec, echo=echo))
-    return results

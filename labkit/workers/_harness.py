@@ -11,9 +11,11 @@ tearing the process group down politely could hang).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -24,10 +26,8 @@ from ..config import from_dict
 def _status(name: str, text: str) -> None:
     folder = os.environ.get("LABKIT_STATUS_DIR")
     if folder:
-        try:
+        with contextlib.suppress(OSError):
             Path(folder, name).write_text(text)
-        except OSError:
-            pass
 
 
 def _load_config(raw: str | None) -> dict:
@@ -77,7 +77,9 @@ def worker_main(run, config_cls=None, argv=None) -> None:
     except BaseException as e:  # noqa: BLE001 - every failure must reach the launcher
         if isinstance(e, SystemExit) and not e.code:
             raise
-        _status(f"rank{rank}.error", f"{type(e).__name__}: {e}".splitlines()[0][:500])
+        # the time lets the launcher tell the root cause from peers that failed because of it
+        _status(f"rank{rank}.error", json.dumps({
+            "time": time.time(), "error": f"{type(e).__name__}: {e}".splitlines()[0][:500]}))
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
