@@ -16,6 +16,8 @@ from .errors import LabkitError, UsageError
 
 COMMAND_MODULES = (
     "labkit.commands.core",
+    "labkit.commands.ddp",
+    "labkit.commands.notebooks",
 )
 
 
