@@ -146,3 +146,41 @@ def test_launch_many_validates_every_entry_first():
     with pytest.raises(UsageError):
         L.launch_many("placement", [1, 0], {}, progress=False)
     assert time.perf_counter() - t0 < 2  # nothing was launched
+
+
+def test_ctrl_c_kills_the_whole_launch():
+    """SIGINT to the host process (Ctrl-C) must take every rank down with it."""
+    import signal
+    import subprocess
+    import sys
+    import uuid
+
+    mark = f"LABKIT_TEST_MARK={uuid.uuid4().hex}".encode()
+    code = ("from labkit.launch import launch\n"
+            "launch('selftest', 2, {'fault': 'hang', 'fault_rank': 1}, timeout_s=300)\n")
+    env = {**os.environ, "LABKIT_TEST_MARK": mark.split(b"=")[1].decode()}
+    host = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+
+    def marked():
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and int(entry) != host.pid:
+                try:
+                    with open(f"/proc/{entry}/environ", "rb") as f:
+                        if mark in f.read().split(b"\0"):
+                            pids.append(int(entry))
+                except OSError:
+                    pass
+        return pids
+
+    deadline = time.time() + 120
+    while len(marked()) < 3 and time.time() < deadline:  # torchrun + 2 ranks
+        time.sleep(0.5)
+    time.sleep(3)  # let the ranks reach the hanging all-reduce
+    host.send_signal(signal.SIGINT)
+    _, err = host.communicate(timeout=60)
+    assert host.returncode != 0 and b"KeyboardInterrupt" in err
+    deadline = time.time() + 10
+    while marked() and time.time() < deadline:
+        time.sleep(0.2)
+    assert marked() == []
