@@ -13,8 +13,8 @@ source) and names the file, the entry and the field in a :class:`~labkit.errors.
   it also appears as accelerator ``local`` and fabric ``local``.
 - ``data/reference/*.yaml``: published timings, loaded by :func:`load_reference`.
 
->>> sorted(load_catalog("fabrics"))[:3]
-['100GbE', 'IB_HDR', 'IB_NDR']
+>>> sorted(load_catalog("fabrics"))[:4]
+['100GbE', 'IB_EDR_DGX1', 'IB_HDR', 'IB_NDR']
 >>> load_reference("ddp_k80").time_s.tolist()
 [226.0, 134.0, 95.0, 76.0]
 """

@@ -1,0 +1,141 @@
+"""The model against this machine: fill the ``local`` catalog entry from measured rows, and put
+the model's prediction beside each measurement with its error (pure: no torch).
+
+Rows come from the collectives lab (``op, world_size, size_bytes, time_p50_s, busbw_gb_per_s``)
+and the pipeline lab (``schedule, num_stages, num_microbatches, step_time_s, bubble_measured,
+bubble_formula``). The collective prediction is the α–β ring model of :mod:`labkit.comm`::
+
+    t(op, N, S) = steps(op, N)·α + factor(op, N)·S/β     (all-reduce: 2(N−1)·α + 2(N−1)/N·S/β)
+
+and the pipeline prediction is the bubble fraction (P − 1)/(v·M + P − 1) of :mod:`labkit.model`.
+error % = 100 · (model − measured) / measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from pathlib import Path
+
+from . import comm
+from .errors import UsageError
+from .model import bubble_fraction
+
+
+def _rows(rows) -> list[dict]:
+    if rows is None:
+        return []
+    if hasattr(rows, "to_dict"):  # a DataFrame
+        return rows.to_dict("records")
+    return [dict(r) for r in rows]
+
+
+def fit_local(collective_rows, op: str = "all_reduce", world_size: int | None = None,
+              min_fit_bytes: int = 0) -> tuple[float, float]:
+    """α (s) and β (B/s) fitted to the ``op`` rows of one world size (default: the largest > 1)."""
+    rows = [r for r in _rows(collective_rows) if r.get("op") == op and r.get("world_size", 1) > 1]
+    if not rows:
+        raise UsageError(f"no {op} rows with world_size > 1 to fit alpha and beta from")
+    n = world_size or max(r["world_size"] for r in rows)
+    used = [r for r in rows if r["world_size"] == n and r["size_bytes"] >= min_fit_bytes]
+    if not used:
+        raise UsageError(f"no {op} rows at world_size {n} (and size >= {min_fit_bytes} B)")
+    return comm.fit_alpha_beta(op, n, [r["size_bytes"] for r in used],
+                               [r["time_p50_s"] for r in used])
+
+
+def local_from_rows(collective_rows, compute_flop_per_s: float, *, memory_gb: float,
+                    name: str, measured: str, min_fit_bytes: int = 0) -> dict:
+    """The ``local`` entry: α, β fitted to the all-reduce rows, the measured compute rate."""
+    rows = [r for r in _rows(collective_rows) if r.get("op") == "all_reduce"]
+    alpha, beta = fit_local(rows, min_fit_bytes=min_fit_bytes)
+    n = max(r["world_size"] for r in rows)
+    if not compute_flop_per_s > 0 or not memory_gb > 0:
+        raise UsageError("compute_flop_per_s and memory_gb must be > 0")
+    return {"name": name, "alpha_s": alpha, "beta_bytes_per_s": beta,
+            "compute_flop_per_s": float(compute_flop_per_s), "memory_gb": float(memory_gb),
+            "world_size": int(n), "measured": measured}
+
+
+def write_local(entry: dict, path: str | os.PathLike | None = None) -> Path:
+    """Write ``entry`` as ``data/local.yaml`` (atomically; the folder must exist)."""
+    import yaml
+
+    from .catalog import LOCAL_FIELDS, _load, data_dir, validate_entry
+
+    clean = {k: float(f"{entry[k]:.4g}") if isinstance(entry[k], float) else entry[k]
+             for k in LOCAL_FIELDS if k in entry}
+    clean["sources"] = {"*": "measured on this machine, as field 'measured' says"}
+    validate_entry("local entry", clean, LOCAL_FIELDS)
+    path = Path(path) if path else data_dir() / "local.yaml"
+    if not path.parent.is_dir():
+        raise UsageError(f"{path}: folder {path.parent} does not exist")
+    head = ("# This machine, measured by labkit.measure.measure_local(); regenerate with\n"
+            "#   labkit calibrate --measure --write\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(head + yaml.safe_dump({"local": clean}, sort_keys=False, width=100))
+    os.replace(tmp, path)
+    _load.cache_clear()
+    return path
+
+
+def calibration_check(collective_rows=None, pipeline_rows=None, *, alpha_s: float | None = None,
+                      beta_bytes_per_s: float | None = None, min_fit_bytes: int = 0):
+    """The model beside each measurement, with its error.
+
+    α and β default to a fit over the collective rows themselves (per op and world size), so the
+    errors show how well the *shape* of the α–β law holds; pass ``alpha_s``/``beta_bytes_per_s``
+    (for example the committed ``local`` entry) to test a prediction made beforehand.
+    Returns a DataFrame with ``lab, what, world_size/num_stages, measured, model, error_pct``.
+
+    >>> rows = [{"op": "all_reduce", "world_size": 2, "size_bytes": s,
+    ...          "time_p50_s": comm.ring_allreduce_time(2, s, 1e-4, 1e9)} for s in (8, 1e6, 1e8)]
+    >>> df = calibration_check(rows, alpha_s=1e-4, beta_bytes_per_s=1e9)
+    >>> float(df.error_pct.abs().max()) < 1e-9
+    True
+    """
+    import pandas as pd
+
+    out = []
+    groups: dict[tuple, list[dict]] = {}
+    for r in _rows(collective_rows):
+        groups.setdefault((r["op"], int(r["world_size"])), []).append(r)
+    for (op, n), part in sorted(groups.items()):
+        if n < 2:
+            continue
+        if alpha_s is None or beta_bytes_per_s is None:
+            used = [r for r in part if r["size_bytes"] >= min_fit_bytes] or part
+            a, b = comm.fit_alpha_beta(op, n, [r["size_bytes"] for r in used],
+                                       [r["time_p50_s"] for r in used])
+        else:
+            a, b = alpha_s, beta_bytes_per_s
+        for r in sorted(part, key=lambda r: r["size_bytes"]):
+            t = comm.collective_time(op, n, r["size_bytes"], a, b)
+            out.append({"lab": "collectives", "what": op, "world_size": n,
+                        "size_bytes": r["size_bytes"], "quantity": "time_s",
+                        "measured": r["time_p50_s"], "model": t,
+                        "error_pct": comm.model_error_pct(t, r["time_p50_s"]),
+                        "alpha_s": a, "beta_gb_per_s": b / 1e9})
+    for r in _rows(pipeline_rows):
+        p, m = int(r["num_stages"]), int(r["num_microbatches"])
+        v = int(r.get("virtual_stages", 1) or 1)
+        f = bubble_fraction(p, m, v)
+        meas = float(r["bubble_measured"])
+        out.append({"lab": "pipeline", "what": r.get("schedule", ""), "world_size": p,
+                    "num_stages": p, "num_microbatches": m, "quantity": "bubble_fraction",
+                    "measured": meas, "model": f,
+                    "error_pct": 100 * (f - meas) / meas if meas > 0 else math.nan,
+                    "error_points": 100 * (f - meas)})
+    if not out:
+        raise UsageError("no measured rows to check (collective rows need world_size > 1)")
+    return pd.DataFrame(out)
+
+
+def summary(check) -> dict:
+    """Median absolute error % per lab: ``{"collectives": 12.3, "pipeline": 4.5}``."""
+    res = {}
+    for lab, part in check.groupby("lab"):
+        vals = [abs(e) for e in part.error_pct if e == e]
+        res[lab] = statistics.median(vals) if vals else math.nan
+    return res
