@@ -35,9 +35,15 @@ class SelftestConfig:
     fault: str = "none"
     fault_rank: int = 1
     sleep_s: float = 0.0
+    # per-rank seconds each timed step sleeps (rank r sleeps step_sleep_s[r]): shows that a
+    # step's time is the slowest rank's, not the mean
+    step_sleep_s: tuple = ()
+    steps: int = 5
 
     def __post_init__(self):
         if self.fault not in ("none", "raise", "exit", "kill", "hang"):
             raise UsageError(f"unknown fault {self.fault!r} (none, raise, exit, kill, hang)")
-        if self.fault_rank < 0 or self.sleep_s < 0:
-            raise UsageError("fault_rank and sleep_s must be >= 0")
+        if self.fault_rank < 0 or self.sleep_s < 0 or any(t < 0 for t in self.step_sleep_s):
+            raise UsageError("fault_rank, sleep_s and step_sleep_s must be >= 0")
+        if self.steps < 1:
+            raise UsageError(f"steps must be >= 1, got {self.steps}")

@@ -184,3 +184,13 @@ def test_ctrl_c_kills_the_whole_launch():
     while marked() and time.time() < deadline:
         time.sleep(0.2)
     assert marked() == []
+
+
+def test_step_time_is_the_slowest_ranks():
+    res = L.launch("selftest", 2, {"step_sleep_s": [0.02, 0.15], "steps": 4},
+                   timeout_s=LAUNCH_TIMEOUT_S)
+    row = res.rows()[0]
+    assert row["rank_sum"] == 1.0
+    # the mean over ranks would be ~0.085 s; the slowest rank sets the pace
+    assert 0.15 <= row["step_time_min_s"] <= row["step_time_p50_s"] <= row["step_time_p95_s"] < 0.5
+    assert row["step_time_count"] == 4

@@ -18,7 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from labkit import runtime
+from labkit import runtime, timing
 from labkit.checks import SelftestConfig
 from labkit.workers._harness import worker_main
 
@@ -40,7 +40,13 @@ def run(rt: runtime.Runtime, cfg: SelftestConfig) -> dict:
         time.sleep(3600)  # the other ranks wait too, like ranks stuck behind a straggler
     t = torch.tensor([float(rt.rank)], device=rt.device)
     dist.all_reduce(t)
-    return {"rows": [{"rank_sum": float(t.item()), "pid": os.getpid()}]}
+    row = {"rank_sum": float(t.item()), "pid": os.getpid()}
+    if cfg.step_sleep_s:
+        nap = cfg.step_sleep_s[rt.rank % len(cfg.step_sleep_s)]
+        local = timing.repeat_timed(lambda: time.sleep(nap), warmup=1, repeat=cfg.steps,
+                                    device=rt.device)
+        row.update(timing.summarize(local, prefix="step_time"))
+    return {"rows": [row]} if rt.rank == 0 else {}
 
 
 if __name__ == "__main__":
