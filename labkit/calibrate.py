@@ -80,14 +80,36 @@ def write_local(entry: dict, path: str | os.PathLike | None = None) -> Path:
     return path
 
 
+def pipeline_step_time(row: dict, compute_flop_per_s: float, alpha_s: float,
+                       beta_bytes_per_s: float) -> float:
+    """The 3-D model applied to a pipeline-lab row (``layers`` × Linear(h, h), ``batch``, P, M, v):
+    T = T_stage · (1 + (P−1)/(v·M)) + 2·v·M·(α + (B/M)·h·4/β), T_stage = 6·(L/P)·h²·B / rate.
+    8 layers of 256, batch 64, P = 2, M = 4 at 40 GFLOP/s, α = 0: T_stage = 2.517 ms, ×(1 + 1/4).
+
+    >>> row = dict(layers=8, hidden=256, batch=64, num_stages=2, num_microbatches=4)
+    >>> round(pipeline_step_time(row, 40e9, 0.0, 1e18) * 1e3, 2)
+    3.15
+    """
+    p, m = int(row["num_stages"]), int(row["num_microbatches"])
+    v = int(row.get("virtual_stages", 1) or 1)
+    h, batch, layers = int(row["hidden"]), int(row["batch"]), int(row["layers"])
+    stage = 6.0 * layers / p * h * h * batch / compute_flop_per_s
+    send = alpha_s + batch / m * h * 4 / beta_bytes_per_s
+    return stage * (1 + (p - 1) / (v * m)) + (2 * v * m * send if p > 1 else 0.0)
+
+
 def calibration_check(collective_rows=None, pipeline_rows=None, *, alpha_s: float | None = None,
-                      beta_bytes_per_s: float | None = None, min_fit_bytes: int = 0):
+                      beta_bytes_per_s: float | None = None, compute_flop_per_s: float | None = None,
+                      min_fit_bytes: int = 0):
     """The model beside each measurement, with its error.
 
     α and β default to a fit over the collective rows themselves (per op and world size), so the
     errors show how well the *shape* of the α–β law holds; pass ``alpha_s``/``beta_bytes_per_s``
     (for example the committed ``local`` entry) to test a prediction made beforehand.
-    Returns a DataFrame with ``lab, what, world_size/num_stages, measured, model, error_pct``.
+    Pipeline rows get the bubble fraction (P−1)/(v·M+P−1) beside ``bubble_measured`` and, when
+    ``compute_flop_per_s``, ``alpha_s`` and ``beta_bytes_per_s`` are given, the predicted step time
+    (:func:`pipeline_step_time`) beside ``step_time_s``.
+    Returns a DataFrame with ``lab, what, world_size, quantity, measured, model, error_pct``.
 
     >>> rows = [{"op": "all_reduce", "world_size": 2, "size_bytes": s,
     ...          "time_p50_s": comm.ring_allreduce_time(2, s, 1e-4, 1e9)} for s in (8, 1e6, 1e8)]
@@ -127,6 +149,12 @@ def calibration_check(collective_rows=None, pipeline_rows=None, *, alpha_s: floa
                     "measured": meas, "model": f,
                     "error_pct": 100 * (f - meas) / meas if meas > 0 else math.nan,
                     "error_points": 100 * (f - meas)})
+        if compute_flop_per_s and alpha_s is not None and beta_bytes_per_s and "hidden" in r:
+            t = pipeline_step_time(r, compute_flop_per_s, alpha_s, beta_bytes_per_s)
+            out.append({"lab": "pipeline", "what": r.get("schedule", ""), "world_size": p,
+                        "num_stages": p, "num_microbatches": m, "quantity": "step_time_s",
+                        "measured": float(r["step_time_s"]), "model": t,
+                        "error_pct": comm.model_error_pct(t, float(r["step_time_s"]))})
     if not out:
         raise UsageError("no measured rows to check (collective rows need world_size > 1)")
     return pd.DataFrame(out)
