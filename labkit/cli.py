@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "labkit.commands.core",
     "labkit.commands.ddp",
     "labkit.commands.notebooks",
+    "labkit.commands.model",
 )
 
 
