@@ -1,0 +1,290 @@
+"""The DDP lab: config, models, analysis, the CLI's bad input, and (slow) real gloo launches.
+
+Three launches in all (1 and 2 ranks with bucket 25 MB, then 2 ranks with bucket 1 MB), shared
+by the slow tests through module-scoped fixtures; the model is tiny so a launch costs about what
+torchrun's start costs. No test asserts on speed (benchmarks/ddp_bench.py measures).
+"""
+
+from __future__ import annotations
+
+import doctest
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from labkit import cli, results
+from labkit.ddp import analysis, report
+from labkit.ddp import config as ddp_config
+from labkit.ddp import diff as ddp_diff
+from labkit.ddp.config import DDPConfig
+from labkit.ddp.diff import compare, delta_pct
+from labkit.ddp.models import build_model, grad_bytes, num_params, synthetic_batches
+from labkit.errors import UsageError
+
+from .conftest import LAUNCH_TIMEOUT_S
+
+TINY = {"model": "mlp", "input_dim": 16, "hidden_dim": 32, "output_dim": 5, "num_layers": 2,
+        "batch_size": 8, "steps": 6, "warmup": 2}
+TINY_ARGS = ["--model", "mlp", "--input-dim", "16", "--hidden-dim", "32", "--output-dim", "5",
+             "--num-layers", "2", "--batch-size", "8", "--steps", "6", "--warmup", "2",
+             "--timeout", str(LAUNCH_TIMEOUT_S)]
+
+
+# ---------------------------------------------------------------- pure and in-process parts
+
+@pytest.mark.parametrize("bad, message", [
+    ({"model": "resnet50"}, "unknown model"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"batch_size": -3}, "batch_size"),
+    ({"steps": 0}, "steps"),
+    ({"steps": 5, "warmup": 5}, "warmup"),
+    ({"steps": 5, "warmup": 9}, "warmup"),
+    ({"bucket_cap_mb": 0}, "bucket_cap_mb"),
+    ({"bucket_cap_mb": -1.5}, "bucket_cap_mb"),
+    ({"static_graph": "yes"}, "static_graph"),
+    ({"model": "transformer", "hidden_dim": 30, "num_heads": 4}, "divisible"),
+    ({"model": "cnn", "image_size": 4, "num_layers": 3}, "image_size"),
+])
+def test_config_refuses_bad_input(bad, message):
+    with pytest.raises(UsageError, match=message):
+        DDPConfig(**bad)
+
+
+def test_config_resolves_model_defaults():
+    assert DDPConfig(model="mlp").hidden_dim == 1024
+    assert DDPConfig(model="transformer").hidden_dim == 128
+    assert DDPConfig(model="cnn", hidden_dim=8).hidden_dim == 8
+    assert DDPConfig(bucket_cap_mb=25).bucket_cap_mb == 25.0
+    assert DDPConfig(steps=10, warmup=3).measured_steps == 7
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "transformer"])
+def test_models_train_one_step(model):
+    cfg = DDPConfig(model=model, batch_size=4, hidden_dim=16, num_layers=2, num_heads=2,
+                    image_size=8, seq_len=6, input_dim=3, num_batches=2)
+    net = build_model(cfg)
+    # same seed, same weights: what lets every rank start from one model
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(),
+                                                  build_model(cfg).state_dict().values()))
+    (x, y), _ = synthetic_batches(cfg, rank=0)
+    out = net(x)
+    assert out.shape == (4, cfg.output_dim)
+    torch.nn.functional.cross_entropy(out, y).backward()
+    assert all(p.grad is not None for p in net.parameters())
+    assert grad_bytes(net) == 4 * num_params(net)
+
+
+def test_synthetic_batches_are_seeded_per_rank():
+    cfg = DDPConfig(**TINY)
+    a0, b0, a1 = synthetic_batches(cfg, 0), synthetic_batches(cfg, 0), synthetic_batches(cfg, 1)
+    assert len(a0) == cfg.num_batches
+    assert torch.equal(a0[0][0], b0[0][0]) and not torch.equal(a0[0][0], a1[0][0])
+    assert not torch.equal(a0[0][0], a0[1][0])
+
+
+@pytest.mark.parametrize("module", [analysis, ddp_config, ddp_diff])
+def test_docstring_examples(module):
+    assert doctest.testmod(module).failed == 0
+
+
+def test_analysis_formulas():
+    assert analysis.busbw_gb_per_s(2.0, 1) == 0.0
+    assert analysis.busbw_gb_per_s(2.0, 2) == 2.0
+    assert analysis.busbw_gb_per_s(2.0, 8) == pytest.approx(3.5)
+    assert analysis.exposed_comm_s(0.02, 0.03) == 0.0  # noise cannot make comm negative
+    assert analysis.overlap_fraction(0.0, 0.01) == 1.0
+    assert analysis.overlap_fraction(0.02, 0.01) == 0.0
+    assert delta_pct(0.1, 0.2) == pytest.approx(-50.0)
+    rows = analysis.add_scaling_columns([
+        {"variant": "no_ddp", "world_size": 1, "step_time_p50_s": 0.010},
+        {"variant": "ddp", "world_size": 1, "step_time_p50_s": 0.012},
+        {"variant": "ddp", "world_size": 2, "step_time_p50_s": 0.016}])
+    assert np.isnan(rows[0]["speedup"]) and rows[0]["speedup_vs_no_ddp"] == 1.0
+    assert rows[2]["speedup"] == pytest.approx(1.5)
+    assert rows[2]["scaling_efficiency"] == pytest.approx(0.75)
+    assert rows[2]["speedup_vs_no_ddp"] == pytest.approx(1.25)
+    with pytest.raises(UsageError):
+        analysis.busbw_gb_per_s(1.0, 0)
+
+
+@pytest.mark.parametrize("args", [
+    ["--warmup", "10", "--steps", "10"],
+    ["--model", "resnet50"],
+    ["--batch-size", "0"],
+    ["--steps", "0"],
+    ["--bucket-cap-mb", "0"],
+    ["--bucket-cap-mb", "-2"],
+])
+def test_cli_bad_input_exits_2_and_writes_nothing(args, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert cli.main(["ddp", "--nproc", "1", "--json", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labkit ddp: error:") and "\n" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_diff_refuses_non_ddp_files(tmp_path, capsys):
+    other = tmp_path / "placement.json"
+    results.record(other, [{"world_size": 2, "rank": 0, "allreduce_time_p50_s": 1e-4}])
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"benchmark_results": []}))
+    for a, b in ((other, other), (foreign, other), (tmp_path / "missing.json", other)):
+        assert cli.main(["diff", str(a), str(b)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("labkit diff: error:") and "\n" not in err
+    assert cli.main(["diff", str(other), str(other)]) == 2
+    assert "not a DDP result" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- real launches (gloo)
+
+@pytest.fixture(scope="module")
+def run_a(tmp_path_factory):
+    """1 and 2 ranks, bucket 25 MB, with every rank's final parameters."""
+    from labkit.ddp.run import ddp_scaling
+
+    path = tmp_path_factory.mktemp("ddp") / "a.json"
+    df = ddp_scaling([1, 2], json_path=str(path), progress=False, return_params=True,
+                     timeout_s=LAUNCH_TIMEOUT_S, **TINY)
+    return df, path
+
+
+@pytest.fixture(scope="module")
+def run_b(tmp_path_factory):
+    """2 ranks, bucket 1 MB, through the CLI; returns (stdout, path)."""
+    path = tmp_path_factory.mktemp("ddp") / "b.json"
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(["ddp", "--nproc", "2", "--bucket-cap-mb", "1", "--json", str(path),
+                       *TINY_ARGS])
+    assert rc == 0
+    return buf.getvalue(), path
+
+
+def _reference_params(cfg: DDPConfig, world_size: int, ranks=None) -> np.ndarray:
+    """One process, no DDP, on the ranks' batches concatenated: what DDP must equal."""
+    model = build_model(cfg)
+    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+    data = [synthetic_batches(cfg, r) for r in (ranks if ranks is not None else range(world_size))]
+    for s in range(cfg.steps):  # every step: warm-up steps train too
+        x = torch.cat([d[s % cfg.num_batches][0] for d in data])
+        y = torch.cat([d[s % cfg.num_batches][1] for d in data])
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1).double() for p in model.parameters()]).numpy()
+
+
+@pytest.mark.slow
+def test_ddp_params_match_concatenated_batch(run_a):
+    df, _ = run_a
+    cfg = DDPConfig(**TINY)
+    for ws in (1, 2):
+        row = df[(df.variant == "ddp") & (df.world_size == ws)].iloc[0]
+        params = np.array(row["params_by_rank"])
+        assert params.shape[0] == ws
+        assert np.array_equal(params[0], params[-1]), "replicas drifted apart"
+        assert row["replicas_in_sync"] and row["replica_drift"] == 0.0
+        ref = _reference_params(cfg, ws)
+        np.testing.assert_allclose(params[0], ref, rtol=1e-5, atol=1e-6)
+    # the check has teeth: training on rank 0's batches alone ends elsewhere
+    assert not np.allclose(params[0], _reference_params(cfg, 1, ranks=[0]), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_percentiles_ordered_over_slowest_rank(run_a):
+    df, _ = run_a
+    for _, row in df.iterrows():
+        p = [row[f"step_time_p{q}_s"] for q in (50, 75, 90, 95)]
+        assert p == sorted(p) and p[0] > 0
+        steps = np.array(row["step_times_s"])
+        assert len(steps) == row["measured_steps"] == row["step_time_count"] == 4
+        by_rank = np.array(row["rank_step_times_s"])
+        assert by_rank.shape == (row["world_size"], 4)
+        np.testing.assert_array_equal(steps, by_rank.max(axis=0))
+        for q in (50, 75, 90, 95):
+            assert row[f"step_time_p{q}_s"] == pytest.approx(np.percentile(steps, q))
+        assert row["samples_per_s"] == pytest.approx(row["world_size"] * 8 / p[0])
+
+
+@pytest.mark.slow
+def test_baseline_row_scaling_and_stored_rows(run_a):
+    df, path = run_a
+    base = df[df.variant == "no_ddp"]
+    assert len(base) == 1 and base.iloc[0].world_size == 1 and not base.iloc[0].ddp
+    assert sorted(df[df.variant == "ddp"].world_size) == [1, 2]
+    one = df[(df.variant == "ddp") & (df.world_size == 1)].iloc[0]
+    two = df[(df.variant == "ddp") & (df.world_size == 2)].iloc[0]
+    assert one.speedup == pytest.approx(1.0) and one.scaling_efficiency == pytest.approx(1.0)
+    assert two.speedup == pytest.approx(2 * one.step_time_p50_s / two.step_time_p50_s)
+    assert two.allreduce_busbw_gb_per_s == pytest.approx(two.allreduce_algbw_gb_per_s)  # N = 2
+    assert two.grad_bytes == 4 * two.num_params and 0.0 <= two.overlap_fraction <= 1.0
+    stored = results.read_rows(path)
+    assert len(stored) == 3 and all("git_commit" in r and "timestamp" in r for r in stored)
+    assert {r["bucket_cap_mb"] for r in stored} == {25.0}
+
+
+@pytest.mark.slow
+def test_placement_one_line_per_rank(run_a, run_b):
+    df, _ = run_a
+    for ws in (1, 2):
+        row = df[(df.variant == "ddp") & (df.world_size == ws)].iloc[0]
+        assert [p["rank"] for p in row["placement"]] == list(range(ws))
+        assert row["placement_ok"]
+    text = report.placement_table(df)
+    assert len([ln for ln in text.splitlines() if ln.lstrip().startswith("rank ")]) == 3
+    out, _ = run_b
+    assert len(re.findall(r"^\s+rank \d \(local \d\) on ", out, flags=re.M)) == 2
+
+
+@pytest.mark.slow
+def test_cli_prints_pytorch_layout(run_b):
+    out, path = run_b
+    assert "Benchmark: mlp with batch size 8 per rank" in out
+    assert re.search(r"^\s+2 ranks --\s+1M/2C:  p50: +\d+\.\d+s +\d+/s  p75:.*p95:", out, re.M)
+    assert "speedup" in out and "efficiency" in out
+    assert {r["bucket_cap_mb"] for r in results.read_rows(path)} == {1.0}
+
+
+@pytest.mark.slow
+def test_diff_bucket_25_vs_1(run_a, run_b, capsys):
+    _, a = run_a
+    _, b = run_b
+    assert cli.main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr()
+    assert re.search(r"^bucket_cap_mb:\s+25\.0 <vs>\s+1\.0$", out.out, re.M)
+    line = re.search(r"^\s+2 ranks --\s+ddp:  p75: .*$", out.out, re.M).group(0)
+    assert len(re.findall(r"[+-]\d+\.\d%", line)) == 2  # p75 and p95 deltas
+    assert "WARNING" not in out.err
+    settings, table, notes = compare(a, b)
+    assert list(table.world_size) == [2] and not notes
+    r = table.iloc[0]
+    assert r.delta_p75_pct == pytest.approx(delta_pct(r.a_p75_s, r.b_p75_s))
+
+
+@pytest.mark.slow
+def test_diff_different_models_warns_loudly(run_a, tmp_path, capsys):
+    _, a = run_a
+    other = tmp_path / "other.json"
+    results.upsert(other, [{**r, "model": "cnn"} for r in results.read_rows(a)])
+    assert cli.main(["diff", str(a), str(other)]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "different models (mlp vs cnn)" in err
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_cuda_uses_nccl_one_rank_per_gpu():
+    from labkit.ddp.run import ddp_scaling
+
+    n = min(2, torch.cuda.device_count())
+    df = ddp_scaling([n], progress=False, timeout_s=LAUNCH_TIMEOUT_S, **TINY)
+    row = df[df.variant == "ddp"].iloc[0]
+    assert row.backend == "nccl" and row.placement_ok
+    assert [p["device"] for p in row.placement] == [f"cuda:{i}" for i in range(n)]
