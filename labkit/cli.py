@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "labkit.commands.ddp",
     "labkit.commands.notebooks",
     "labkit.commands.model",
+    "labkit.commands.workshare",
 )
 
 

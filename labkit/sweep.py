@@ -151,9 +151,10 @@ def plan(notebook, grid_specs=(), fixed_specs=(), params_file=None, out=None) ->
             check_values(notebook, declared, {name: v}, " (in --grid)")
     both = sorted(set(grid) & set(fixed))
     if both:
-        raise UsageError(f"{', '.join(both)} given both as fixed (-p/-f) and in --grid")
+        raise UsageError(f"{notebook}: {', '.join(both)} given both as fixed (-p/-f) and in --grid")
     if "results_dir" in grid or "results_dir" in fixed:
-        raise UsageError("results_dir is set by the sweep (each point's folder); do not pass it")
+        raise UsageError(f"{notebook}: results_dir is set by the sweep (each point's folder); "
+                         "do not pass it")
     if out is None:
         raise UsageError("--out DIR is required")
     out = Path(out).resolve()

@@ -1,0 +1,74 @@
+"""Every tutorial notebook: a valid parameters cell, no function definitions, stored without
+outputs, and it runs from top to bottom with papermill (small parameters from
+notebook_params.json). Results go to a temporary folder, never into the repository."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import nbformat
+import papermill
+import pytest
+
+from labkit.notebooks import parameter_problems, parameters_cell
+
+from ._notebook_runs import NOTEBOOKS, load_test_params, run
+
+ids = [p.stem for p in NOTEBOOKS]
+MAGIC = re.compile(r"^\s*[%!]")
+
+
+def _code(nb) -> list[tuple[int, str]]:
+    # IPython magics and shell escapes are not Python: blank them before parsing
+    return [(i, "\n".join("" if MAGIC.match(ln) else ln for ln in c.source.splitlines()))
+            for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks/NN_name.ipynb found"
+    assert [p.name[:2] for p in NOTEBOOKS] == sorted(p.name[:2] for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_parameters_cell(path):
+    nb = nbformat.read(path, as_version=4)
+    _, source = parameters_cell(nb, path)  # exactly one, or UsageError
+    assert parameter_problems(source) == [], f"{path.name}: parameters cell is not flat annotated literals"
+    declared = papermill.inspect_notebook(str(path))
+    assert "results_dir" in declared, f"{path.name}: no results_dir parameter"
+    for name, info in declared.items():
+        assert info["inferred_type_name"] not in ("None", ""), f"{path.name}: {name} has no annotation"
+    unknown = set(load_test_params().get(path.name, {})) - set(declared)
+    assert not unknown, f"notebook_params.json names unknown parameters of {path.name}: {unknown}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_no_function_definitions(path):
+    nb = nbformat.read(path, as_version=4)
+    for i, source in _code(nb):
+        for node in ast.walk(ast.parse(source)):
+            assert not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)), (
+                f"{path.name} cell {i + 1} defines {type(node).__name__} at line {node.lineno}: "
+                "computations belong in labkit")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_stored_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None, f"{path.name} cell {i + 1} has outputs"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_notebook_executes(path):
+    res = run(path)
+    assert res["ok"], res["error"]
+    executed = nbformat.read(res["output"], as_version=4)
+    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "error"]
+    assert not errors
