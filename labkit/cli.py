@@ -16,6 +16,7 @@ from .errors import LabkitError, UsageError
 
 COMMAND_MODULES = (
     "labkit.commands.core",
+    "labkit.commands.solve",
     "labkit.commands.ddp",
     "labkit.commands.notebooks",
     "labkit.commands.model",

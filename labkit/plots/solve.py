@@ -1,0 +1,99 @@
+"""Figures of the solve-scaling lab. Rows that failed the residual gate are left out."""
+
+from __future__ import annotations
+
+from . import new_figure
+
+_SPLIT = ("spmv_time_s", "halo_time_s", "allreduce_time_s", "vector_time_s", "other_time_s")
+
+
+def _passed(df):
+    return df[df["gate_passed"].astype(bool)] if "gate_passed" in df else df
+
+
+def _series(df):
+    keys = [k for k in ("dim", "dof_requested", "partitioner", "method", "rhs") if k in df]
+    return df.sort_values("world_size").groupby(keys, dropna=False) if keys else [((), df)]
+
+
+def _label(key) -> str:
+    key = key if isinstance(key, tuple) else (key,)
+    return " ".join(str(k) for k in key[2:]) + (f" n={key[1]:,}" if len(key) > 1 else "")
+
+
+def scaling_figure(df):
+    """Three panels: weak (solve time vs ranks, ideal flat), strong (speedup vs ranks, ideal
+    linear), throughput (DOF/s vs ranks, ideal linear from 1 rank)."""
+    fig, axes = new_figure(3, 1)
+    ax_w, ax_s, ax_t = axes[0]
+    df = _passed(df)
+    panels = ((ax_w, "weak", "solve time (s)", "weak: fixed DOF per rank"),
+              (ax_s, "strong", "speedup t1 / tN", "strong: fixed total DOF"),
+              (ax_t, "throughput", "DOF / s", "throughput"))
+    for ax, mode, ylabel, title in panels:
+        rows = df[df["mode"] == mode] if "mode" in df else df.iloc[:0]
+        ns_all = sorted(rows["world_size"].unique()) if len(rows) else [1]
+        for key, s in (_series(rows) if len(rows) else []):
+            ns = s["world_size"].to_numpy()
+            if mode == "weak":
+                line, = ax.plot(ns, s["solve_time_s"], "o-", label=_label(key))
+                t1 = s.loc[s["world_size"] == 1, "solve_time_s"]
+                if len(t1):
+                    ax.plot(ns_all, [t1.iloc[0]] * len(ns_all), "--", color=line.get_color(),
+                            alpha=0.6)
+            elif mode == "strong":
+                sp = s["speedup"].astype(float)
+                ax.plot(ns, sp, "o-", label=_label(key))
+            else:
+                line, = ax.plot(ns, s["throughput_dof_per_s"], "o-", label=_label(key))
+                t1 = s.loc[s["world_size"] == 1, "throughput_dof_per_s"]
+                if len(t1):
+                    ax.plot(ns_all, [t1.iloc[0] * n for n in ns_all], "--",
+                            color=line.get_color(), alpha=0.6)
+        if mode == "strong":
+            ax.plot(ns_all, ns_all, "k--", alpha=0.6, label="ideal (linear)")
+        if not len(rows):
+            ax.text(0.5, 0.5, f"no {mode} rows", ha="center", va="center", transform=ax.transAxes)
+        ax.set(xlabel="ranks", ylabel=ylabel, title=title, xticks=ns_all)
+        if len(rows):
+            ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    ax_w.set_ylim(bottom=0)
+    return fig
+
+
+def time_split_figure(df, mode: str | None = None):
+    """Stacked bars: where each solve's time goes (SpMV, halo, all-reduce, vector updates,
+    other) per world size and partitioner, as seconds per iteration."""
+    df = _passed(df)
+    if mode is not None:
+        df = df[df["mode"] == mode]
+    df = df.sort_values(["world_size", "partitioner", "method"])
+    fig, axes = new_figure(1, 1, width=7)
+    ax = axes[0][0]
+    labels = [f"P={r.world_size}\n{r.partitioner}\n{r.method}" for r in df.itertuples()]
+    bottom = [0.0] * len(df)
+    for col in _SPLIT:
+        if col not in df:
+            continue
+        vals = (df[col] / df["iterations"].clip(lower=1) * 1e3).tolist()
+        ax.bar(range(len(df)), vals, bottom=bottom, label=col.replace("_time_s", ""))
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(range(len(df)), labels, fontsize=7)
+    ax.set(ylabel="ms per iteration", title="time split per iteration")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def halo_figure(df):
+    """Halo values per iteration and edge cut by partitioner and world size."""
+    df = _passed(df).drop_duplicates(["world_size", "partitioner", "dof_global"])
+    df = df[df["world_size"] > 1].sort_values(["world_size", "partitioner"])
+    fig, axes = new_figure(2, 1, width=4.5)
+    labels = [f"P={r.world_size}\n{r.partitioner}" for r in df.itertuples()]
+    for ax, col, title in ((axes[0][0], "halo_values", "halo values received per SpMV"),
+                           (axes[0][1], "edge_cut", "edge cut")):
+        ax.bar(range(len(df)), df[col].tolist(), color="tab:orange")
+        ax.set_xticks(range(len(df)), labels, fontsize=7)
+        ax.set(title=title)
+    return fig

@@ -1,0 +1,85 @@
+"""Host side: :func:`solve_scaling`, the call behind ``labkit solve`` and the notebook.
+
+One torchrun launch per world size does every (mode, partitioner, method) point of that world
+size (:mod:`labkit.workers.solve`); the rows come back with speedup and efficiency against the
+1-rank row of their series (:func:`labkit.solve.measure.add_scaling_columns`) and, with
+``json_path``, are upserted into a results file under :data:`KEY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..config import to_dict
+from .config import SolveConfig
+
+KEY = ("mode", "world_size", "dof_per_rank", "partitioner", "method")
+
+#: the table ``labkit solve`` prints (the seed's columns plus iterations and time/iteration)
+TABLE_COLUMNS = ("world_size", "dof_global", "dof_per_rank", "partitioner", "method",
+                 "solve_time_s", "iterations", "time_per_iteration_s", "rel_residual",
+                 "throughput_dof_per_s", "efficiency", "bandwidth_fraction", "gate_passed")
+
+
+def make_config(world_sizes: Sequence[int], *, modes=("strong",), dim: int = 2,
+                dof_per_rank: int | None = None, total_dof: int | None = None,
+                methods=("cg",), partitioners=("simple",), rhs: str = "random",
+                rtol: float = 1e-8, maxiter: int | None = None, restart: int = 30,
+                warmup: int = 1, repeat: int = 3, seed: int = 0, engine: str = "labkit",
+                nnodes: int = 1) -> SolveConfig:
+    """A validated :class:`SolveConfig` (UsageError on bad input, before any launch)."""
+    def tup(v):
+        return (v,) if isinstance(v, (str, int)) else tuple(v)
+
+    return SolveConfig(
+        modes=tup(modes), world_sizes=tuple(int(n) * nnodes for n in tup(world_sizes)), dim=dim,
+        dof_per_rank=dof_per_rank, total_dof=total_dof, methods=tup(methods),
+        partitioners=tup(partitioners), rhs=rhs, rtol=rtol, maxiter=maxiter, restart=restart,
+        warmup=warmup, repeat=repeat, seed=seed, engine=engine)
+
+
+def solve_scaling(world_sizes: Sequence[int] = (1, 2), *, modes=("strong",), dim: int = 2,
+                  dof_per_rank: int | None = None, total_dof: int | None = None,
+                  methods=("cg",), partitioners=("simple",), rhs: str = "random",
+                  rtol: float = 1e-8, maxiter: int | None = None, restart: int = 30,
+                  warmup: int = 1, repeat: int = 3, seed: int = 0, engine: str = "labkit",
+                  json_path: str | None = None, progress: bool = True, **launch_kw):
+    """Run the sweep; return its rows as a DataFrame (one row per mode x world size x
+    partitioner x method). ``launch_kw`` goes to :func:`labkit.launch.launch_many` (timeout_s,
+    threads_per_rank, backend, nnodes, ...). Rows with ``gate_passed == False`` are kept but get
+    no speedup or efficiency; :func:`gate_failures` lists them.
+    """
+    import pandas as pd
+
+    from .. import results
+    from ..launch import launch_many
+    from .measure import add_scaling_columns
+
+    cfg = make_config(world_sizes, modes=modes, dim=dim, dof_per_rank=dof_per_rank,
+                      total_dof=total_dof, methods=methods, partitioners=partitioners, rhs=rhs,
+                      rtol=rtol, maxiter=maxiter, restart=restart, warmup=warmup, repeat=repeat,
+                      seed=seed, engine=engine, nnodes=launch_kw.get("nnodes", 1))
+    if json_path:
+        results.check_writable(json_path)
+    launches = launch_many("solve", list(world_sizes), to_dict(cfg), progress=progress,
+                           **launch_kw)
+    rows = [row for res in launches for row in res.rows()]
+    old = results.read_rows(json_path) if json_path else []
+    rows = add_scaling_columns(rows, baselines=old)
+    if json_path:
+        results.record(json_path, rows, key=KEY)
+    return pd.DataFrame(rows)
+
+
+def gate_failures(df):
+    """Rows whose fresh residual ||b - A x|| / ||b|| was over the gate (``gate_passed`` false)."""
+    if df.empty or "gate_passed" not in df:
+        return df
+    return df[~df["gate_passed"].astype(bool)]
+
+
+def passed(df):
+    """Rows that passed the gate: the only ones efficiency and the figure use."""
+    if df.empty or "gate_passed" not in df:
+        return df
+    return df[df["gate_passed"].astype(bool)]

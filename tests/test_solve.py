@@ -1,0 +1,281 @@
+"""The solve-scaling lab: partitions, Krylov methods against scipy, the gate, the CLI.
+
+Pure and single-process tests build the operator in this process (a world of one needs no
+collectives). Launching tests (``slow``) use few launches: the weak + strong + throughput sweep,
+one 2-rank launch that returns its solutions, the --maxiter 3 gate failure and the manufactured
+right-hand side.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg as spla
+import torch
+
+from labkit.cli import main
+from labkit.errors import UsageError
+from labkit.solve import krylov
+from labkit.solve.config import SolveConfig, closest_grid
+from labkit.solve.measure import add_scaling_columns, bytes_per_iteration, spmv_bytes
+from labkit.solve.operator import DistOperator
+from labkit.solve.partition import make_partition, partition_stats, rcb
+from labkit.solve.problems import global_matrix, local_system, rhs
+from tests.conftest import LAUNCH_TIMEOUT_S
+
+PARTITIONERS = ("simple", "coordinate", "metis")
+
+
+def one_rank(dims, rhs_kind="random"):
+    part = make_partition("simple", dims, 1)
+    local, (indptr, cols, vals), b = local_system(dims, part, 0, rhs_kind, 0)
+    return DistOperator(local, indptr, cols, vals, world_size=1), torch.from_numpy(b)
+
+
+def scipy_cg(A, b, rtol=1e-8):
+    its = [0]
+
+    def count(_):
+        its[0] += 1
+
+    x, info = spla.cg(A, b, rtol=rtol, maxiter=100 * A.shape[0], callback=count)
+    assert info == 0
+    return x, its[0]
+
+
+# -- partitions (pure) ---------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", PARTITIONERS)
+@pytest.mark.parametrize("dims,nparts", [((12, 9), 2), ((12, 9), 3), ((5, 4, 3), 4), ((7, 5), 1)])
+def test_rows_owned_once_and_halos_equal_brute_force(kind, dims, nparts):
+    if kind == "metis":
+        pytest.importorskip("pymetis")
+    A = global_matrix(dims).tocsr()
+    n = A.shape[0]
+    part = make_partition(kind, dims, nparts)
+    locals_ = [part.local(r) for r in range(nparts)]
+    owned = np.concatenate([lp.owned for lp in locals_])
+    assert np.array_equal(np.sort(owned), np.arange(n))  # every row exactly once
+    for lp in locals_:
+        cols = np.unique(A[lp.owned].indices)
+        brute = np.setdiff1d(cols, lp.owned)
+        assert np.array_equal(np.sort(lp.halo), brute)
+        # what each neighbour sends is exactly the slice of my halo I expect from it, in order
+        off = 0
+        for q, count in zip(lp.neighbours, lp.recv_counts):
+            sent = locals_[q].owned[locals_[q].send[lp.rank]]
+            assert np.array_equal(sent, lp.halo[off:off + count])
+            off += count
+    stats = partition_stats(part)
+    assert stats["edge_cut"] == sum(int(part.owner(i) != part.owner(j))
+                                    for i, j in zip(*np.nonzero(np.triu(A.toarray(), 1))))
+    assert stats["load_imbalance"] >= 1.0
+
+
+def test_metis_cut_within_20_percent_of_optimal():
+    pytest.importorskip("pymetis")
+    stats = partition_stats(make_partition("metis", (100, 100), 2))
+    assert stats["edge_cut"] <= 1.2 * 100  # optimal 2-way cut of a 100 x 100 grid: one line
+    assert stats["load_imbalance"] <= 1.05
+
+
+def test_simple_and_rcb_cut_a_grid_line():
+    assert partition_stats(make_partition("simple", (100, 100), 2))["edge_cut"] == 100
+    assert partition_stats(make_partition("coordinate", (100, 100), 2))["edge_cut"] == 100
+    parts = rcb((8, 8), 4)
+    assert np.bincount(parts).tolist() == [16] * 4
+
+
+def test_closest_grid_weak_mode():
+    assert closest_grid(20_000, 2) == (141, 142)
+    assert math.prod(closest_grid(250_000, 3)) == pytest.approx(250_000, rel=0.01)
+    for target in (10, 999, 12_345):
+        dims = closest_grid(target, 2)
+        assert abs(math.prod(dims) - target) <= dims[0]
+
+
+# -- configuration (pure) ------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,match", [
+    ({"methods": ("sor",), "total_dof": 100}, "unknown method"),
+    ({"partitioners": ("random",), "total_dof": 100}, "unknown partitioner"),
+    ({"modes": ("sideways",), "total_dof": 100}, "unknown mode"),
+    ({"rhs": "zeros", "total_dof": 100}, "unknown rhs"),
+    ({"total_dof": 0}, ">= 1"),
+    ({"modes": ("weak",), "dof_per_rank": -5}, ">= 1"),
+    ({"total_dof": 3, "world_sizes": (1, 4)}, "fewer than 4 ranks"),
+    ({"total_dof": 100, "dof_per_rank": 10}, "--dof-per-rank is for weak"),
+    ({"modes": ("weak",), "dof_per_rank": 10, "total_dof": 100}, "--total-dof is for strong"),
+    ({"modes": ("weak",)}, "need --dof-per-rank"),
+    ({}, "strong mode needs --total-dof"),
+])
+def test_bad_config_is_a_usage_error(kwargs, match):
+    with pytest.raises(UsageError, match=match):
+        SolveConfig(**kwargs)
+
+
+def test_metis_without_pymetis_is_a_usage_error(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pymetis" else real(name, *a))
+    with pytest.raises(UsageError, match="pymetis"):
+        SolveConfig(total_dof=100, partitioners=("metis",))
+
+
+@pytest.mark.parametrize("argv", [
+    ["--method", "sor", "--total-dof", "100"],
+    ["--partitioner", "random", "--total-dof", "100"],
+    ["--mode", "sideways", "--total-dof", "100"],
+    ["--rhs", "zeros", "--total-dof", "100"],
+    ["--total-dof", "-1"],
+    ["--total-dof", "1", "--nproc", "2"],
+    ["--mode", "strong", "--dof-per-rank", "100"],
+    ["--mode", "weak", "--total-dof", "100"],
+])
+def test_cli_bad_input_exits_2_and_writes_nothing(argv, tmp_path, capsys):
+    out, fig = tmp_path / "rows.json", tmp_path / "fig.png"
+    assert main(["solve", *argv, "--json", str(out), "--plot", str(fig)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("labkit solve: error:")
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- Krylov methods, one rank in this process ----------------------------------------------------
+@pytest.mark.parametrize("method", ["cg", "pcg", "bicgstab", "gmres", "minres"])
+def test_methods_match_scipy(method):
+    dims = (40, 30)
+    op, b = one_rank(dims)
+    A = global_matrix(dims)
+    exact = spla.spsolve(A.tocsc(), b.numpy())
+    sol = krylov.solve(method, op, b, rtol=1e-10, maxiter=20_000)
+    assert sol.converged
+    assert np.abs(sol.x.numpy() - exact).max() <= 1e-6 * np.abs(exact).max()
+    assert op.residual_norm(sol.x, b) <= 2e-10
+
+
+def test_cg_iterations_match_scipy_and_double_with_the_side():
+    its = {}
+    for side in (48, 96):
+        op, b = one_rank((side, side))
+        sol = krylov.cg(op, b, 1e-8, 100_000)
+        _, scipy_its = scipy_cg(global_matrix((side, side)), b.numpy())
+        assert abs(sol.iterations - scipy_its) <= 0.02 * scipy_its + 1
+        textbook = krylov.cg_textbook(op, b, 1e-8, 100_000)
+        assert textbook.iterations == sol.iterations  # same method, rearranged
+        its[side] = sol.iterations
+    assert 1.6 <= its[96] / its[48] <= 2.4  # CG iterations grow like sqrt(kappa) ~ the side
+
+
+def test_manufactured_rhs_is_an_eigenvector_one_iteration():
+    op, b = one_rank((60, 60), "manufactured")
+    assert krylov.cg(op, b, 1e-8, 10_000).iterations == 1
+    op, b = one_rank((60, 60), "random")
+    assert krylov.cg(op, b, 1e-8, 10_000).iterations > 100
+
+
+def test_ones_rhs_has_solution_all_ones():
+    op, b = one_rank((20, 10), "ones")
+    sol = krylov.cg(op, b, 1e-12, 10_000)
+    assert np.allclose(sol.x.numpy(), 1.0, atol=1e-9)
+    assert np.allclose(rhs("ones", (20, 10), np.arange(200)), global_matrix((20, 10)) @ np.ones(200))
+
+
+def test_bytes_model_and_scaling_columns():
+    op, _ = one_rank((3, 3))
+    assert op.spmv_bytes() == spmv_bytes(33, 9, 0) == 580
+    assert bytes_per_iteration("cg", 580, 9) == 580 + 15 * 8 * 9
+    rows = [{"mode": "strong", "world_size": 1, "solve_time_s": 2.0, "time_per_iteration_s": 0.1,
+             "throughput_dof_per_s": 5.0, "gate_passed": True},
+            {"mode": "strong", "world_size": 2, "solve_time_s": 1.25, "time_per_iteration_s": 0.06,
+             "throughput_dof_per_s": 8.0, "gate_passed": True},
+            {"mode": "strong", "world_size": 4, "solve_time_s": 0.5, "time_per_iteration_s": 0.03,
+             "throughput_dof_per_s": 20.0, "gate_passed": False}]
+    out = add_scaling_columns(rows)
+    assert out[1]["speedup"] == pytest.approx(1.6) and out[1]["efficiency"] == pytest.approx(0.8)
+    assert out[2]["efficiency"] is None  # a failed gate never counts
+
+
+# -- launches ------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_two_rank_solution_equals_one_rank_and_scipy():
+    from labkit.config import to_dict
+    from labkit.launch import launch
+
+    cfg = SolveConfig(modes=("strong",), world_sizes=(2,), total_dof=3000,
+                      methods=("cg", "minres"), partitioners=("simple", "metis"),
+                      warmup=0, repeat=1, keep_solution=True)
+    dims = closest_grid(3000, 2)
+    res = launch("solve", 2, to_dict(cfg), timeout_s=LAUNCH_TIMEOUT_S)
+    A = global_matrix(dims)
+    b = rhs("random", dims, np.arange(A.shape[0]))
+    x_scipy, scipy_its = scipy_cg(A, b)
+    op, bt = one_rank(dims)
+    x_one = krylov.cg(op, bt, 1e-8, 100_000).x.numpy()
+    scale = np.abs(x_scipy).max()
+    for key, x in res.payload["solutions"].items():
+        x = np.asarray(x)
+        assert np.abs(x - x_one).max() <= 1e-6 * scale, key
+        assert np.abs(x - x_scipy).max() <= 1e-6 * scale, key
+    for row in res.rows():
+        assert row["gate_passed"] and row["world_size"] == 2
+        if row["method"] == "cg":
+            assert abs(row["iterations"] - scipy_its) <= 0.02 * scipy_its + 1
+        assert row["halo_values"] == sum(row["halo_values_per_rank"]) > 0
+        assert sum(row["owned_rows_per_rank"]) == row["dof_global"]
+
+
+@pytest.mark.slow
+def test_one_command_weak_strong_throughput_sweep(tmp_path, capsys):
+    out, fig = tmp_path / "solve.json", tmp_path / "solve.png"
+    argv = ["solve", "--mode", "weak", "strong", "throughput", "--nproc", "1", "2",
+            "--dof-per-rank", "1600", "--total-dof", "3200", "--method", "cg", "pcg",
+            "--partitioner", "simple", "coordinate", "--warmup", "0", "--repeat", "2",
+            "--json", str(out), "--plot", str(fig), "--timeout", str(LAUNCH_TIMEOUT_S)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    for mode in ("WEAK", "STRONG", "THROUGHPUT"):
+        assert f"{mode} SCALING" in text
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 3 * 2 * 2 * 2
+    assert {(r["mode"], r["world_size"]) for r in rows} == {
+        (m, n) for m in ("weak", "strong", "throughput") for n in (1, 2)}
+    for r in rows:
+        assert r["gate_passed"] and r["iterations"] > 10 and r["bytes_per_iteration"] > 0
+        assert r["efficiency"] is not None and r["speedup"] is not None
+        assert r["time_per_iteration_s"] == pytest.approx(r["solve_time_s"] / r["iterations"])
+        if r["world_size"] == 1:
+            assert r["efficiency"] == pytest.approx(1.0) and r["halo_values"] == 0
+    weak2 = [r for r in rows if r["mode"] == "weak" and r["world_size"] == 2]
+    assert all(abs(r["dof_global"] - 3200) <= 60 for r in weak2)
+    assert fig.stat().st_size > 10_000
+    # --plot-only redraws from the file without launching
+    fig.unlink()
+    assert main(["solve", "--plot-only", "--json", str(out), "--plot", str(fig)]) == 0
+    assert fig.exists()
+
+
+@pytest.mark.slow
+def test_maxiter_3_fails_the_gate_and_exits_nonzero(tmp_path, capsys):
+    out = tmp_path / "gate.json"
+    rc = main(["solve", "--nproc", "1", "--total-dof", "2500", "--maxiter", "3", "--warmup", "0",
+               "--repeat", "1", "--json", str(out), "--timeout", str(LAUNCH_TIMEOUT_S)])
+    assert rc == 1
+    assert "gate failed" in capsys.readouterr().err
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["gate_passed"] is False and row["iterations"] == 3
+    assert row["rel_residual"] > row["gate_tol"] and row["efficiency"] is None
+
+
+@pytest.mark.slow
+def test_manufactured_rhs_flagged_one_iteration(tmp_path, capsys):
+    out = tmp_path / "trap.json"
+    rc = main(["solve", "--nproc", "2", "--total-dof", "10000", "--rhs", "manufactured",
+               "--warmup", "0", "--repeat", "1", "--json", str(out),
+               "--timeout", str(LAUNCH_TIMEOUT_S)])
+    assert rc == 0
+    assert "eigenvector" in capsys.readouterr().out
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["iterations"] == 1 and row["rhs_is_eigenvector"] is True and row["gate_passed"]
