@@ -17,6 +17,7 @@ from .errors import LabkitError, UsageError
 COMMAND_MODULES = (
     "labkit.commands.core",
     "labkit.commands.solve",
+    "labkit.commands.comm",
     "labkit.commands.ddp",
     "labkit.commands.notebooks",
     "labkit.commands.model",
