@@ -352,7 +352,8 @@ def test_docstring_examples():
     import doctest
 
     from labkit import calibrate, slurm
+    from labkit.widgets import layout
 
-    for mod in (model, catalog, calibrate, slurm):
+    for mod in (model, catalog, calibrate, slurm, layout):
         res = doctest.testmod(mod)
         assert res.attempted > 0 and res.failed == 0, mod.__name__
