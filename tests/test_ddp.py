@@ -39,6 +39,9 @@ TINY_ARGS = ["--model", "mlp", "--input-dim", "16", "--hidden-dim", "32", "--out
     ({"model": "resnet50"}, "unknown model"),
     ({"batch_size": 0}, "batch_size"),
     ({"batch_size": -3}, "batch_size"),
+    ({"batch_size": (64, 0)}, "batch_size"),
+    ({"batch_size": (64, 64)}, "repeats"),
+    ({"batch_size": ()}, "batch_size"),
     ({"steps": 0}, "steps"),
     ({"steps": 5, "warmup": 5}, "warmup"),
     ({"steps": 5, "warmup": 9}, "warmup"),
@@ -59,6 +62,10 @@ def test_config_resolves_model_defaults():
     assert DDPConfig(model="cnn", hidden_dim=8).hidden_dim == 8
     assert DDPConfig(bucket_cap_mb=25).bucket_cap_mb == 25.0
     assert DDPConfig(steps=10, warmup=3).measured_steps == 7
+    two = DDPConfig(batch_size=[64, 1024])
+    assert two.batch_size == (64, 1024) and two.at(1024).describe()["batch_size"] == 1024
+    with pytest.raises(UsageError):
+        two.describe()
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn", "transformer"])
@@ -143,12 +150,12 @@ def test_diff_refuses_non_ddp_files(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def run_a(tmp_path_factory):
-    """1 and 2 ranks, bucket 25 MB, with every rank's final parameters."""
+    """1 and 2 ranks, bucket 25 MB, two batch sizes in each launch, every rank's parameters."""
     from labkit.ddp.run import ddp_scaling
 
     path = tmp_path_factory.mktemp("ddp") / "a.json"
     df = ddp_scaling([1, 2], json_path=str(path), progress=False, return_params=True,
-                     timeout_s=LAUNCH_TIMEOUT_S, **TINY)
+                     timeout_s=LAUNCH_TIMEOUT_S, **{**TINY, "batch_size": (8, 12)})
     return df, path
 
 
@@ -184,15 +191,16 @@ def _reference_params(cfg: DDPConfig, world_size: int, ranks=None) -> np.ndarray
 @pytest.mark.slow
 def test_ddp_params_match_concatenated_batch(run_a):
     df, _ = run_a
-    cfg = DDPConfig(**TINY)
-    for ws in (1, 2):
-        row = df[(df.variant == "ddp") & (df.world_size == ws)].iloc[0]
-        params = np.array(row["params_by_rank"])
-        assert params.shape[0] == ws
-        assert np.array_equal(params[0], params[-1]), "replicas drifted apart"
-        assert row["replicas_in_sync"] and row["replica_drift"] == 0.0
-        ref = _reference_params(cfg, ws)
-        np.testing.assert_allclose(params[0], ref, rtol=1e-5, atol=1e-6)
+    for batch in (8, 12):
+        cfg = DDPConfig(**{**TINY, "batch_size": batch})
+        for ws in (1, 2):
+            row = df[(df.variant == "ddp") & (df.world_size == ws) & (df.batch_size == batch)].iloc[0]
+            params = np.array(row["params_by_rank"])
+            assert params.shape[0] == ws
+            assert np.array_equal(params[0], params[-1]), "replicas drifted apart"
+            assert row["replicas_in_sync"] and row["replica_drift"] == 0.0
+            ref = _reference_params(cfg, ws)
+            np.testing.assert_allclose(params[0], ref, rtol=1e-5, atol=1e-6)
     # the check has teeth: training on rank 0's batches alone ends elsewhere
     assert not np.allclose(params[0], _reference_params(cfg, 1, ranks=[0]), atol=1e-6)
 
@@ -210,15 +218,16 @@ def test_percentiles_ordered_over_slowest_rank(run_a):
         np.testing.assert_array_equal(steps, by_rank.max(axis=0))
         for q in (50, 75, 90, 95):
             assert row[f"step_time_p{q}_s"] == pytest.approx(np.percentile(steps, q))
-        assert row["samples_per_s"] == pytest.approx(row["world_size"] * 8 / p[0])
+        assert row["samples_per_s"] == pytest.approx(row["world_size"] * row["batch_size"] / p[0])
 
 
 @pytest.mark.slow
 def test_baseline_row_scaling_and_stored_rows(run_a):
     df, path = run_a
     base = df[df.variant == "no_ddp"]
-    assert len(base) == 1 and base.iloc[0].world_size == 1 and not base.iloc[0].ddp
-    assert sorted(df[df.variant == "ddp"].world_size) == [1, 2]
+    assert sorted(base.batch_size) == [8, 12] and (base.world_size == 1).all() and not base.ddp.any()
+    assert sorted(df[df.variant == "ddp"].world_size) == [1, 1, 2, 2]
+    df = df[df.batch_size == 8]
     one = df[(df.variant == "ddp") & (df.world_size == 1)].iloc[0]
     two = df[(df.variant == "ddp") & (df.world_size == 2)].iloc[0]
     assert one.speedup == pytest.approx(1.0) and one.scaling_efficiency == pytest.approx(1.0)
@@ -226,7 +235,7 @@ def test_baseline_row_scaling_and_stored_rows(run_a):
     assert two.allreduce_busbw_gb_per_s == pytest.approx(two.allreduce_algbw_gb_per_s)  # N = 2
     assert two.grad_bytes == 4 * two.num_params and 0.0 <= two.overlap_fraction <= 1.0
     stored = results.read_rows(path)
-    assert len(stored) == 3 and all("git_commit" in r and "timestamp" in r for r in stored)
+    assert len(stored) == 6 and all("git_commit" in r and "timestamp" in r for r in stored)
     assert {r["bucket_cap_mb"] for r in stored} == {25.0}
 
 
@@ -263,7 +272,7 @@ def test_diff_bucket_25_vs_1(run_a, run_b, capsys):
     assert len(re.findall(r"[+-]\d+\.\d%", line)) == 2  # p75 and p95 deltas
     assert "WARNING" not in out.err
     settings, table, notes = compare(a, b)
-    assert list(table.world_size) == [2] and not notes
+    assert list(table.world_size) == [2] and list(table.batch_size) == [8] and not notes
     r = table.iloc[0]
     assert r.delta_p75_pct == pytest.approx(delta_pct(r.a_p75_s, r.b_p75_s))
 

@@ -16,7 +16,8 @@ def register(sub) -> None:
     add_launch_args(p)
     g = p.add_argument_group("workload")
     g.add_argument("--model", default="mlp", help="mlp, cnn or transformer (default: %(default)s)")
-    g.add_argument("--batch-size", type=int, default=64, help="samples per rank per step "
+    g.add_argument("--batch-size", type=int, nargs="+", default=[64], metavar="N",
+                   help="samples per rank per step; several values all run inside each launch "
                    "(default: %(default)s)")
     g.add_argument("--steps", type=int, default=25, help="optimizer steps, warm-up included "
                    "(default: %(default)s)")

@@ -20,6 +20,7 @@ The default MLP has 4.2 M parameters: 16.8 MB of fp32 gradients to all-reduce ev
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -52,12 +53,15 @@ class DDPConfig:
 
     ``steps`` counts every optimizer step a run takes, warm-up included; the first ``warmup``
     are not timed (``steps - warmup`` are). ``batch_size`` is per rank: N ranks train on
-    N x batch_size samples per step. ``baseline`` adds the no-DDP run (a plain model, no
+    N x batch_size samples per step; several batch sizes (a tuple) are all run inside each
+    launch, one after the other (a launch costs seconds: sweep inside it, not around it). ``baseline`` adds the no-DDP run (a plain model, no
     wrapper, no all-reduce) in the 1-rank launch. ``breakdown`` also times steps under
     ``no_sync`` and a standalone all-reduce of the gradient bytes (where the time goes).
 
     >>> DDPConfig(model="mlp", batch_size=64).hidden_dim
     1024
+    >>> DDPConfig(batch_size=[64, 1024]).batch_size
+    (64, 1024)
     >>> DDPConfig(steps=5, warmup=5)
     Traceback (most recent call last):
     ...
@@ -65,7 +69,7 @@ class DDPConfig:
     """
 
     model: str = "mlp"
-    batch_size: int = 64
+    batch_size: int | tuple[int, ...] = 64
     steps: int = 25
     warmup: int = 5
     bucket_cap_mb: float = 25.0
@@ -89,7 +93,14 @@ class DDPConfig:
     def __post_init__(self):
         if self.model not in MODELS:
             raise UsageError(f"unknown model {self.model!r} (known: {', '.join(MODELS)})")
-        _int("batch_size", self.batch_size, 1)
+        sizes = self.batch_size if isinstance(self.batch_size, (list, tuple)) else (self.batch_size,)
+        if not sizes:
+            raise UsageError("batch_size needs at least one value")
+        for b in sizes:
+            _int("batch_size", b, 1)
+        if len(set(sizes)) != len(sizes):
+            raise UsageError(f"batch_size has repeats: {list(sizes)}")
+        object.__setattr__(self, "batch_size", tuple(sizes))
         _int("steps", self.steps, 1)
         _int("warmup", self.warmup, 0)
         if self.warmup >= self.steps:
@@ -123,9 +134,15 @@ class DDPConfig:
     def measured_steps(self) -> int:
         return self.steps - self.warmup
 
+    def at(self, batch_size: int) -> DDPConfig:
+        """This config with one batch size (what one run inside a launch uses)."""
+        return dataclasses.replace(self, batch_size=batch_size)
+
     def describe(self) -> dict:
         """The fields a result row carries about the workload (not the run's bookkeeping)."""
-        out = {"model": self.model, "batch_size": self.batch_size, "steps": self.steps,
+        if len(self.batch_size) != 1:
+            raise UsageError("describe() needs a config of one batch size: use at(batch)")
+        out = {"model": self.model, "batch_size": self.batch_size[0], "steps": self.steps,
                "warmup": self.warmup, "measured_steps": self.measured_steps}
         out.update({k: getattr(self, k) for k in DDP_FLAGS})
         out.update({k: getattr(self, k) for k in MODEL_DEFAULTS[self.model]})

@@ -97,19 +97,25 @@ def input_shape(cfg: DDPConfig) -> tuple[int, ...]:
     return (cfg.seq_len, cfg.input_dim)
 
 
-def synthetic_batches(cfg: DDPConfig, rank: int, device: torch.device | str = "cpu"):
-    """``cfg.num_batches`` (inputs, labels) pairs of ``cfg.batch_size`` samples for ``rank``.
+def synthetic_batches(cfg: DDPConfig, rank: int, device: torch.device | str = "cpu",
+                      batch_size: int | None = None):
+    """``cfg.num_batches`` (inputs, labels) pairs of ``batch_size`` samples for ``rank``
+    (default: the config's only batch size).
 
     Drawn on ``device`` (no host-to-device copy inside a timed step), from a generator seeded by
     (seed, rank, index) so another process can rebuild exactly this data.
     """
     device = torch.device(device)
+    if batch_size is None:
+        if len(cfg.batch_size) != 1:
+            raise ValueError(f"config has batch sizes {cfg.batch_size}: pass batch_size")
+        batch_size = cfg.batch_size[0]
     out = []
     for i in range(cfg.num_batches):
         g = torch.Generator(device=device)
         g.manual_seed(1_000_003 * cfg.seed + 7_919 * rank + i)
-        x = torch.randn((cfg.batch_size, *input_shape(cfg)), generator=g, device=device)
-        y = torch.randint(0, cfg.output_dim, (cfg.batch_size,), generator=g, device=device)
+        x = torch.randn((batch_size, *input_shape(cfg)), generator=g, device=device)
+        y = torch.randint(0, cfg.output_dim, (batch_size,), generator=g, device=device)
         out.append((x, y))
     return out
 

@@ -79,8 +79,6 @@ def ddp_scaling(nprocs=(1, 2), *, json_path: str | None = None, progress: bool =
         for row in res.rows():
             row["placement"] = table
             row["placement_ok"] = not problems
-            if cfg.return_params and row["variant"] == "ddp":
-                row["params_by_rank"] = res.payload.get("params_by_rank")
             rows.append(row)
     rows = analysis.add_scaling_columns(rows)
     if json_path is not None:

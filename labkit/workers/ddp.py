@@ -8,6 +8,8 @@ launch per world size)::
 
 What one launch of N ranks does, all on synthetic seeded data drawn on the device:
 
+For each batch size of the config, inside this one launch:
+
 1. **no-DDP baseline** (only in the 1-rank launch, only if ``baseline``): the plain model, no
    wrapper, no all-reduce, same per-rank batch. Row ``variant: no_ddp``. It runs in the 1-rank
    launch, not in a launch of its own, so it uses the same threads a 1-rank DDP run uses (all
@@ -50,22 +52,31 @@ def _timed(step, cfg: DDPConfig, rt: runtime.Runtime, prefix: str = "step_time",
 def _row(cfg: DDPConfig, variant: str, world_size: int, model, stats: dict) -> dict:
     p50 = stats["step_time_p50_s"]
     nbytes = grad_bytes(model)
+    (batch,) = cfg.batch_size
     return {
         **cfg.describe(),
         "variant": variant,
         "ddp": variant == "ddp",
         "world_size": world_size,
-        "global_batch_size": cfg.batch_size * world_size,
+        "global_batch_size": batch * world_size,
         "num_params": num_params(model),
         "grad_bytes": nbytes,
         "allreduce_bytes_per_step": nbytes if variant == "ddp" else 0,
         **stats,
-        "samples_per_s_per_replica": cfg.batch_size / p50,
-        "samples_per_s": cfg.batch_size * world_size / p50,
+        "samples_per_s_per_replica": batch / p50,
+        "samples_per_s": batch * world_size / p50,
     }
 
 
 def run(rt: runtime.Runtime, cfg: DDPConfig) -> dict:
+    rows = []
+    for batch in cfg.batch_size:  # every batch size inside this one launch
+        rows += run_batch(rt, cfg.at(batch))
+    return {"rows": rows} if rt.rank == 0 else {}
+
+
+def run_batch(rt: runtime.Runtime, cfg: DDPConfig) -> list[dict]:
+    """Baseline (1-rank launch only), DDP, breakdown, at the config's one batch size."""
     batches = synthetic_batches(cfg, rt.rank, rt.device)
     rows = []
     if cfg.baseline and rt.world_size == 1:
@@ -82,19 +93,13 @@ def run(rt: runtime.Runtime, cfg: DDPConfig) -> dict:
     stats = _timed(make_step(ddp, opt, batches, set_to_none=keep_views), cfg, rt)
     # after exactly cfg.steps synchronised steps: the state the tests compare
     drift = replica_drift(model)
-    params = gather_params(model) if cfg.return_params else None
     row = _row(cfg, "ddp", rt.world_size, model, stats)
     row.update(replica_drift=drift, replicas_in_sync=drift == 0.0)
-
+    if cfg.return_params:  # small test models only: every rank's parameters, in rank order
+        row["params_by_rank"] = gather_params(model)
     if cfg.breakdown:
         row.update(_breakdown(cfg, rt, ddp, opt, batches, row))
-
-    if rt.rank != 0:
-        return {}
-    payload = {"rows": rows + [row]}
-    if params is not None:
-        payload["params_by_rank"] = params
-    return payload
+    return rows + [row]
 
 
 def _breakdown(cfg, rt, ddp, opt, batches, row: dict) -> dict:
