@@ -163,6 +163,7 @@ class PipelineConfig:
     The model is ``layers`` blocks of Linear(hidden, hidden)+tanh split evenly into P stages
     (P·V chunks for ``interleaved``); a step is forward + backward of ``batch`` samples cut into
     M microbatches. ``check`` compares output and gradients with one process running all layers.
+    ``skip_invalid`` skips the (schedule, M) pairs that cannot run on P instead of refusing.
     """
 
     schedules: tuple = ("gpipe", "1f1b")
@@ -175,6 +176,7 @@ class PipelineConfig:
     virtual_stages: int = 2
     seed: int = 0
     check: bool = True
+    skip_invalid: bool = False
 
     def __post_init__(self):
         for name in ("schedules", "microbatches"):
@@ -197,7 +199,9 @@ class PipelineConfig:
                 raise UsageError(f"batch {self.batch} is not divisible by {m} microbatches")
 
     def validate_for(self, num_stages: int) -> None:
-        """The checks that need P: layers per stage, 1F1B and interleaved with M < P."""
+        """The checks that need P: layers per stage, 1F1B and interleaved with M < P. With
+        ``skip_invalid`` a (schedule, M) that cannot run is skipped (see :meth:`runnable`)
+        instead of refused, so one launch can sweep GPipe from M = 1 beside 1F1B from M = P."""
         p = _count("num_stages", num_stages)
         for s in self.schedules:
             chunks = p * (self.virtual_stages if s == "interleaved" else 1)
@@ -205,12 +209,31 @@ class PipelineConfig:
                 raise UsageError(f"{s}: {self.layers} layers cannot fill {chunks} stages "
                                  f"(P={p}, V={chunks // p})")
             for m in self.microbatches:
-                if s in ("1f1b", "interleaved") and m < p:
-                    raise UsageError(
-                        f"{s} needs num_microbatches >= num_stages (M={m} < P={p}): every stage "
-                        f"must have a microbatch in flight; use M >= {p} or the gpipe schedule")
-                if s == "interleaved" and m % p:
-                    raise UsageError(f"interleaved needs M a multiple of P (M={m}, P={p})")
+                problem = combo_problem(s, p, m)
+                if problem and not self.skip_invalid:
+                    raise UsageError(problem)
+        if not self.runnable(p):
+            raise UsageError(f"no (schedule, M) of this grid can run on P={p}")
+
+    def runnable(self, num_stages: int) -> list[tuple[str, int]]:
+        """The (schedule, M) pairs that run on P stages, in grid order."""
+        return [(s, m) for s in self.schedules for m in self.microbatches
+                if not combo_problem(s, num_stages, m)]
+
+
+def combo_problem(schedule: str, num_stages: int, num_microbatches: int) -> str | None:
+    """Why (schedule, P, M) cannot run, or None.
+
+    >>> combo_problem("1f1b", 2, 1)[:40]
+    '1f1b needs num_microbatches >= num_stage'
+    """
+    p, m = num_stages, num_microbatches
+    if schedule in ("1f1b", "interleaved") and m < p:
+        return (f"{schedule} needs num_microbatches >= num_stages (M={m} < P={p}): every stage "
+                f"must have a microbatch in flight; use M >= {p} or the gpipe schedule")
+    if schedule == "interleaved" and m % p:
+        return f"interleaved needs M a multiple of P (M={m}, P={p})"
+    return None
 
 
 def stage_layers(num_layers: int, num_chunks: int) -> list[range]:

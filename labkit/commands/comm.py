@@ -43,14 +43,15 @@ def collectives(nprocs=(2,), *, ops=("all_reduce",), min_bytes=8, max_bytes="64M
 
 def pipeline(nprocs=(2,), *, schedules=("gpipe", "1f1b"), microbatches=(2, 4, 8), layers: int = 8,
              hidden: int = 512, batch: int = 128, steps: int = 5, warmup: int = 2,
-             virtual_stages: int = 2, seed: int = 0, check: bool = True, progress: bool = True,
-             **launch_kw):
+             virtual_stages: int = 2, seed: int = 0, check: bool = True,
+             skip_invalid: bool = False, progress: bool = True, **launch_kw):
     """Measure each (schedule, M) on P = each world size; one row per (P, schedule, M).
 
     Columns: schedule, num_stages, num_microbatches, step_time_s (slowest rank, median),
     busy_time_s (sum over ranks), busy_per_microbatch_s, bubble_measured, bubble_formula,
     matches_single_process, blocks (per-microbatch F/B start/end per rank, last step), and the
-    launch fields. Everything is validated for every P before the first launch.
+    launch fields. Everything is validated for every P before the first launch; 1F1B with
+    M < P is refused, or with ``skip_invalid`` left out of the grid (GPipe keeps its M = 1).
     """
     import pandas as pd
 
@@ -62,7 +63,8 @@ def pipeline(nprocs=(2,), *, schedules=("gpipe", "1f1b"), microbatches=(2, 4, 8)
                          microbatches=tuple([microbatches] if isinstance(microbatches, int)
                                             else microbatches),
                          layers=layers, hidden=hidden, batch=batch, steps=steps, warmup=warmup,
-                         virtual_stages=virtual_stages, seed=seed, check=check)
+                         virtual_stages=virtual_stages, seed=seed, check=check,
+                         skip_invalid=skip_invalid)
     nnodes = launch_kw.get("nnodes", 1)
     for n in nprocs:
         cfg.validate_for(n * nnodes)

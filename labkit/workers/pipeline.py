@@ -241,14 +241,13 @@ def run(rt: runtime.Runtime, cfg: PipelineConfig) -> dict:
     torch.manual_seed(cfg.seed + 1)
     x, target = torch.randn(cfg.batch, cfg.hidden), torch.randn(cfg.batch, cfg.hidden)
     rows = []
-    for schedule in cfg.schedules:
-        for m in cfg.microbatches:
-            row = measure(schedule, m, model, rt, cfg, x, target)
-            if row is not None:
-                rows.append(row)
-                runtime.print0(f"{schedule} P={rt.world_size} M={m}: step "
-                               f"{row['step_time_s'] * 1e3:.1f} ms, bubble "
-                               f"{row['bubble_measured']:.3f} (formula {row['bubble_formula']:.3f})")
+    for schedule, m in cfg.runnable(rt.world_size):
+        row = measure(schedule, m, model, rt, cfg, x, target)
+        if row is not None:
+            rows.append(row)
+            runtime.print0(f"{schedule} P={rt.world_size} M={m}: step "
+                           f"{row['step_time_s'] * 1e3:.1f} ms, bubble "
+                           f"{row['bubble_measured']:.3f} (formula {row['bubble_formula']:.3f})")
     return {"rows": rows}
 
 
