@@ -39,32 +39,30 @@ def step_time_distributions(df, title: str | None = None):
 
 
 def throughput_vs_world_size(df, title: str | None = None):
-    """Aggregate samples/s against world size: DDP, ideal N x (1-rank DDP), and no-DDP.
-
-    One line per batch size; the dashed lines are perfect scaling from the 1-rank DDP run and the
-    dotted horizontal lines the no-DDP baseline each DDP point must beat to be worth running.
-    """
-    fig, axes = new_figure(width=5.4)
-    ax = axes[0][0]
-    for i, (batch, part) in enumerate(df.groupby("batch_size")):
+    """Aggregate samples/s against world size, one panel per batch size: DDP, the ideal
+    N x (1-rank DDP) line (dashed) and the no-DDP baseline (dotted) that DDP must beat."""
+    batches = sorted(df["batch_size"].unique())
+    fig, axes = new_figure(ncols=len(batches), width=4.2)
+    for i, (ax, batch) in enumerate(zip(axes[0], batches)):
+        part = df[df["batch_size"] == batch]
         color = f"C{i}"
         ddp = part[part["variant"] == "ddp"].sort_values("world_size")
-        ax.plot(ddp["world_size"], ddp["samples_per_s"], "o-", color=color,
-                label=f"DDP, batch {batch}/rank")
+        ax.plot(ddp["world_size"], ddp["samples_per_s"], "o-", color=color, label="DDP")
         one = ddp[ddp["world_size"] == 1]
         if len(one):
             ax.plot(ddp["world_size"], ddp["world_size"] * one.iloc[0]["samples_per_s"], "--",
-                    color=color, alpha=0.5, label=f"ideal N x 1-rank, batch {batch}")
+                    color="gray", label="ideal: N x 1-rank DDP")
         base = part[part["variant"] == "no_ddp"]
         if len(base):
-            ax.axhline(base.iloc[0]["samples_per_s"], ls=":", color=color,
-                       label=f"no DDP, batch {batch}")
-    ax.set_xlabel("world size N (ranks)")
-    ax.set_ylabel("samples / s (all ranks)")
-    ax.set_xticks(sorted(df["world_size"].unique()))
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7)
-    ax.set_title(title or "throughput against world size")
+            ax.axhline(base.iloc[0]["samples_per_s"], ls=":", color="k", label="no DDP (1 process)")
+        ax.set_xlabel("world size N (ranks)")
+        ax.set_ylabel("samples / s (all ranks)")
+        ax.set_xticks(sorted(df["world_size"].unique()))
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"batch {batch} per rank")
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
     return fig
 
 
