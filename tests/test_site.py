@@ -1,0 +1,135 @@
+"""The preview website, opened in headless Chromium: every page loads, shows its figures, renders
+its widgets and formulas, and loads nothing from the internet. A screenshot of each notebook page
+is kept in test-artifacts/ (git-ignored)."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit.cli import main
+from labkit.errors import UsageError
+from labkit.site import MARKER, build_preview
+
+from ._notebook_runs import NOTEBOOKS, executed_dir, run
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def chromium(url: str, user_data_dir: Path, *extra: str) -> str:
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", f"--user-data-dir={user_data_dir}",
+           # let require.js, the widget manager and MathJax finish before the DOM is read
+           "--virtual-time-budget=20000", *extra, url]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def classes(dom: str, name: str) -> int:
+    """How many elements carry class ``name`` (not CSS text that mentions it)."""
+    return len(re.findall(r'class="[^"]*\b' + re.escape(name) + r'\b[^"]*"', dom))
+
+
+@pytest.fixture
+def server(tmp_path):
+    holder = {}
+
+    def serve(folder):
+        handler = functools.partial(_QuietHandler, directory=str(folder))
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        holder["httpd"] = httpd
+        return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    yield serve
+    if "httpd" in holder:
+        holder["httpd"].shutdown()
+        holder["httpd"].server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_refuses_a_folder_it_did_not_make(tmp_path):
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(), executed / "01_x.ipynb")
+    foreign = tmp_path / "site"
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("keep")
+    with pytest.raises(UsageError, match="not made by labkit site"):
+        build_preview(executed, foreign)
+    assert (foreign / "mine.txt").read_text() == "keep"
+    with pytest.raises(UsageError, match="npm ci"):
+        build_preview(executed, tmp_path / "new", node_modules=tmp_path / "no_node_modules")
+    assert not (tmp_path / "new").exists()
+
+
+def test_site_without_executed_notebooks(tmp_path, capsys):
+    assert main(["site", "--preview", "--executed", str(tmp_path), "--out", str(tmp_path / "s")]) == 2
+    assert "labkit lab" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_preview_site_in_chromium(tmp_path, server):
+    runs = {p.name: run(p) for p in NOTEBOOKS}  # executed once per session (test_notebooks)
+    index = build_preview(executed_dir(), tmp_path / "site")
+    site = index.parent
+    assert (site / MARKER).exists()
+    for page in site.glob("*.html"):  # offline: no script, style or font from a CDN
+        text = page.read_text()
+        assert not re.search(r'(src|href)="https?://', text.split("<body", 1)[0]), page.name
+    base = server(site)
+    ARTIFACTS.mkdir(exist_ok=True)
+    profile = tmp_path / "chromium-profile"
+
+    dom = chromium(f"{base}/index.html", profile, "--dump-dom")
+    for p in NOTEBOOKS:
+        assert f'href="{p.stem}.html"' in dom, f"index does not link {p.stem}"
+
+    for p in NOTEBOOKS:
+        if not runs[p.name]["ok"]:
+            continue  # reported by test_notebooks; checked below
+        nb = nbformat.read(executed_dir() / p.name, as_version=4)
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        n_png = sum("image/png" in o.get("data", {}) for o in outputs)
+        n_views = sum(WIDGET_VIEW in o.get("data", {}) for o in outputs)
+        has_math = any("$" in c.source for c in nb.cells if c.cell_type == "markdown")
+        dom = chromium(f"{base}/{p.stem}.html", profile, "--dump-dom")
+        assert 'class="labkit-nav"' in dom and "jp-Notebook" in dom, f"{p.stem}: page did not load"
+        assert n_png >= 1, f"{p.stem}: the executed notebook has no figure"
+        assert len(re.findall(r'<img[^>]+src="data:image/png', dom)) >= n_png, f"{p.stem}: figures missing"
+        if n_views:
+            state = nb.metadata.get("widgets", {}).get(
+                "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+            assert state, f"{p.stem}: widget views but no saved widget state"
+            # lm-Widget elements exist only once the html-manager has rendered a view
+            assert classes(dom, "lm-Widget") >= n_views, f"{p.stem}: widgets did not render"
+            models = {m.get("model_name", "") for m in state.values()}
+            if any(m.endswith("SliderModel") for m in models):
+                assert classes(dom, "widget-slider") >= 1, f"{p.stem}: sliders did not render"
+            if "DropdownModel" in models:
+                assert classes(dom, "widget-dropdown") >= 1, f"{p.stem}: dropdowns did not render"
+        if has_math:
+            assert classes(dom, "mjx-chtml") >= 1, f"{p.stem}: MathJax did not typeset"
+        chromium(f"{base}/{p.stem}.html", profile, "--window-size=1280,2400",
+                 f"--screenshot={ARTIFACTS / (p.stem + '.png')}")
+        assert (ARTIFACTS / f"{p.stem}.png").stat().st_size > 10_000
+
+    failed = [r["error"] for r in runs.values() if not r["ok"]]
+    assert not failed, "notebooks failed to execute:\n" + "\n".join(failed)
