@@ -52,15 +52,19 @@ def print_tables(df, file=None) -> None:
         part = df[df["mode"] == mode].sort_values(["partitioner", "method", "world_size"])
         if part.empty:
             continue
+        part = part.copy()
+        for col in ("time_per_iteration_s", "bandwidth_fraction", "iterations"):
+            if col not in part:  # torch-sla rows have no per-iteration columns
+                part[col] = None
         t = part.drop(columns=["efficiency"]).assign(
             ranks=part["world_size"], time_s=part["solve_time_s"].round(4),
-            ms_per_it=(part["time_per_iteration_s"] * 1e3).round(3),
+            ms_per_it=(part["time_per_iteration_s"].astype(float) * 1e3).round(3),
             rel_res=part["rel_residual"].map(lambda v: f"{v:.2e}"),
             dof_per_s=part["throughput_dof_per_s"].map(lambda v: f"{v:,.0f}"),
             dof_g=part["dof_global"].map(lambda v: f"{v:,}"),
             dof_r=part["dof_per_rank"].map(lambda v: f"{v:,}"),
             eff=part["efficiency"].map(lambda v: "-" if v is None or v != v else f"{100 * v:.1f}%"),
-            bw=part["bandwidth_fraction"].round(2),
+            bw=part["bandwidth_fraction"].astype(float).round(2),
             gate=part["gate_passed"].map(lambda v: "ok" if v else "FAILED"))
         t = t.rename(columns={"dof_g": "DOF(global)", "dof_r": "DOF/rank", "time_s": "time(s)",
                               "ms_per_it": "ms/it", "rel_res": "rel.res", "dof_per_s": "DOF/s",
@@ -68,7 +72,7 @@ def print_tables(df, file=None) -> None:
         print("=" * 78, file=file)
         print(f"{mode.upper()} SCALING", file=file)
         print("=" * 78, file=file)
-        print_frame(t, ["ranks", "DOF(global)", "DOF/rank", "partitioner", "method", "time(s)",
+        print_frame(t, ["ranks", "DOF(global)", "DOF/rank", "engine", "partitioner", "method", "time(s)",
                         "iterations", "ms/it", "rel.res", "DOF/s", "efficiency", "bw.frac",
                         "gate"], file=file)
 

@@ -118,16 +118,17 @@ def add_scaling_columns(rows: Sequence[dict], baselines: Sequence[dict] = ()) ->
         if b is not None and row.get("gate_passed"):
             n, mode = int(row["world_size"]), row["mode"]
             t1, tn = b["solve_time_s"], row["solve_time_s"]
-            i1, i_n = b["time_per_iteration_s"], row["time_per_iteration_s"]
+            i1, i_n = b.get("time_per_iteration_s"), row.get("time_per_iteration_s")
+            per_it = i1 is not None and i_n is not None  # torch-sla reports no iterations
             if mode == "strong":
                 row.update(speedup=speedup(t1, tn), efficiency=strong_efficiency(t1, tn, n),
-                           efficiency_per_iteration=strong_efficiency(i1, i_n, n))
+                           efficiency_per_iteration=strong_efficiency(i1, i_n, n) if per_it else None)
             elif mode == "weak":
                 row.update(speedup=n * speedup(t1, tn), efficiency=weak_efficiency(t1, tn),
-                           efficiency_per_iteration=weak_efficiency(i1, i_n))
+                           efficiency_per_iteration=weak_efficiency(i1, i_n) if per_it else None)
             else:
                 thr1, thrn = b["throughput_dof_per_s"], row["throughput_dof_per_s"]
                 row.update(speedup=thrn / thr1, efficiency=throughput_efficiency(thr1, thrn, n),
-                           efficiency_per_iteration=weak_efficiency(i1, i_n))
+                           efficiency_per_iteration=weak_efficiency(i1, i_n) if per_it else None)
         out.append(row)
     return out

@@ -70,10 +70,13 @@ def _sum(rt, values) -> list[float]:
 
 
 def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str,
-            n_global: int) -> dict:
+            n_global: int, sla=None) -> dict:
     maxiter = cfg.maxiter or 10 * n_global
 
     def solve():
+        if sla is not None:  # torch-sla: same matrix and b; no iteration count comes back
+            return krylov.Solution(sla.solve(method, cfg.rtol, maxiter, cfg.restart), None,
+                                   True, float("nan"))
         return krylov.solve(method, op, b, rtol=cfg.rtol, maxiter=maxiter, restart=cfg.restart)
 
     for _ in range(cfg.warmup):
@@ -91,8 +94,10 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         converged.append(sol.converged)
         residuals.append(op.residual_norm(sol.x, b))  # the gate: a fresh distributed SpMV
     times = summarize(samples, "solve_time")
-    its = int(np.median(iterations))
     t = times["solve_time_p50_s"]
+    if sla is not None:
+        return _sla_row(rt, cfg, times, residuals, n_global, maxiter), sol.x
+    its = int(np.median(iterations))
     # the split: each rank's median over repeats, averaged over ranks
     split = [v / rt.world_size for v in _sum(rt, np.median(np.array(splits), axis=0).tolist())]
     local_bytes = bytes_per_iteration(method, op.spmv_bytes(), op.n_owned,
@@ -124,6 +129,18 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     return row, sol.x
 
 
+def _sla_row(rt, cfg, times, residuals, n_global, maxiter) -> dict:
+    t = times["solve_time_p50_s"]
+    row = {"iterations": None, "converged": None, "solve_time_s": t,
+           "solve_time_min_s": times["solve_time_min_s"], "solve_time_cv": times["solve_time_cv"],
+           "solve_time_rank_spread": times["solve_time_rank_spread"],
+           "time_per_iteration_s": None, "throughput_dof_per_s": n_global / t,
+           "rel_residual": max(residuals), "gate_tol": cfg.gate_factor * cfg.rtol,
+           "maxiter": maxiter}
+    row["gate_passed"] = bool(row["rel_residual"] <= row["gate_tol"])
+    return row
+
+
 def gather_global(rt, op: DistOperator, x: torch.Tensor) -> list | None:
     """The global solution on rank 0 (global row order), for tests; None elsewhere."""
     pieces = [None] * rt.world_size
@@ -144,8 +161,17 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
         dims = grid_for(cfg, mode, rt.world_size)
         n_global = math.prod(dims)
         for kind in cfg.partitioners:
-            if (dims, kind) not in problems:
-                part = build_partition(rt, kind, dims)
+            # on one rank every partitioner owns everything: one problem, each method measured once
+            same = kind if rt.world_size > 1 else "-"
+            if (dims, same) not in problems:
+                sla = None
+                if cfg.engine == "torch-sla":
+                    from labkit.solve.sla import SlaProblem
+
+                    sla = SlaProblem(dims, kind, rt.world_size, cfg.rhs, cfg.seed)
+                    part = sla.partition  # torch-sla's ownership, labkit's gate and halo count
+                else:
+                    part = build_partition(rt, kind, dims)
                 local, (indptr, cols, vals), b = local_system(dims, part, rt.rank, cfg.rhs, cfg.seed)
                 op = DistOperator(local, indptr, cols, vals, world_size=rt.world_size,
                                   device=rt.device)
@@ -154,12 +180,13 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
                                                op.nnz))
                 pstats = summarize_locals(*[[s[i] for s in stats] for i in range(3)])
                 pstats["global_nnz"] = int(sum(s[3] for s in stats))
-                problems[(dims, kind)] = (op, torch.from_numpy(b).to(rt.device), pstats)
-            op, b, pstats = problems[(dims, kind)]
+                problems[(dims, same)] = (op, torch.from_numpy(b).to(rt.device), pstats, sla)
+            op, b, pstats, sla = problems[(dims, same)]
             for method in cfg.methods:
-                if (dims, kind, method) not in measured:
+                point = (dims, same, method)
+                if point not in measured:
                     runtime.print0(f"[solve] {mode} P={rt.world_size} grid={dims} {kind} {method}")
-                    measured[(dims, kind, method)], x = measure(rt, cfg, op, b, method, n_global)
+                    measured[point], x = measure(rt, cfg, op, b, method, n_global, sla)
                     if cfg.keep_solution:
                         solutions[f"{mode}/{kind}/{method}"] = gather_global(rt, op, x)
                 rows.append({
@@ -171,7 +198,7 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
                     "rhs": cfg.rhs, "rhs_is_eigenvector": cfg.rhs == "manufactured",
                     "rtol": cfg.rtol, "restart": cfg.restart if method == "gmres" else None,
                     "warmup": cfg.warmup, "repeat": cfg.repeat,
-                    **pstats, **measured[(dims, kind, method)],
+                    **pstats, **measured[point],
                 })
     return {"rows": rows, "solutions": solutions} if cfg.keep_solution else {"rows": rows}
 
