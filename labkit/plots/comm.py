@@ -13,8 +13,8 @@ _KIND_COLOR = {"F": "#4C72B0", "B": "#DD8452"}
 
 
 def busbw_vs_size(df, *, show_model: bool = True):
-    """Left: busbw (and algbw, dashed) vs size per (op, world_size), with the model's busbw.
-    Right: time vs size, measured p10–p90 band and the α–β model line."""
+    """Left: busbw (and algbw, dashed) vs size per (op, world_size), with the model's busbw
+    (dotted, same colour). Right: time vs size, measured p10–p90 band and the α–β model."""
     from ..comm import collective_time
 
     fig, (ax_bw, ax_t) = _two(fig_width=5.2)
@@ -33,9 +33,9 @@ def busbw_vs_size(df, *, show_model: bool = True):
             grid = np.geomspace(x.min(), x.max(), 100)
             t = collective_time(op, n, grid, a, b)
             f = part.busbw_gb_per_s.iloc[0] / part.algbw_gb_per_s.iloc[0]
-            ax_bw.plot(grid, grid / t / 1e9 * f, ":", color="k", lw=1.2,
-                       label=f"α–β model: α={a * 1e6:.0f} µs, β={b / 1e9:.2f} GB/s")
-            ax_t.plot(grid, t * 1e6, ":", color="k", lw=1.2)
+            ax_bw.plot(grid, grid / t / 1e9 * f, ":", color=line.get_color(), lw=1.5,
+                       label=f"{op} model: α={a * 1e6:.0f} µs, β={b / 1e9:.2f} GB/s")
+            ax_t.plot(grid, t * 1e6, ":", color=line.get_color(), lw=1.5)
             cross = float(part.crossover_bytes.iloc[0])
             if x.min() <= cross <= x.max():
                 ax_t.axvline(cross, color="grey", lw=0.8)
