@@ -9,6 +9,9 @@ notebook (and the website made from it) shows it even without a running kernel.
 
 from __future__ import annotations
 
+import base64
+import io
+
 from ..metrics import amdahl_speedup, gustafson_speedup
 
 
@@ -32,7 +35,6 @@ def amdahl_explorer(measured=None, *, serial_fraction: float = 0.1, world_size: 
     ``speedup`` and optionally ``source`` columns, drawn as points."""
     import ipywidgets as w
     import matplotlib.pyplot as plt
-    from IPython.display import display
 
     from ..plots.speedup import laws_plot
 
@@ -47,10 +49,14 @@ def amdahl_explorer(measured=None, *, serial_fraction: float = 0.1, world_size: 
     def redraw(_change=None):
         text.value = readout(f_slider.value, n_slider.value)
         fig = laws_plot(f_slider.value, max_world_size, measured=measured, mark=n_slider.value)
-        with plot:
-            plot.clear_output(wait=True)
-            display(fig)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90)
         plt.close(fig)
+        # set the output directly (not `with plot:`, which needs a kernel's display hook), so the
+        # figure is part of the widget state saved in the notebook and shown on the website
+        plot.outputs = ({"output_type": "display_data", "metadata": {},
+                         "data": {"image/png": base64.b64encode(buf.getvalue()).decode(),
+                                  "text/plain": f"Amdahl and Gustafson, f = {f_slider.value:.3f}"}},)
 
     f_slider.observe(redraw, names="value")
     n_slider.observe(redraw, names="value")
