@@ -3,7 +3,8 @@
 Side by side in one run, alternating: `labkit.commands.comm.collectives` (all-reduce, 2 ranks)
 and a bare torchrun script timing a plain loop of dist.all_reduce at the same sizes (same thread
 count, same iterations). Each is repeated REPEATS times; the busbw per size is the median over
-repeats; the ratio labkit / raw should be within 10%. The machine may be shared: run it twice.
+repeats; the ratio labkit / raw should be within 10%. Which goes first alternates. The machine may be shared:
+run it twice and read the load average it prints.
 
     .venv/bin/python benchmarks/collectives_bench.py [--repeats 3] [--iters 20]
 """
@@ -46,15 +47,20 @@ def main():
     lab, base = {s: [] for s in sizes}, {s: [] for s in sizes}
     lab_mean, base_loop = {s: [] for s in sizes}, {s: [] for s in sizes}
     for k in range(a.repeats):
-        df = collectives([2], min_bytes=min(sizes), max_bytes=max(sizes), factor=a.factor,
-                         iters=a.iters, warmup=a.warmup, check=False, progress=False,
-                         threads_per_rank=1)
-        for r in df.itertuples():
-            lab[r.size_bytes].append(r.busbw_gb_per_s)
-            lab_mean[r.size_bytes].append(busbw_gb_per_s("all_reduce", 2, r.size_bytes, r.time_mean_s))
-        for s, (t50, tloop) in raw(sizes, a.iters, a.warmup).items():
-            base[s].append(busbw_gb_per_s("all_reduce", 2, s, t50))
-            base_loop[s].append(busbw_gb_per_s("all_reduce", 2, s, tloop))
+        # alternate which goes first: on a shared machine the load drifts between launches
+        for which in (("lab", "raw") if k % 2 == 0 else ("raw", "lab")):
+            if which == "lab":
+                df = collectives([2], min_bytes=min(sizes), max_bytes=max(sizes), factor=a.factor,
+                                 iters=a.iters, warmup=a.warmup, check=False, progress=False,
+                                 threads_per_rank=1)
+                for r in df.itertuples():
+                    lab[r.size_bytes].append(r.busbw_gb_per_s)
+                    lab_mean[r.size_bytes].append(
+                        busbw_gb_per_s("all_reduce", 2, r.size_bytes, r.time_mean_s))
+            else:
+                for s, (t50, tloop) in raw(sizes, a.iters, a.warmup).items():
+                    base[s].append(busbw_gb_per_s("all_reduce", 2, s, t50))
+                    base_loop[s].append(busbw_gb_per_s("all_reduce", 2, s, tloop))
         print(f"repeat {k + 1}/{a.repeats} done", file=sys.stderr)
     print(f"all_reduce, 2 ranks, 1 thread each, {a.iters} iters, median of {a.repeats} repeats, "
           f"load average {os.getloadavg()[0]:.1f}")
