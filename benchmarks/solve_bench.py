@@ -1,13 +1,14 @@
 """Solve lab benchmark: labkit's distributed CG against scipy's CG and the bandwidth floor,
 and 2 ranks against 1, measured side by side in one run (medians over rounds).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/solve_bench.py --total-dof 501264 --rounds 3
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/solve_bench.py --total-dof 501264 --rounds 3 [--sla]
 
 Each round runs scipy's CG (this process, 1 thread) on the same matrix and right-hand side,
 then one labkit launch at 1 rank and one at 2 ranks (1 thread per rank; each launch: 1 warm-up
 solve, then --repeat timed solves, median). Rounds interleave the contenders so that a noisy
 neighbour on a shared machine hurts all of them alike. Targets (issue 3): 1 rank <= 1.15 x the
-bandwidth floor and <= 0.9 x scipy per iteration; 2 ranks >= 1.6 x faster than 1.
+bandwidth floor and <= 0.9 x scipy per iteration; 2 ranks >= 1.6 x faster than 1; with --sla,
+torch-sla's 2-rank solve of the same problem >= 2 x slower than labkit's.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--rtol", type=float, default=1e-8)
     p.add_argument("--partitioner", default="simple")
+    p.add_argument("--sla", action="store_true",
+                   help="also torch-sla's 2-rank solve of the same problem (1 timed solve per "
+                        "round; needs pip install torch-sla -c constraints.txt)")
     args = p.parse_args(argv)
 
     from labkit.solve.config import closest_grid
@@ -57,7 +61,7 @@ def main(argv=None) -> int:
           f"1 thread per process, {args.rounds} round(s); cores shared with other jobs: "
           f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
     rec = {k: [] for k in ("scipy_s", "scipy_it_s", "l1_s", "l1_it_s", "l1_floor_s", "l2_s",
-                           "l2_it_s", "l2_floor_s")}
+                           "l2_it_s", "l2_floor_s", "sla2_s")}
     its = {}
     for r in range(args.rounds):
         t, n_it, info = scipy_cg(A, b, args.rtol)
@@ -75,10 +79,18 @@ def main(argv=None) -> int:
             rec[f"{tag}_it_s"].append(row.time_per_iteration_s)
             rec[f"{tag}_floor_s"].append(row.bandwidth_floor_s)
             its[tag] = int(row.iterations)
+        if args.sla:
+            sla = solve_scaling((2,), modes=("strong",), total_dof=args.total_dof,
+                                partitioners=(args.partitioner,), rtol=args.rtol, warmup=0,
+                                repeat=1, threads_per_rank=1, engine="torch-sla",
+                                progress=False, timeout_s=3600).iloc[0]
+            assert sla.gate_passed, f"torch-sla: gate failed, rel.res {sla.rel_residual:.2e}"
+            rec["sla2_s"].append(sla.solve_time_s)
+            print(f"round {r + 1}: torch-sla 2 ranks {sla.solve_time_s:.2f} s", flush=True)
         print(f"round {r + 1}: scipy {t:.2f} s ({n_it} it), labkit 1 rank "
               f"{rec['l1_s'][-1]:.2f} s ({its['l1']} it), 2 ranks {rec['l2_s'][-1]:.2f} s "
               f"({its['l2']} it); load {os.getloadavg()[0]:.1f}", flush=True)
-    med = {k: statistics.median(v) for k, v in rec.items()}
+    med = {k: statistics.median(v) for k, v in rec.items() if v}
     print("\nmedians over rounds (ms per iteration):")
     print(f"  scipy CG          {med['scipy_it_s'] * 1e3:8.3f}   ({its['scipy']} iterations)")
     print(f"  labkit 1 rank     {med['l1_it_s'] * 1e3:8.3f}   floor {med['l1_floor_s'] * 1e3:.3f}"
@@ -91,6 +103,8 @@ def main(argv=None) -> int:
         ("speedup 2 ranks vs 1 (solve time)", med["l1_s"] / med["l2_s"], ">= 1.60"),
         ("2 ranks / bandwidth floor", med["l2_it_s"] / med["l2_floor_s"], "(info)"),
     ]
+    if args.sla:
+        ratios.append(("torch-sla 2 ranks / labkit 2 ranks", med["sla2_s"] / med["l2_s"], ">= 2.00"))
     print("\nratios (medians):")
     for name, v, target in ratios:
         print(f"  {name:36s} {v:6.3f}   target {target}")
