@@ -98,7 +98,8 @@ class DistOperator:
 
     def dots(self, pairs) -> list[float]:
         """Global dot products of ``[(a, b), ...]`` (owned parts) with ONE fused all-reduce."""
-        buf = torch.stack([torch.dot(a, b) for a, b in pairs])
+        with self.sw("vector"):  # the local dot products are vector work
+            buf = torch.stack([torch.dot(a, b) for a, b in pairs])
         return self.allreduce(buf).tolist()
 
     # -- the operator ----------------------------------------------------------------------------
