@@ -1,6 +1,6 @@
 """Does `labkit collectives` measure the collective, not its harness?
 
-Side by side in one run, alternating: `labkit.commands.comm.collectives` (all-reduce, 2 ranks)
+Side by side in one run, alternating: `labkit.commlab.collectives` (all-reduce, 2 ranks)
 and a bare torchrun script timing a plain loop of dist.all_reduce at the same sizes (same thread
 count, same iterations). Each is repeated REPEATS times; the busbw per size is the median over
 repeats; the ratio labkit / raw should be within 10%. Which goes first alternates. The machine may be shared:
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from labkit.comm import busbw_gb_per_s, parse_size, size_sweep
-from labkit.commands.comm import collectives
+from labkit.commlab import collectives
 
 HERE = Path(__file__).resolve().parent
 

@@ -24,13 +24,11 @@ Guarantees:
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,10 +39,11 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import LaunchError, LaunchTimeout, RankFailed, UsageError
+from .diagnose import collect_logs, echo_rank0, failure, tail_note
+from .errors import LaunchError, LaunchTimeout, UsageError
+from .orphans import LAUNCH_ENV, kill_launch, processes_of  # noqa: F401 - part of the API
 from .results import available_cores
 
-LAUNCH_ENV = "LABKIT_LAUNCH_ID"
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -251,29 +250,29 @@ def _run(spec, backend, threads, oversubscribed, workdir: Path, echo: bool) -> L
                                 start_new_session=True, stdin=subprocess.DEVNULL)
         echo_thread = None
         if echo:
-            echo_thread = threading.Thread(target=_echo_rank0, args=(log_dir, stop_echo), daemon=True)
+            echo_thread = threading.Thread(target=echo_rank0, args=(log_dir, stop_echo), daemon=True)
             echo_thread.start()
         try:
             rc = proc.wait(timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_launch(proc, launch_id)
-            logs = _collect_logs(log_dir, status_dir)
+            kill_launch(proc, launch_id)
+            logs = collect_logs(log_dir, status_dir)
             raise LaunchTimeout(
                 f"{spec.worker} on {spec.world_size} ranks ran past its timeout of "
                 f"{spec.timeout_s:g} s; every process of the launch was killed."
-                + _tail_note(logs)) from None
+                + tail_note(logs)) from None
         except BaseException:  # Ctrl-C or anything else: leave nothing behind
-            _kill_launch(proc, launch_id)
+            kill_launch(proc, launch_id)
             raise
         finally:
             stop_echo.set()
             if echo_thread is not None:
                 echo_thread.join(timeout=2)
-            _kill_launch(proc, launch_id)  # a no-op after a clean exit; catches stragglers
+            kill_launch(proc, launch_id)  # a no-op after a clean exit; catches stragglers
     wall = time.perf_counter() - t0
-    logs = _collect_logs(log_dir, status_dir)
+    logs = collect_logs(log_dir, status_dir)
     if rc != 0:
-        raise _failure(spec, rc, agent_log.read_text(errors="replace"), logs, status_dir)
+        raise failure(spec, rc, agent_log.read_text(errors="replace"), logs, status_dir)
     payload = None
     if out.exists():
         try:
@@ -282,137 +281,7 @@ def _run(spec, backend, threads, oversubscribed, workdir: Path, echo: bool) -> L
             raise LaunchError(f"{spec.worker}: rank 0 wrote an unreadable payload ({e})") from None
     elif spec.nnodes == 1:
         raise LaunchError(f"{spec.worker}: the launch exited 0 but rank 0 wrote no payload"
-                          + _tail_note(logs))
+                          + tail_note(logs))
     return LaunchResult(spec=spec, backend=backend, threads_per_rank=threads,
                         oversubscribed=oversubscribed, payload=payload, logs=logs,
                         wall_time_s=wall, command=tuple(cmd))
-
-
-def _echo_rank0(log_dir: Path, stop: threading.Event) -> None:
-    """Copy rank 0's log files to stderr as they grow (tqdm bars included)."""
-    offsets: dict[Path, int] = {}
-    while True:
-        done = stop.is_set()
-        for path in sorted(log_dir.glob("*/attempt_*/0/*.log")):
-            with contextlib.suppress(OSError), open(path, "rb") as f:
-                f.seek(offsets.get(path, 0))
-                chunk = f.read()
-                offsets[path] = f.tell()
-            if chunk:
-                sys.stderr.write(chunk.decode(errors="replace"))
-                sys.stderr.flush()
-        if done:
-            return
-        stop.wait(0.2)
-
-
-def processes_of(launch_id: str) -> list[int]:
-    """PIDs of live processes whose environment carries this launch id (Linux /proc)."""
-    needle = f"{LAUNCH_ENV}={launch_id}".encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    pids.append(int(entry))
-        except OSError:
-            continue
-    return pids
-
-
-def _kill_launch(proc: subprocess.Popen, launch_id: str, grace_s: float = 3.0) -> None:
-    """Terminate torchrun's group (it forwards to ranks), then SIGKILL anything left."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
-    for _ in range(50):
-        left = [p for p in processes_of(launch_id) if p != os.getpid()]
-        if not left and proc.poll() is not None:
-            return
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(os.getpgid(pid), signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=0.1)
-        time.sleep(0.05)
-
-
-def _collect_logs(log_dir: Path, status_dir: Path) -> dict[int, str]:
-    """Per-rank stdout + stderr, keyed by global rank (from the rank's status file)."""
-    local_to_global = {}
-    for f in status_dir.glob("local*.json"):
-        with contextlib.suppress(OSError, json.JSONDecodeError, KeyError):
-            info = json.loads(f.read_text())
-            local_to_global[int(info["local_rank"])] = int(info["rank"])
-    logs: dict[int, str] = {}
-    for rank_dir in sorted(log_dir.glob("*/attempt_*/*")):
-        if not rank_dir.name.isdigit():
-            continue
-        local = int(rank_dir.name)
-        text = ""
-        for name in ("stdout.log", "stderr.log"):
-            with contextlib.suppress(OSError):
-                text += (rank_dir / name).read_text(errors="replace")
-        logs[local_to_global.get(local, local)] = text
-    return logs
-
-
-def _tail(text: str, n: int = 12) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return "\n".join(lines[-n:])
-
-
-def _tail_note(logs: dict[int, str]) -> str:
-    parts = [f"\n--- rank {r}, last lines ---\n{_tail(t, 6)}" for r, t in sorted(logs.items()) if t.strip()]
-    return "".join(parts)
-
-
-_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*exitcode\s*:\s*(-?\d+)")
-
-
-def _failure(spec, rc: int, agent_text: str, logs: dict[int, str], status_dir: Path) -> RankFailed:
-    """Name the rank that caused a failed launch.
-
-    torchrun's "Root Cause (first observed failure)" is often a victim: when rank 1 dies, rank 0
-    fails next in a collective with "connection reset", and torchrun may observe rank 0 first.
-    So: a rank that died hard (a signal, ``os._exit``, a crash: no ``rank<R>.error`` left by the
-    harness) is the cause; otherwise the rank whose exception was caught earliest is.
-    """
-    errors: dict[int, tuple[float, str]] = {}
-    for f in status_dir.glob("rank*.error"):
-        with contextlib.suppress(OSError, ValueError, KeyError, json.JSONDecodeError):
-            info = json.loads(f.read_text())
-            errors[int(f.stem[4:])] = (float(info["time"]), str(info["error"]))
-    exits = {int(r): int(c) for r, c in _FAILURE.findall(agent_text)}
-    hard = [r for r in exits if r not in errors]
-    if hard:
-        rank = hard[0]
-    elif errors:
-        rank = min(errors, key=lambda r: errors[r][0])
-    else:
-        rank = next(iter(exits), None)
-    exitcode = exits.get(rank, 1 if rank in errors else rc)
-    signal_name = None
-    if exitcode < 0:
-        with contextlib.suppress(ValueError):
-            signal_name = signal.Signals(-exitcode).name
-    how = f"killed by {signal_name}" if signal_name else f"exit code {exitcode}"
-    who = f"rank {rank}" if rank is not None else "a rank"
-    log_tail = _tail(logs.get(rank, "") if rank is not None else agent_text)
-    msg = f"{spec.worker} on {spec.world_size} ranks: {who} failed ({how})"
-    if rank in errors:
-        msg += f": {errors[rank][1]}"
-    others = sorted(r for r in set(errors) | set(exits) if r != rank)
-    if others:
-        msg += f"\n(rank(s) {', '.join(map(str, others))} failed too, as a consequence)"
-    msg += f"\n--- last lines of {who}'s log ---\n{log_tail or '(empty: it printed nothing before it died)'}"
-    return RankFailed(msg, rank=rank, exitcode=exitcode, signal_name=signal_name, log_tail=log_tail)

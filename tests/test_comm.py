@@ -100,7 +100,7 @@ def test_cli_bad_input_exit_2(args):
 
 @pytest.mark.slow
 def test_two_rank_sweep_every_op_checked(tmp_path):
-    from labkit.commands.comm import collectives
+    from labkit.commlab import collectives
 
     df = collectives([2], ops=comm.OPS, min_bytes=8, max_bytes="256K", factor=8, iters=3,
                      warmup=1, check=True, progress=False, timeout_s=180)

@@ -42,6 +42,14 @@ def test_a_raising_rank_is_named_within_15_s():
     assert elapsed < 15 + 10 * (os.cpu_count() < 2)  # budget from the issue (a launch is ~5 s)
 
 
+def test_a_rank_that_exits_non_zero_is_named_not_its_victim():
+    # rank 1 leaves with exit code 3; rank 0 then fails in its all-reduce (connection reset)
+    with pytest.raises(RankFailed) as info:
+        L.launch("selftest", 2, {"fault": "exit", "fault_rank": 1}, timeout_s=LAUNCH_TIMEOUT_S)
+    assert info.value.rank == 1 and info.value.exitcode == 3
+    assert "rank 1 failed (exit code 3)" in str(info.value)
+
+
 def test_a_rank_killed_by_a_signal_is_named():
     with pytest.raises(RankFailed) as info:
         L.launch("selftest", 2, {"fault": "kill", "fault_rank": 1}, timeout_s=LAUNCH_TIMEOUT_S)
@@ -49,15 +57,15 @@ def test_a_rank_killed_by_a_signal_is_named():
     assert "killed by SIGKILL" in str(info.value)
 
 
-def _watch_launch_processes(stop, seen):
-    """Record process groups of every process carrying a launch id while the launch runs."""
+def _watch_launch_processes(stop, seen, mark):
+    """Record the process groups of this test's launch (its processes inherit ``mark``)."""
     while not stop.is_set():
         for entry in os.listdir("/proc"):
-            if entry.isdigit():
+            if entry.isdigit() and int(entry) != os.getpid():
                 try:
                     with open(f"/proc/{entry}/environ", "rb") as f:
-                        env = f.read()
-                    if L.LAUNCH_ENV.encode() in env:
+                        env = f.read().split(b"\0")
+                    if mark in env and any(v.startswith(L.LAUNCH_ENV.encode()) for v in env):
                         seen.add(os.getpgid(int(entry)))
                 except OSError:
                     pass
@@ -72,9 +80,14 @@ def _group_alive(pgid):
         return False
 
 
-def test_a_hang_is_killed_at_the_timeout_and_nothing_survives():
+def test_a_hang_is_killed_at_the_timeout_and_nothing_survives(monkeypatch):
+    import uuid
+
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv("LABKIT_TEST_MARK", mark)  # other launches may run beside this test
     stop, seen = threading.Event(), set()
-    watcher = threading.Thread(target=_watch_launch_processes, args=(stop, seen))
+    watcher = threading.Thread(target=_watch_launch_processes,
+                               args=(stop, seen, f"LABKIT_TEST_MARK={mark}".encode()))
     watcher.start()
     t0 = time.perf_counter()
     try:

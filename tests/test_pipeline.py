@@ -98,7 +98,7 @@ def _check_rows(df, p):
 def test_every_schedule_on_two_ranks():
     """One launch: output and gradients equal one process, P×M F and B blocks per schedule,
     GPipe's measured bubble at M = 1 within 0.1 of (P−1)/P."""
-    from labkit.commands.comm import pipeline, schedule_blocks
+    from labkit.commlab import pipeline, schedule_blocks
 
     df = pipeline([2], schedules=bubbles.SCHEDULES, microbatches=(1, 2), steps=3, warmup=1,
                   skip_invalid=True, progress=False, timeout_s=LAUNCH_TIMEOUT_S)

@@ -40,30 +40,9 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_table)
 
 
-def env_info() -> dict:
-    """What this machine offers a launch: versions, backend, devices, cores."""
-    import torch
-    import torch.distributed as dist
-
-    from ..launch import default_threads, detect_backend
-    from ..results import available_cores, provenance
-
-    info = provenance()
-    cuda = torch.cuda.is_available()
-    info.update({
-        "torch_version": torch.__version__,
-        "cuda_available": cuda,
-        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-        "gloo_available": dist.is_gloo_available(),
-        "nccl_available": dist.is_nccl_available(),
-        "default_backend_1_rank": detect_backend(1),
-        "cores": available_cores(),
-        "threads_per_rank_at_2_ranks": default_threads(2),
-    })
-    return info
-
-
 def cmd_env(args) -> int:
+    from ..placement import env_info
+
     info = env_info()
     if args.json:
         print(json.dumps(info, indent=1))
@@ -73,26 +52,13 @@ def cmd_env(args) -> int:
     return 0
 
 
-def placement(nprocs=(1, 2), *, allreduce_bytes: int = 1 << 20, progress: bool = True, **launch_kw):
-    """Launch each rank count, return the placement rows (one per rank per launch) as a DataFrame."""
-    import pandas as pd
-
-    from ..checks import PlacementConfig
-    from ..config import to_dict
-    from ..launch import launch_many
-
-    cfg = PlacementConfig(allreduce_bytes=allreduce_bytes)
-    rows = []
-    for res in launch_many("placement", nprocs, to_dict(cfg), progress=progress, **launch_kw):
-        rows += res.rows()
-    return pd.DataFrame(rows)
-
-
 def cmd_placement(args) -> int:
     if args.json:
         from ..results import check_writable
 
         check_writable(args.json)
+    from ..placement import placement
+
     df = placement(args.nproc, allreduce_bytes=args.allreduce_bytes, **launch_kwargs(args))
     for n, part in df.groupby("world_size"):
         print(f"\nworld_size {n}: placement")

@@ -1,0 +1,105 @@
+"""Reading a launch's remains: per-rank logs, rank 0's live output, and who caused a failure."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from .errors import RankFailed
+
+
+def echo_rank0(log_dir: Path, stop: threading.Event) -> None:
+    """Copy rank 0's log files to stderr as they grow (tqdm bars included)."""
+    offsets: dict[Path, int] = {}
+    while True:
+        done = stop.is_set()
+        for path in sorted(log_dir.glob("*/attempt_*/0/*.log")):
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                f.seek(offsets.get(path, 0))
+                chunk = f.read()
+                offsets[path] = f.tell()
+            if chunk:
+                sys.stderr.write(chunk.decode(errors="replace"))
+                sys.stderr.flush()
+        if done:
+            return
+        stop.wait(0.2)
+
+
+def collect_logs(log_dir: Path, status_dir: Path) -> dict[int, str]:
+    """Per-rank stdout + stderr, keyed by global rank (from the rank's status file)."""
+    local_to_global = {}
+    for f in status_dir.glob("local*.json"):
+        with contextlib.suppress(OSError, json.JSONDecodeError, KeyError):
+            info = json.loads(f.read_text())
+            local_to_global[int(info["local_rank"])] = int(info["rank"])
+    logs: dict[int, str] = {}
+    for rank_dir in sorted(log_dir.glob("*/attempt_*/*")):
+        if not rank_dir.name.isdigit():
+            continue
+        local = int(rank_dir.name)
+        text = ""
+        for name in ("stdout.log", "stderr.log"):
+            with contextlib.suppress(OSError):
+                text += (rank_dir / name).read_text(errors="replace")
+        logs[local_to_global.get(local, local)] = text
+    return logs
+
+
+def _tail(text: str, n: int = 12) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join(lines[-n:])
+
+
+def tail_note(logs: dict[int, str]) -> str:
+    parts = [f"\n--- rank {r}, last lines ---\n{_tail(t, 6)}" for r, t in sorted(logs.items()) if t.strip()]
+    return "".join(parts)
+
+
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*exitcode\s*:\s*(-?\d+)")
+
+
+def failure(spec, rc: int, agent_text: str, logs: dict[int, str], status_dir: Path) -> RankFailed:
+    """Name the rank that caused a failed launch.
+
+    torchrun's "Root Cause (first observed failure)" is often a victim: when rank 1 dies, rank 0
+    fails next in a collective with "connection reset", and torchrun may observe rank 0 first.
+    So: a rank that died hard (a signal other than torchrun's own SIGTERM, ``os._exit``, a crash:
+    no ``rank<R>.error`` left by the harness) is the cause; otherwise the rank whose exception was
+    caught earliest is.
+    """
+    errors: dict[int, tuple[float, str]] = {}
+    for f in status_dir.glob("rank*.error"):
+        with contextlib.suppress(OSError, ValueError, KeyError, json.JSONDecodeError):
+            info = json.loads(f.read_text())
+            errors[int(f.stem[4:])] = (float(info["time"]), str(info["error"]))
+    exits = {int(r): int(c) for r, c in _FAILURE.findall(agent_text)}
+    # torchrun SIGTERMs the surviving ranks once one fails: a SIGTERM is a consequence
+    hard = [r for r in exits if r not in errors and exits[r] != -signal.SIGTERM]
+    if hard:
+        rank = hard[0]
+    elif errors:
+        rank = min(errors, key=lambda r: errors[r][0])
+    else:
+        rank = next(iter(exits), None)
+    exitcode = exits.get(rank, 1 if rank in errors else rc)
+    signal_name = None
+    if exitcode < 0:
+        with contextlib.suppress(ValueError):
+            signal_name = signal.Signals(-exitcode).name
+    how = f"killed by {signal_name}" if signal_name else f"exit code {exitcode}"
+    who = f"rank {rank}" if rank is not None else "a rank"
+    log_tail = _tail(logs.get(rank, "") if rank is not None else agent_text)
+    msg = f"{spec.worker} on {spec.world_size} ranks: {who} failed ({how})"
+    if rank in errors:
+        msg += f": {errors[rank][1]}"
+    others = sorted(r for r in set(errors) | set(exits) if r != rank)
+    if others:
+        msg += f"\n(rank(s) {', '.join(map(str, others))} failed too, as a consequence)"
+    msg += f"\n--- last lines of {who}'s log ---\n{log_tail or '(empty: it printed nothing before it died)'}"
+    return RankFailed(msg, rank=rank, exitcode=exitcode, signal_name=signal_name, log_tail=log_tail)
