@@ -3,7 +3,7 @@
 Two builders:
 
 * **Quarto**, when ``quarto`` is on PATH: ``quarto render`` of the project in ``_quarto.yml``
-  (tutorial order, ``freeze: auto``), into ``_site/``.
+  (tutorial order) over the executed notebooks, nothing re-executed, into ``_site/``.
 * **Preview**, everywhere else: nbconvert's ``lab`` HTML of every executed notebook plus an index
   page in tutorial order, into ``_preview/``. Widgets render from the state papermill saved in the
   notebook, through ``@jupyter-widgets/html-manager`` and ``require.js``; formulas through
@@ -176,18 +176,47 @@ def build_preview(executed_dir, out_dir, *, node_modules: Path = NODE_MODULES) -
     return out_dir / "index.html"
 
 
-def render_quarto() -> Path:
-    """``quarto render`` of the project (``_quarto.yml``); returns the site's index page."""
-    proc = subprocess.run(["quarto", "render"], cwd=REPO_ROOT)
+def render_quarto(executed_dir, out_dir=None) -> Path:
+    """Quarto website of the EXECUTED notebooks, without executing anything again.
+
+    The stored notebooks have no outputs, and running them again inside ``quarto render`` would
+    repeat every experiment. So the project (``_quarto.yml``, ``index.qmd``) is staged in a
+    temporary folder with the executed copies from ``executed_dir`` in place of
+    ``notebooks/*.ipynb`` and ``execute: enabled: false`` (Quarto then renders the outputs papermill
+    saved, widget state included), and rendered into ``out_dir`` (default ``_site/``).
+    ``quarto render`` at the repository root still works on its own: it executes once and freezes.
+    """
+    import yaml
+
+    from .errors import LabkitError
+
+    executed_dir = Path(executed_dir)
+    out_dir = Path(out_dir or REPO_ROOT / "_site").resolve()
+    config = yaml.safe_load((REPO_ROOT / "_quarto.yml").read_text())
+    missing = [nb.name for nb in list_notebooks() if not (executed_dir / nb.name).is_file()]
+    if missing:
+        raise UsageError(f"{executed_dir}: no executed {', '.join(missing)} (run `labkit lab` first)")
+    config.setdefault("execute", {})["enabled"] = False
+    config["execute"].pop("freeze", None)
+    config["project"]["output-dir"] = str(out_dir)
+    with tempfile.TemporaryDirectory(prefix="labkit-quarto-") as stage:
+        stage = Path(stage)
+        (stage / "notebooks").mkdir()
+        for nb in list_notebooks():
+            shutil.copy2(executed_dir / nb.name, stage / "notebooks" / nb.name)
+        for extra in ("index.qmd",):
+            shutil.copy2(REPO_ROOT / extra, stage / extra)
+        (stage / "_quarto.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        proc = subprocess.run(["quarto", "render", "--no-execute"], cwd=stage)
     if proc.returncode != 0:
-        from .errors import LabkitError
-
         raise LabkitError(f"quarto render exited {proc.returncode}")
-    return REPO_ROOT / "_site" / "index.html"
+    return out_dir / "index.html"
 
 
-def build_site(executed_dir, out_dir, *, preview: bool = False) -> tuple[str, Path]:
-    """Quarto if it is installed (unless ``preview``), else the preview; (builder, index page)."""
+def build_site(executed_dir, out_dir=None, *, preview: bool = False) -> tuple[str, Path]:
+    """Quarto if it is installed (unless ``preview``), else the preview; (builder, index page).
+
+    ``out_dir`` defaults to ``_site`` (Quarto) or ``_preview`` (preview)."""
     if quarto_available() and not preview:
-        return "quarto", render_quarto()
-    return "preview", build_preview(executed_dir, out_dir)
+        return "quarto", render_quarto(executed_dir, out_dir or REPO_ROOT / "_site")
+    return "preview", build_preview(executed_dir, out_dir or "_preview")

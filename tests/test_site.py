@@ -133,3 +133,46 @@ def test_preview_site_in_chromium(tmp_path, server):
 
     failed = [r["error"] for r in runs.values() if not r["ok"]]
     assert not failed, "notebooks failed to execute:\n" + "\n".join(failed)
+
+
+FAKE_QUARTO = """#!/usr/bin/env python3
+# stands in for Quarto: records what it was asked to render, writes an index page
+import json, pathlib, sys, yaml
+cfg = yaml.safe_load(pathlib.Path("_quarto.yml").read_text())
+out = pathlib.Path(cfg["project"]["output-dir"]); out.mkdir(parents=True, exist_ok=True)
+nbs = {p.name: json.loads(p.read_text()) for p in sorted(pathlib.Path("notebooks").glob("*.ipynb"))}
+outputs = {k: sum(len(c.get("outputs", [])) for c in v["cells"]) for k, v in nbs.items()}
+(out / "index.html").write_text(json.dumps({"argv": sys.argv[1:], "execute": cfg["execute"],
+                                            "render": cfg["project"]["render"], "outputs": outputs}))
+"""
+
+
+def test_quarto_renders_the_executed_notebooks_without_executing_them(tmp_path, monkeypatch):
+    """Where Quarto is installed, `labkit site` renders the executed copies (outputs kept) with
+    execution off; a stand-in `quarto` on PATH records what it was given."""
+    import json
+    import os
+
+    from labkit.notebooks import list_notebooks
+    from labkit.site import build_site
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "quarto").write_text(FAKE_QUARTO.replace("python3", str(Path(os.sys.executable))))
+    (bindir / "quarto").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    for nb_path in list_notebooks():
+        nb = nbformat.read(nb_path, as_version=4)
+        nb.cells.append(nbformat.v4.new_code_cell("1", outputs=[
+            nbformat.v4.new_output("execute_result", {"text/plain": "1"}, execution_count=1)]))
+        nbformat.write(nb, executed / nb_path.name)
+    builder, index = build_site(executed, tmp_path / "site")
+    assert builder == "quarto"
+    seen = json.loads(index.read_text())
+    assert seen["argv"] == ["render", "--no-execute"] and seen["execute"] == {"enabled": False}
+    assert seen["render"][1:] == [f"notebooks/{p.name}" for p in list_notebooks()]
+    assert all(n >= 1 for n in seen["outputs"].values())  # the executed copies, not the stored ones
+    with pytest.raises(UsageError, match="labkit lab"):
+        build_site(tmp_path / "nothing-here", tmp_path / "site")

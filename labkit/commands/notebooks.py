@@ -31,8 +31,8 @@ def register(sub) -> None:
                                    "(nbconvert HTML + index, widgets and formulas offline).")
     p.add_argument("--executed", default="_executed", metavar="DIR",
                    help="executed notebooks (labkit lab writes them) (default: %(default)s)")
-    p.add_argument("--out", default="_preview", metavar="DIR",
-                   help="preview site folder (default: %(default)s)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="site folder (default: _site with Quarto, _preview for the preview)")
     p.add_argument("--preview", action="store_true", help="build the preview even if quarto exists")
     p.set_defaults(func=cmd_site)
 
@@ -40,8 +40,8 @@ def register(sub) -> None:
     p.add_argument("--only", nargs="+", metavar="NN", help="only these notebooks (number or name prefix)")
     p.add_argument("--executed", default="_executed", metavar="DIR",
                    help="where executed notebooks and their results go (default: %(default)s)")
-    p.add_argument("--out", default="_preview", metavar="DIR",
-                   help="preview site folder (default: %(default)s)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="site folder (default: _site with Quarto, _preview for the preview)")
     p.add_argument("--preview", action="store_true", help="build the preview even if quarto exists")
     p.add_argument("--no-site", action="store_true", help="execute only")
     p.add_argument("--cell-timeout", type=positive_float, default=None, metavar="S",
