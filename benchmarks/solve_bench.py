@@ -5,7 +5,7 @@ and 2 ranks against 1, measured side by side in one run (medians over rounds).
 
 Each round runs scipy's CG (this process, 1 thread) on the same matrix and right-hand side,
 then one labkit launch at 1 rank and one at 2 ranks (1 thread per rank; each launch: 1 warm-up
-solve, then --repeat timed solves, median). Rounds interleave the contenders so that a noisy
+solve, then --repeat timed solves, median; cg and the pipelined pipecg in the same launch). Rounds interleave the contenders so that a noisy
 neighbour on a shared machine hurts all of them alike. Targets (issue 3): 1 rank <= 1.15 x the
 bandwidth floor and <= 0.9 x scipy per iteration; 2 ranks >= 1.6 x faster than 1; with --sla,
 torch-sla's 2-rank solve of the same problem >= 2 x slower than labkit's.
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
           f"1 thread per process, {args.rounds} round(s); cores shared with other jobs: "
           f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
     rec = {k: [] for k in ("scipy_s", "scipy_it_s", "l1_s", "l1_it_s", "l1_floor_s", "l2_s",
-                           "l2_it_s", "l2_floor_s", "sla2_s")}
+                           "l2_it_s", "l2_floor_s", "sla2_s", "p1_s", "p2_s", "p2_it_s")}
     its = {}
     for r in range(args.rounds):
         t, n_it, info = scipy_cg(A, b, args.rtol)
@@ -69,11 +69,17 @@ def main(argv=None) -> int:
         rec["scipy_it_s"].append(t / n_it)
         its["scipy"] = n_it
         df = solve_scaling((1, 2), modes=("strong",), total_dof=args.total_dof,
+                           methods=("cg", "pipecg"),
                            partitioners=(args.partitioner,), rtol=args.rtol, warmup=1,
                            repeat=args.repeat, threads_per_rank=1, progress=False,
                            timeout_s=3600)
         for n, tag in ((1, "l1"), (2, "l2")):
-            row = df[df.world_size == n].iloc[0]
+            row = df[(df.world_size == n) & (df.method == "cg")].iloc[0]
+            pipe = df[(df.world_size == n) & (df.method == "pipecg")].iloc[0]
+            assert pipe.gate_passed, f"pipecg {n}: gate failed, rel.res {pipe.rel_residual:.2e}"
+            rec[f"p{n}_s"].append(pipe.solve_time_s)
+            if n == 2:
+                rec["p2_it_s"].append(pipe.time_per_iteration_s)
             assert row.gate_passed, f"{n} rank(s): gate failed, rel.res {row.rel_residual:.2e}"
             rec[f"{tag}_s"].append(row.solve_time_s)
             rec[f"{tag}_it_s"].append(row.time_per_iteration_s)
@@ -96,6 +102,7 @@ def main(argv=None) -> int:
     print(f"  labkit 1 rank     {med['l1_it_s'] * 1e3:8.3f}   floor {med['l1_floor_s'] * 1e3:.3f}"
           f"   ({its['l1']} iterations)")
     print(f"  labkit 2 ranks    {med['l2_it_s'] * 1e3:8.3f}   floor {med['l2_floor_s'] * 1e3:.3f}")
+    print(f"  pipecg 2 ranks    {med['p2_it_s'] * 1e3:8.3f}")
     ratios = [
         ("1 rank / bandwidth floor", med["l1_it_s"] / med["l1_floor_s"], "<= 1.15"),
         ("1 rank / scipy CG (per iteration)", med["l1_it_s"] / med["scipy_it_s"], "<= 0.90"),
@@ -105,6 +112,10 @@ def main(argv=None) -> int:
     ]
     if args.sla:
         ratios.append(("torch-sla 2 ranks / labkit 2 ranks", med["sla2_s"] / med["l2_s"], ">= 2.00"))
+    ratios += [("pipecg: speedup 2 ranks vs 1", med["p1_s"] / med["p2_s"], "(info)"),
+               ("best 2-rank vs cg 1 rank (solve time)",
+                med["l1_s"] / min(med["l2_s"], med["p2_s"]), ">= 1.60"),
+               ("pipecg 2 ranks / cg 2 ranks (per it.)", med["p2_it_s"] / med["l2_it_s"], "(info)")]
     print("\nratios (medians):")
     for name, v, target in ratios:
         print(f"  {name:36s} {v:6.3f}   target {target}")

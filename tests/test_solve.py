@@ -8,6 +8,7 @@ right-hand side.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -144,7 +145,7 @@ def test_cli_bad_input_exits_2_and_writes_nothing(argv, tmp_path, capsys):
 
 
 # -- Krylov methods, one rank in this process ----------------------------------------------------
-@pytest.mark.parametrize("method", ["cg", "pcg", "bicgstab", "gmres", "minres"])
+@pytest.mark.parametrize("method", ["cg", "pipecg", "pcg", "bicgstab", "gmres", "minres"])
 def test_methods_match_scipy(method):
     dims = (40, 30)
     op, b = one_rank(dims)
@@ -167,6 +168,30 @@ def test_cg_iterations_match_scipy_and_double_with_the_side():
         assert textbook.iterations == sol.iterations  # same method, rearranged
         its[side] = sol.iterations
     assert 1.6 <= its[96] / its[48] <= 2.4  # CG iterations grow like sqrt(kappa) ~ the side
+
+
+@pytest.mark.parametrize("kind", ["simple", "coordinate"])
+def test_overlapped_matvec_equals_naive_spmv(kind, monkeypatch):
+    dims = (30, 20)
+    part = make_partition(kind, dims, 3)
+    for r in range(3):
+        local, (indptr, cols, vals), _ = local_system(dims, part, r, "random", 0)
+        op = DistOperator(local, indptr, cols, vals, world_size=1)
+        assert op.n_interior + op.n_boundary == op.n_owned and op.n_boundary > 0
+        x = torch.rand(op.n_ext, dtype=torch.float64)  # halo tail filled by hand: no messages
+        monkeypatch.setattr(op, "post_exchange", lambda _x: [])
+        ran = []
+        y = op.matvec(x, op.new(), overlap=functools.partial(ran.append, 1))
+        assert ran == [1]
+        assert torch.allclose(y, torch.mv(op.A, x), rtol=1e-14, atol=1e-14)
+        assert torch.allclose(op.matvec_naive(x, op.new()), y, rtol=1e-14, atol=1e-14)
+
+
+def test_pipecg_iterations_match_cg():
+    op, b = one_rank((96, 96))
+    cg, pipe = krylov.cg(op, b, 1e-8, 100_000), krylov.pipecg(op, b, 1e-8, 100_000)
+    assert abs(pipe.iterations - cg.iterations) <= 0.02 * cg.iterations + 1
+    assert op.residual_norm(pipe.x, b) <= 2e-8
 
 
 def test_manufactured_rhs_is_an_eigenvector_one_iteration():
@@ -205,7 +230,7 @@ def test_two_rank_solution_equals_one_rank_and_scipy():
     from labkit.launch import launch
 
     cfg = SolveConfig(modes=("strong",), world_sizes=(2,), total_dof=3000,
-                      methods=("cg", "minres"), partitioners=("simple", "metis"),
+                      methods=("cg", "pipecg", "minres"), partitioners=("simple", "metis"),
                       warmup=0, repeat=1, keep_solution=True)
     dims = closest_grid(3000, 2)
     res = launch("solve", 2, to_dict(cfg), timeout_s=LAUNCH_TIMEOUT_S)
@@ -221,7 +246,7 @@ def test_two_rank_solution_equals_one_rank_and_scipy():
         assert np.abs(x - x_scipy).max() <= 1e-6 * scale, key
     for row in res.rows():
         assert row["gate_passed"] and row["world_size"] == 2
-        if row["method"] == "cg":
+        if row["method"] in ("cg", "pipecg"):
             assert abs(row["iterations"] - scipy_its) <= 0.02 * scipy_its + 1
         assert row["halo_values"] == sum(row["halo_values_per_rank"]) > 0
         assert sum(row["owned_rows_per_rank"]) == row["dof_global"]

@@ -25,7 +25,7 @@ def register(sub) -> None:
                    help="strong: total unknowns (the grid closest to N)")
     p.add_argument("--dim", type=int, default=2, help="2 (5-point) or 3 (7-point) Poisson")
     p.add_argument("--method", nargs="+", default=["cg"], metavar="M",
-                   help="cg, pcg, bicgstab, gmres, minres (default: cg)")
+                   help="cg, pipecg, pcg, bicgstab, gmres, minres (default: cg)")
     p.add_argument("--partitioner", nargs="+", default=["simple"], metavar="P",
                    help="simple, coordinate, metis (default: simple)")
     p.add_argument("--rtol", type=float, default=1e-8, help="(default: %(default)g)")

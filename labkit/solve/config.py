@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 
-METHODS = ("cg", "pcg", "bicgstab", "gmres", "minres")
+METHODS = ("cg", "pipecg", "pcg", "bicgstab", "gmres", "minres")
 PARTITIONERS = ("simple", "coordinate", "metis")
 MODES = ("weak", "strong", "throughput")
 RHS_KINDS = ("random", "ones", "manufactured")
@@ -87,6 +87,8 @@ class SolveConfig:
         if "metis" in self.partitioners and importlib.util.find_spec("pymetis") is None:
             raise UsageError("partitioner metis needs pymetis: pip install 'labkit[metis]' "
                              "(or use --partitioner simple or coordinate)")
+        if self.engine == "torch-sla" and "pipecg" in self.methods:
+            raise UsageError("--engine torch-sla has no pipelined CG: use --method cg with it")
         if self.engine == "torch-sla" and importlib.util.find_spec("torch_sla") is None:
             raise UsageError("--engine torch-sla needs torch-sla: "
                              "pip install torch-sla -c constraints.txt")

@@ -20,11 +20,12 @@ from ..metrics import speedup, strong_efficiency, throughput_efficiency, weak_ef
 #: vector streams of n_owned doubles per iteration (see each method in labkit.solve.krylov)
 VECTOR_STREAMS = {
     "cg": 15,        # p, s: 3 + 3; x, r: 3 + 3; dots (r, r) + (w, r): 1 + 2
+    "pipecg": 21,    # z, s, p, x, r, w: 6 x 3; dots (r, r) + (w, r): 1 + 2
     "pcg": 20,       # cg + u = r / diag: 3; dots (r, u), (w, u), (r, r): 2 + 2 + 1
     "bicgstab": 27,  # p: 6; s: 3; x: 6; r: 3; dots: 2 + 4 + 3
     "minres": 22,    # v: 2; y: 3 + 3; w: 3 + 3 + 2; x: 3; dots (v, y) + (r2, r2): 2 + 1
 }
-SPMVS_PER_ITERATION = {"cg": 1, "pcg": 1, "bicgstab": 2, "gmres": 1, "minres": 1}
+SPMVS_PER_ITERATION = {"cg": 1, "pipecg": 1, "pcg": 1, "bicgstab": 2, "gmres": 1, "minres": 1}
 
 
 def vector_streams(method: str, restart: int = 30, iterations: int | None = None) -> float:
