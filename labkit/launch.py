@@ -24,11 +24,13 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -207,9 +209,35 @@ def run_spec(spec: LaunchSpec, *, echo: bool = False) -> LaunchResult:
             OversubscribedWarning, stacklevel=3)
     workdir = Path(tempfile.mkdtemp(prefix=f"labkit-{spec.worker}-"))
     try:
-        return _run(spec, backend, threads, oversubscribed, workdir, echo)
+        with _terminate_as_interrupt():
+            return _run(spec, backend, threads, oversubscribed, workdir, echo)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP reached the launching process (``timeout``, a batch system, a closed
+    terminal): handled like Ctrl-C, so the launch is killed before this process goes."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    # Python's default SIGTERM action ends the process at once, without unwinding: the
+    # launch's ranks (each in a session of its own) would run on. Only the main thread may
+    # install handlers; elsewhere the caller's own handling stands.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Terminated(f"received {signal.Signals(signum).name}")
+
+    saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
 
 
 def torchrun_command(spec: LaunchSpec, log_dir: Path, out: Path) -> list[str]:

@@ -161,8 +161,10 @@ def test_launch_many_validates_every_entry_first():
     assert time.perf_counter() - t0 < 2  # nothing was launched
 
 
-def test_ctrl_c_kills_the_whole_launch():
-    """SIGINT to the host process (Ctrl-C) must take every rank down with it."""
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_kills_the_whole_launch(signame):
+    """SIGINT (Ctrl-C) or SIGTERM (`timeout`, a batch system) to the host process must take every
+    rank down with it."""
     import signal
     import subprocess
     import sys
@@ -190,9 +192,10 @@ def test_ctrl_c_kills_the_whole_launch():
     while len(marked()) < 3 and time.time() < deadline:  # torchrun + 2 ranks
         time.sleep(0.5)
     time.sleep(3)  # let the ranks reach the hanging all-reduce
-    host.send_signal(signal.SIGINT)
+    host.send_signal(getattr(signal, signame))
     _, err = host.communicate(timeout=60)
-    assert host.returncode != 0 and b"KeyboardInterrupt" in err
+    assert host.returncode != 0
+    assert (b"KeyboardInterrupt" if signame == "SIGINT" else b"Terminated: received SIGTERM") in err
     deadline = time.time() + 10
     while marked() and time.time() < deadline:
         time.sleep(0.2)
