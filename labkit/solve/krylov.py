@@ -67,6 +67,16 @@ def cg_textbook(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int) ->
     return Solution(x, k, math.sqrt(rr) <= rtol * bnorm, math.sqrt(rr) / bnorm if bnorm else 0.0)
 
 
+def _cg_steps(k: int, gamma: float, gamma_old: float, delta: float, alpha_old: float):
+    """Chronopoulos-Gear step lengths from this iteration's dot products (shared by :func:`cg`
+    and :func:`pipecg`): beta = gamma / gamma_old, alpha = gamma / (delta - beta gamma / alpha_old);
+    the first iteration is plain steepest descent (beta = 0, alpha = gamma / delta)."""
+    if k == 0:
+        return gamma / delta, 0.0
+    beta = gamma / gamma_old
+    return gamma / (delta - beta * gamma / alpha_old), beta
+
+
 def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
        jacobi: bool = False) -> Solution:
     """Conjugate gradients, Chronopoulos-Gear form: one fused all-reduce per iteration.
@@ -108,11 +118,7 @@ def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
             rr = gamma
         if math.sqrt(max(rr, 0.0)) <= tol or k >= maxiter or delta == 0.0:
             break
-        if k == 0:
-            beta, alpha = 0.0, gamma / delta
-        else:
-            beta = gamma / gamma_old
-            alpha = gamma / (delta - beta * gamma / alpha)
+        alpha, beta = _cg_steps(k, gamma, gamma_old, delta, alpha)
         with sw("vector"):
             torch.add(u, p, alpha=beta, out=p)
             torch.add(w, s, alpha=beta, out=s)
@@ -163,11 +169,7 @@ def pipecg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int) -> Solu
         gamma, delta = red.tolist()
         if math.sqrt(max(gamma, 0.0)) <= tol or k >= maxiter or delta == 0.0:
             break
-        if k == 0:
-            beta, alpha = 0.0, gamma / delta
-        else:
-            beta = gamma / gamma_old
-            alpha = gamma / (delta - beta * gamma / alpha)
+        alpha, beta = _cg_steps(k, gamma, gamma_old, delta, alpha)
         with sw("vector"):
             torch.add(nv, z, alpha=beta, out=z)
             torch.add(w, s, alpha=beta, out=s)
