@@ -25,14 +25,10 @@ COMMAND_MODULES = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but usage errors exit 2 with one line (argparse's own convention, kept)."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = _Parser(prog="labkit", description="Scaling Lab: measure parallel scaling honestly.")
+    parser = argparse.ArgumentParser(prog="labkit", description="Scaling Lab: measure parallel scaling honestly.")
     parser.add_argument("--version", action="version", version=f"labkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:

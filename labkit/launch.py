@@ -43,7 +43,7 @@ from pathlib import Path
 
 from .diagnose import collect_logs, echo_rank0, failure, tail_note
 from .errors import LaunchError, LaunchTimeout, UsageError
-from .orphans import LAUNCH_ENV, kill_launch, processes_of  # noqa: F401 - part of the API
+from .orphans import LAUNCH_ENV, kill_launch
 from .results import available_cores
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
