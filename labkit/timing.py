@@ -54,7 +54,7 @@ def gather_samples(local: list[float]) -> np.ndarray:
     t = torch.tensor(local, dtype=torch.float64)
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return t.numpy()[None, :]
-    # gloo and nccl both take CPU float64 all_gather_object-free: pack into one tensor.
+    # one tensor all_gather (not all_gather_object: no pickling); nccl needs it on the GPU
     backend = dist.get_backend()
     dev = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else t.device
     t = t.to(dev)
