@@ -102,7 +102,7 @@ def test_cli_bad_input_exit_2(args):
 def test_two_rank_sweep_every_op_checked(tmp_path):
     from labkit.commlab import collectives
 
-    df = collectives([2], ops=comm.OPS, min_bytes=8, max_bytes="256K", factor=8, iters=3,
+    df = collectives([2], ops=comm.OPS, min_bytes=8, max_bytes="2M", factor=8, iters=5,
                      warmup=1, check=True, progress=False, timeout_s=180)
     assert set(df.op) == set(comm.OPS)
     assert (df.wrong == 0).all(), df[["op", "size_bytes", "wrong"]]
