@@ -5,7 +5,9 @@ and 2 ranks against 1, measured side by side in one run (medians over rounds).
 
 Each round runs scipy's CG (this process, 1 thread) on the same matrix and right-hand side,
 then one labkit launch at 1 rank and one at 2 ranks (1 thread per rank; each launch: 1 warm-up
-solve, then --repeat timed solves, median; cg and the pipelined pipecg in the same launch). Rounds interleave the contenders so that a noisy
+solve, then --repeat timed solves, median; cg and the pipelined pipecg in the same launch; the
+default transport, shared memory), and one more 2-rank cg launch with ``transport="torch"``
+(halos and all-reduces through gloo), to show what the transport is worth. Rounds interleave the contenders so that a noisy
 neighbour on a shared machine hurts all of them alike. Targets (issue 3): 1 rank <= 1.15 x the
 bandwidth floor and <= 0.9 x scipy per iteration; 2 ranks >= 1.6 x faster than 1; with --sla,
 torch-sla's 2-rank solve of the same problem >= 2 x slower than labkit's.
@@ -61,7 +63,8 @@ def main(argv=None) -> int:
           f"1 thread per process, {args.rounds} round(s); cores shared with other jobs: "
           f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
     rec = {k: [] for k in ("scipy_s", "scipy_it_s", "l1_s", "l1_it_s", "l1_floor_s", "l2_s",
-                           "l2_it_s", "l2_floor_s", "sla2_s", "p1_s", "p2_s", "p2_it_s")}
+                           "l2_it_s", "l2_floor_s", "sla2_s", "p1_s", "p2_s", "p2_it_s", "g2_s",
+                           "g2_it_s")}
     its = {}
     for r in range(args.rounds):
         t, n_it, info = scipy_cg(A, b, args.rtol)
@@ -85,6 +88,14 @@ def main(argv=None) -> int:
             rec[f"{tag}_it_s"].append(row.time_per_iteration_s)
             rec[f"{tag}_floor_s"].append(row.bandwidth_floor_s)
             its[tag] = int(row.iterations)
+        # the same 2-rank cg with halos and all-reduces through gloo instead of shared memory
+        gloo = solve_scaling((2,), modes=("strong",), total_dof=args.total_dof, methods=("cg",),
+                             partitioners=(args.partitioner,), rtol=args.rtol, warmup=1,
+                             repeat=args.repeat, threads_per_rank=1, transport="torch",
+                             progress=False, timeout_s=3600).iloc[0]
+        assert gloo.gate_passed, f"gloo transport: gate failed, rel.res {gloo.rel_residual:.2e}"
+        rec["g2_s"].append(gloo.solve_time_s)
+        rec["g2_it_s"].append(gloo.time_per_iteration_s)
         if args.sla:
             sla = solve_scaling((2,), modes=("strong",), total_dof=args.total_dof,
                                 partitioners=(args.partitioner,), rtol=args.rtol, warmup=0,
@@ -95,7 +106,7 @@ def main(argv=None) -> int:
             print(f"round {r + 1}: torch-sla 2 ranks {sla.solve_time_s:.2f} s", flush=True)
         print(f"round {r + 1}: scipy {t:.2f} s ({n_it} it), labkit 1 rank "
               f"{rec['l1_s'][-1]:.2f} s ({its['l1']} it), 2 ranks {rec['l2_s'][-1]:.2f} s "
-              f"({its['l2']} it); load {os.getloadavg()[0]:.1f}", flush=True)
+              f"({its['l2']} it, {row.transport}), gloo transport {gloo.solve_time_s:.2f} s; load {os.getloadavg()[0]:.1f}", flush=True)
     med = {k: statistics.median(v) for k, v in rec.items() if v}
     print("\nmedians over rounds (ms per iteration):")
     print(f"  scipy CG          {med['scipy_it_s'] * 1e3:8.3f}   ({its['scipy']} iterations)")
@@ -103,6 +114,7 @@ def main(argv=None) -> int:
           f"   ({its['l1']} iterations)")
     print(f"  labkit 2 ranks    {med['l2_it_s'] * 1e3:8.3f}   floor {med['l2_floor_s'] * 1e3:.3f}")
     print(f"  pipecg 2 ranks    {med['p2_it_s'] * 1e3:8.3f}")
+    print(f"  cg 2 ranks, gloo  {med['g2_it_s'] * 1e3:8.3f}   (transport torch: gloo's threads)")
     ratios = [
         ("1 rank / bandwidth floor", med["l1_it_s"] / med["l1_floor_s"], "<= 1.15"),
         ("1 rank / scipy CG (per iteration)", med["l1_it_s"] / med["scipy_it_s"], "<= 0.90"),
@@ -112,7 +124,8 @@ def main(argv=None) -> int:
     ]
     if args.sla:
         ratios.append(("torch-sla 2 ranks / labkit 2 ranks", med["sla2_s"] / med["l2_s"], ">= 2.00"))
-    ratios += [("pipecg: speedup 2 ranks vs 1", med["p1_s"] / med["p2_s"], "(info)"),
+    ratios += [("gloo transport: speedup 2 ranks vs 1", med["l1_s"] / med["g2_s"], "(info)"),
+               ("pipecg: speedup 2 ranks vs 1", med["p1_s"] / med["p2_s"], "(info)"),
                ("best 2-rank vs cg 1 rank (solve time)",
                 med["l1_s"] / min(med["l2_s"], med["p2_s"]), ">= 1.60"),
                ("pipecg 2 ranks / cg 2 ranks (per it.)", med["p2_it_s"] / med["l2_it_s"], "(info)")]

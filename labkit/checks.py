@@ -47,3 +47,31 @@ class SelftestConfig:
             raise UsageError("fault_rank, sleep_s and step_sleep_s must be >= 0")
         if self.steps < 1:
             raise UsageError(f"steps must be >= 1, got {self.steps}")
+
+
+@dataclass(frozen=True)
+class TransportCheckConfig:
+    """``labkit.workers.transport``: the solve operator's two transports, checked and timed.
+
+    ``rounds`` rounds of a ring exchange (each rank sends ``values`` doubles to the next rank
+    and receives from the previous one) followed by an all-reduce, every message's contents
+    checked; with ``jitter_us`` each rank waits a random time up to that before each round, so
+    that ranks run out of step and the mailboxes' flow control is exercised. Then ``repeat``
+    timed rounds without jitter: the latency of one exchange and of one small all-reduce.
+    """
+
+    transports: tuple = ("shm", "torch")
+    rounds: int = 300
+    values: int = 700
+    jitter_us: float = 200.0
+    repeat: int = 300
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.transports or any(t not in ("shm", "torch") for t in self.transports):
+            raise UsageError(f"transports must be some of shm, torch; got {self.transports!r}")
+        for name in ("rounds", "values", "repeat"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.jitter_us < 0:
+            raise UsageError(f"jitter_us must be >= 0, got {self.jitter_us}")

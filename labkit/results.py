@@ -5,7 +5,8 @@ File format::
     {"format": "labkit-results", "version": 1, "rows": [{...}, ...]}
 
 * **Upsert by a key the caller names**: a new row replaces the stored row with the same values in
-  the key fields (for the solve lab: mode, world_size, dof_per_rank, partitioner, method).
+  the key fields (for the solve lab: mode, world_size, dof_per_rank, partitioner, method, dim,
+  rhs, engine, transport).
 * **Atomic and locked**: writers take an exclusive ``flock`` on ``PATH.lock`` for the whole
   read-modify-write, write a temporary file in the same folder, ``fsync`` it and ``os.replace``
   it over the old file. A writer killed mid-write (even by SIGKILL) leaves either the old file or

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ import torch
 
 from labkit.cli import main
 from labkit.errors import UsageError
+from labkit.launch import OversubscribedWarning
 from labkit.solve import krylov
 from labkit.solve.config import SolveConfig, closest_grid
 from labkit.solve.measure import add_scaling_columns, bytes_per_iteration, spmv_bytes
@@ -110,6 +112,7 @@ def test_closest_grid_weak_mode():
     ({"modes": ("weak",), "dof_per_rank": 10, "total_dof": 100}, "--total-dof is for strong"),
     ({"modes": ("weak",)}, "need --dof-per-rank"),
     ({}, "strong mode needs --total-dof"),
+    ({"total_dof": 100, "transport": "mpi"}, "unknown transport"),
 ])
 def test_bad_config_is_a_usage_error(kwargs, match):
     with pytest.raises(UsageError, match=match):
@@ -135,6 +138,7 @@ def test_metis_without_pymetis_is_a_usage_error(monkeypatch):
     ["--total-dof", "1", "--nproc", "2"],
     ["--mode", "strong", "--dof-per-rank", "100"],
     ["--mode", "weak", "--total-dof", "100"],
+    ["--total-dof", "100", "--transport", "mpi"],
 ])
 def test_cli_bad_input_exits_2_and_writes_nothing(argv, tmp_path, capsys):
     out, fig = tmp_path / "rows.json", tmp_path / "fig.png"
@@ -225,13 +229,14 @@ def test_bytes_model_and_scaling_columns():
 
 # -- launches ------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_two_rank_solution_equals_one_rank_and_scipy():
+@pytest.mark.parametrize("transport", ["shm", "torch"])
+def test_two_rank_solution_equals_one_rank_and_scipy(transport):
     from labkit.config import to_dict
     from labkit.launch import launch
 
     cfg = SolveConfig(modes=("strong",), world_sizes=(2,), total_dof=3000,
                       methods=("cg", "pipecg", "minres"), partitioners=("simple", "metis"),
-                      warmup=0, repeat=1, keep_solution=True)
+                      warmup=0, repeat=1, keep_solution=True, transport=transport)
     dims = closest_grid(3000, 2)
     res = launch("solve", 2, to_dict(cfg), timeout_s=LAUNCH_TIMEOUT_S)
     A = global_matrix(dims)
@@ -245,11 +250,45 @@ def test_two_rank_solution_equals_one_rank_and_scipy():
         assert np.abs(x - x_one).max() <= 1e-6 * scale, key
         assert np.abs(x - x_scipy).max() <= 1e-6 * scale, key
     for row in res.rows():
-        assert row["gate_passed"] and row["world_size"] == 2
+        assert row["gate_passed"] and row["world_size"] == 2 and row["transport"] == transport
         if row["method"] in ("cg", "pipecg"):
             assert abs(row["iterations"] - scipy_its) <= 0.02 * scipy_its + 1
         assert row["halo_values"] == sum(row["halo_values_per_rank"]) > 0
         assert sum(row["owned_rows_per_rank"]) == row["dof_global"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_shm_transport_delivers_every_message_in_order(nproc):
+    """Ranks out of step by random waits, 3 ranks on 2 cores included (the polling must yield):
+    every value received is the one sent, every all-reduce sums right, on both transports."""
+    from labkit.checks import TransportCheckConfig
+    from labkit.config import to_dict
+    from labkit.launch import launch
+
+    cfg = TransportCheckConfig(rounds=150, values=257, jitter_us=300.0, repeat=50)
+    with warnings.catch_warnings():  # 3 ranks on 2 cores: oversubscribed on purpose
+        warnings.simplefilter("ignore", OversubscribedWarning)
+        rows = launch("transport", nproc, to_dict(cfg), timeout_s=LAUNCH_TIMEOUT_S).rows()
+    assert [r["transport"] for r in rows] == ["shm", "torch"]
+    for r in rows:
+        assert r["errors"] == 0 and r["rounds"] == 150, r
+        assert 0 < r["exchange_time_p50_s"] < 1 and 0 < r["allreduce_time_p50_s"] < 1
+
+
+def test_transport_choice():
+    from labkit.runtime import Runtime
+    from labkit.solve.transport import TorchTransport, make_transport, shm_possible
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert shm_possible(2, 1, cpu) == "ranks span several hosts"
+    assert shm_possible(2, 2, cuda) == "tensors live on cuda"
+    one_node_gpu = Runtime(0, 2, 0, 2, "nccl", cuda)
+    assert isinstance(make_transport("auto", one_node_gpu, {}, {}), TorchTransport)
+    with pytest.raises(ValueError, match="shm is not possible: tensors live on cuda"):
+        make_transport("shm", one_node_gpu, {}, {})
+    with pytest.raises(ValueError, match="unknown transport"):
+        make_transport("mpi", one_node_gpu, {}, {})
 
 
 @pytest.mark.slow

@@ -36,6 +36,9 @@ def register(sub) -> None:
     p.add_argument("--rhs", default="random", help="random (default), ones, manufactured")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--engine", default="labkit", help="labkit (default) or torch-sla")
+    p.add_argument("--transport", default="auto",
+                   help="how halos and all-reduces travel: auto (default: shared memory when all "
+                        "ranks are on one CPU host, else torch.distributed), shm, torch")
     p.add_argument("--json", metavar="PATH", help="upsert the rows into this results file")
     p.add_argument("--plot", metavar="PATH", help="write the three-panel figure (PNG/SVG)")
     p.add_argument("--plot-only", action="store_true",
@@ -98,7 +101,7 @@ def cmd_solve(args) -> int:
                 total_dof=args.total_dof, methods=args.method, partitioners=args.partitioner,
                 rhs=args.rhs, rtol=args.rtol, maxiter=args.maxiter, restart=args.restart,
                 warmup=args.warmup, repeat=args.repeat, seed=args.seed, engine=args.engine,
-                nnodes=args.nnodes)
+                transport=args.transport, nnodes=args.nnodes)
     if args.json:
         from ..results import check_writable
 
@@ -110,7 +113,7 @@ def cmd_solve(args) -> int:
                        partitioners=args.partitioner, rhs=args.rhs, rtol=args.rtol,
                        maxiter=args.maxiter, restart=args.restart, warmup=args.warmup,
                        repeat=args.repeat, seed=args.seed, engine=args.engine,
-                       json_path=args.json, **launch_kwargs(args))
+                       transport=args.transport, json_path=args.json, **launch_kwargs(args))
     if args.json:
         print(f"wrote {len(df)} row(s) to {args.json}", file=sys.stderr)
     print_tables(df)

@@ -13,6 +13,9 @@ PARTITIONERS = ("simple", "coordinate", "metis")
 MODES = ("weak", "strong", "throughput")
 RHS_KINDS = ("random", "ones", "manufactured")
 ENGINES = ("labkit", "torch-sla")
+#: how labkit's operator moves halos and all-reduces (labkit.solve.transport); auto: shm where
+#: every rank is on one CPU host, else torch.distributed
+TRANSPORTS = ("auto", "torch", "shm")
 #: modes that hold the DOF per rank fixed (they need --dof-per-rank); strong needs --total-dof
 PER_RANK_MODES = ("weak", "throughput")
 
@@ -54,6 +57,7 @@ class SolveConfig:
     repeat: int = 3
     seed: int = 0
     engine: str = "labkit"
+    transport: str = "auto"
     gate_factor: float = 2.0
     keep_solution: bool = False  # tests: rank 0's payload carries each point's global x
 
@@ -69,6 +73,7 @@ class SolveConfig:
             _one_of("partitioner", p, PARTITIONERS)
         _one_of("rhs", self.rhs, RHS_KINDS)
         _one_of("engine", self.engine, ENGINES)
+        _one_of("transport", self.transport, TRANSPORTS)
         if self.dim not in (2, 3):
             raise UsageError(f"dim must be 2 or 3, got {self.dim!r}")
         for n in self.world_sizes:

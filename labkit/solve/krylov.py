@@ -87,6 +87,9 @@ def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
         beta = gamma / gamma_old;  alpha = gamma / (delta - beta * gamma / alpha_old)
         p = u + beta p;  s = w + beta s       (s = A p, kept by recurrence)
         x += alpha p;    r -= alpha s
+
+    The ``x`` update is applied one iteration late, while the next all-reduce is in flight
+    (the same arithmetic in the same order: the result is bit-identical).
     """
     sw = op.sw
     n = op.n_owned
@@ -111,18 +114,26 @@ def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
             with sw("vector"):
                 torch.mul(r, dinv, out=u)
         op.matvec(u_ext, w)
-        if jacobi:
-            gamma, delta, rr = op.dots([(r, u), (w, u), (r, r)])
-        else:
-            gamma, delta = op.dots([(r, r), (w, r)])
-            rr = gamma
+        with sw("vector"):
+            pairs = [(r, u), (w, u), (r, r)] if jacobi else [(r, r), (w, r)]
+            red = torch.stack([torch.dot(a, c) for a, c in pairs])
+        pending = op.allreduce_start(red)
+        if k > 0:
+            # last iteration's x += alpha p, done while the all-reduce is in flight: nothing
+            # else reads x, and p and alpha change only after the wait. The wait then hides
+            # the other rank's lateness behind useful work instead of idling.
+            with sw("vector"):
+                x.add_(p, alpha=alpha)
+        op.wait(pending, "allreduce")
+        vals = red.tolist()
+        gamma, delta = vals[0], vals[1]
+        rr = vals[2] if jacobi else gamma
         if math.sqrt(max(rr, 0.0)) <= tol or k >= maxiter or delta == 0.0:
             break
         alpha, beta = _cg_steps(k, gamma, gamma_old, delta, alpha)
         with sw("vector"):
             torch.add(u, p, alpha=beta, out=p)
             torch.add(w, s, alpha=beta, out=s)
-            x.add_(p, alpha=alpha)
             r.add_(s, alpha=-alpha)
         gamma_old = gamma
         k += 1

@@ -12,6 +12,9 @@ wait for it, then one SpMV over all rows; every microsecond of message latency i
 setup into *interior* rows (no halo column) and *boundary* rows; it posts the isend/irecv,
 computes the interior rows while the messages travel, waits, then computes the boundary rows.
 
+The messages travel through ``transport`` (:mod:`labkit.solve.transport`): torch.distributed,
+or shared-memory mailboxes between the ranks of one host; the operator's code is the same.
+
 Every piece of work is charged to a bucket of the operator's :class:`~labkit.timing.Stopwatch`
 (``spmv``, ``halo``, ``allreduce``; the Krylov methods add ``vector``). With overlap, ``halo``
 and ``allreduce`` hold the *exposed* communication time: posting the messages (gathering the
@@ -25,10 +28,10 @@ import warnings
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from ..timing import Stopwatch
 from .partition import LocalPart
+from .transport import TorchTransport
 
 
 class DistOperator:
@@ -36,8 +39,9 @@ class DistOperator:
 
     def __init__(self, local: LocalPart, indptr: np.ndarray, cols: np.ndarray, vals: np.ndarray,
                  *, world_size: int, device: torch.device | None = None,
-                 dtype: torch.dtype = torch.float64):
+                 dtype: torch.dtype = torch.float64, transport=None):
         self.local = local
+        self.comm = transport or TorchTransport()  # see labkit.solve.transport
         self.n_owned, self.n_halo = local.n_owned, local.n_halo
         self.n_ext = self.n_owned + self.n_halo
         self.world_size = world_size
@@ -122,10 +126,10 @@ class DistOperator:
         with self.sw("halo"):
             owned = x_ext[: self.n_owned]
             for (q, lo, hi) in self._recv_slices:
-                reqs.append(dist.irecv(x_ext[lo:hi], src=q))
+                reqs.append(self.comm.irecv(x_ext[lo:hi], q))
             for (q, idx), buf in zip(self._send_idx, self._send_buf):
                 torch.index_select(owned, 0, idx, out=buf)
-                reqs.append(dist.isend(buf, dst=q))
+                reqs.append(self.comm.isend(buf, q))
         return reqs
 
     def wait(self, reqs, bucket: str = "halo") -> None:
@@ -143,7 +147,7 @@ class DistOperator:
         """Sum ``t`` (a few dot products packed together) over ranks: one message, in place."""
         if self.world_size > 1:
             with self.sw("allreduce"):
-                dist.all_reduce(t)
+                self.comm.all_reduce(t)
         return t
 
     def allreduce_start(self, t: torch.Tensor):
@@ -152,7 +156,7 @@ class DistOperator:
         if self.world_size == 1:
             return None
         with self.sw("allreduce"):
-            return [dist.all_reduce(t, async_op=True)]
+            return [self.comm.all_reduce(t, async_op=True)]
 
     def dots(self, pairs) -> list[float]:
         """Global dot products of ``[(a, b), ...]`` (owned parts) with ONE fused all-reduce."""

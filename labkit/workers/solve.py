@@ -15,6 +15,7 @@ that share a grid (weak and throughput at the same DOF per rank) are measured on
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numpy as np
@@ -28,6 +29,7 @@ from labkit.solve.measure import SPMVS_PER_ITERATION, bandwidth_columns, bytes_p
 from labkit.solve.operator import DistOperator
 from labkit.solve.partition import Partition, make_partition, summarize_locals
 from labkit.solve.problems import local_system
+from labkit.solve.transport import make_transport
 from labkit.timing import summarize
 from labkit.workers._harness import worker_main
 
@@ -173,8 +175,14 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
                 else:
                     part = build_partition(rt, kind, dims)
                 local, (indptr, cols, vals), b = local_system(dims, part, rt.rank, cfg.rhs, cfg.seed)
+                comm = make_transport(
+                    cfg.transport if cfg.engine == "labkit" else "torch", rt,
+                    {q: len(local.send[q]) for q in local.neighbours},
+                    dict(zip(local.neighbours, local.recv_counts)),
+                    timeout_s=float(os.environ.get("LABKIT_PG_TIMEOUT_S", 600)),
+                    max_reduce=max(16, cfg.restart + 2))
                 op = DistOperator(local, indptr, cols, vals, world_size=rt.world_size,
-                                  device=rt.device)
+                                  device=rt.device, transport=comm)
                 stats = [None] * rt.world_size
                 dist.all_gather_object(stats, (local.n_owned, local.n_halo, local.cut_edges,
                                                op.nnz))
@@ -195,6 +203,8 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
                     "dof_per_rank": int(round(n_global / rt.world_size)),
                     "dof_requested": cfg.dof_requested(mode),
                     "partitioner": kind, "method": method, "engine": cfg.engine,
+                    # what carried the halos and all-reduces: shm or torch (gloo / nccl)
+                    "transport": op.comm.name if rt.world_size > 1 else None,
                     "rhs": cfg.rhs, "rhs_is_eigenvector": cfg.rhs == "manufactured",
                     "rtol": cfg.rtol, "restart": cfg.restart if method == "gmres" else None,
                     "warmup": cfg.warmup, "repeat": cfg.repeat,
