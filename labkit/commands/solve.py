@@ -68,14 +68,15 @@ def print_tables(df, file=None) -> None:
             dof_r=part["dof_per_rank"].map(lambda v: f"{v:,}"),
             eff=part["efficiency"].map(lambda v: "-" if v is None or v != v else f"{100 * v:.1f}%"),
             bw=part["bandwidth_fraction"].astype(float).round(2),
-            gate=part["gate_passed"].map(lambda v: "ok" if v else "FAILED"))
+            gate=part["gate_passed"].map(lambda v: "ok" if v else "FAILED"),
+            transport=part["transport"].map(lambda v: v if isinstance(v, str) else "-") if "transport" in part else "-")
         t = t.rename(columns={"dof_g": "DOF(global)", "dof_r": "DOF/rank", "time_s": "time(s)",
                               "ms_per_it": "ms/it", "rel_res": "rel.res", "dof_per_s": "DOF/s",
                               "eff": "efficiency", "bw": "bw.frac"})
         print("=" * 78, file=file)
         print(f"{mode.upper()} SCALING", file=file)
         print("=" * 78, file=file)
-        print_frame(t, ["ranks", "DOF(global)", "DOF/rank", "engine", "partitioner", "method", "time(s)",
+        print_frame(t, ["ranks", "DOF(global)", "DOF/rank", "engine", "transport", "partitioner", "method", "time(s)",
                         "iterations", "ms/it", "rel.res", "DOF/s", "efficiency", "bw.frac",
                         "gate"], file=file)
 
