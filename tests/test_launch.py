@@ -171,7 +171,10 @@ def test_ctrl_c_or_sigterm_kills_the_whole_launch(signame):
     import uuid
 
     mark = f"LABKIT_TEST_MARK={uuid.uuid4().hex}".encode()
-    code = ("from labkit.launch import launch\n"
+    # SIGUSR1 makes the host print every thread's stack: the failure message shows where it hung
+    code = ("import faulthandler, signal\n"
+            "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+            "from labkit.launch import launch\n"
             "launch('selftest', 2, {'fault': 'hang', 'fault_rank': 1}, timeout_s=300)\n")
     env = {**os.environ, "LABKIT_TEST_MARK": mark.split(b"=")[1].decode()}
     host = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
@@ -193,7 +196,15 @@ def test_ctrl_c_or_sigterm_kills_the_whole_launch(signame):
         time.sleep(0.5)
     time.sleep(3)  # let the ranks reach the hanging all-reduce
     host.send_signal(getattr(signal, signame))
-    _, err = host.communicate(timeout=60)
+    try:
+        _, err = host.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        host.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        host.kill()
+        _, err = host.communicate()
+        pytest.fail(f"the host did not exit within 60 s of {signame}; its threads:\n"
+                    + err.decode(errors="replace")[-6000:])
     assert host.returncode != 0
     assert (b"KeyboardInterrupt" if signame == "SIGINT" else b"Terminated: received SIGTERM") in err
     deadline = time.time() + 10
