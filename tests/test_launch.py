@@ -177,7 +177,11 @@ def test_ctrl_c_or_sigterm_kills_the_whole_launch(signame):
             "from labkit.launch import launch\n"
             "launch('selftest', 2, {'fault': 'hang', 'fault_rank': 1}, timeout_s=300)\n")
     env = {**os.environ, "LABKIT_TEST_MARK": mark.split(b"=")[1].decode()}
-    host = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE)
+    # A background job of a non-interactive shell (`bash .ci/run &`) starts with SIGINT ignored,
+    # and Python then installs no KeyboardInterrupt handler: Ctrl-C could not reach the host at
+    # all. Give the host the default disposition a terminal would.
+    host = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def marked():
         pids = []
