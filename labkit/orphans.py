@@ -18,9 +18,9 @@ import time
 LAUNCH_ENV = "LABKIT_LAUNCH_ID"
 
 
-def processes_of(launch_id: str) -> list[int]:
-    """PIDs of live processes whose environment carries this launch id (Linux /proc)."""
-    needle = f"{LAUNCH_ENV}={launch_id}".encode()
+def processes_of(launch_id: str, var: str = LAUNCH_ENV) -> list[int]:
+    """PIDs of live processes whose environment has ``var=launch_id`` (Linux /proc)."""
+    needle = f"{var}={launch_id}".encode()
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

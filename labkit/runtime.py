@@ -67,12 +67,17 @@ def init(timeout_s: float | None = None) -> Runtime:
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    timeout = _dt.timedelta(seconds=float(timeout_s or os.environ.get("LABKIT_PG_TIMEOUT_S", 600)))
+    timeout = _dt.timedelta(seconds=float(timeout_s or pg_timeout_s()))
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout,
                             **kwargs)
     _RUNTIME = Runtime(rank, world_size, local_rank, local_world_size, backend, device)
     return _RUNTIME
+
+
+def pg_timeout_s() -> float:
+    """How long a rank waits for its peers before giving up: ``LABKIT_PG_TIMEOUT_S`` (600 s)."""
+    return float(os.environ.get("LABKIT_PG_TIMEOUT_S", 600))
 
 
 def finalize() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from labkit import launch as L
 from labkit.errors import LaunchTimeout, RankFailed, UsageError
+from labkit.orphans import processes_of
 
 from .conftest import LAUNCH_TIMEOUT_S
 
@@ -170,13 +171,13 @@ def test_ctrl_c_or_sigterm_kills_the_whole_launch(signame):
     import sys
     import uuid
 
-    mark = f"LABKIT_TEST_MARK={uuid.uuid4().hex}".encode()
+    mark = uuid.uuid4().hex
     # SIGUSR1 makes the host print every thread's stack: the failure message shows where it hung
     code = ("import faulthandler, signal\n"
             "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
             "from labkit.launch import launch\n"
             "launch('selftest', 2, {'fault': 'hang', 'fault_rank': 1}, timeout_s=300)\n")
-    env = {**os.environ, "LABKIT_TEST_MARK": mark.split(b"=")[1].decode()}
+    env = {**os.environ, "LABKIT_TEST_MARK": mark}
     # A background job of a non-interactive shell (`bash .ci/run &`) starts with SIGINT ignored,
     # and Python then installs no KeyboardInterrupt handler: Ctrl-C could not reach the host at
     # all. Give the host the default disposition a terminal would.
@@ -184,16 +185,7 @@ def test_ctrl_c_or_sigterm_kills_the_whole_launch(signame):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def marked():
-        pids = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != host.pid:
-                try:
-                    with open(f"/proc/{entry}/environ", "rb") as f:
-                        if mark in f.read().split(b"\0"):
-                            pids.append(int(entry))
-                except OSError:
-                    pass
-        return pids
+        return [p for p in processes_of(mark, "LABKIT_TEST_MARK") if p != host.pid]
 
     deadline = time.time() + 120
     while len(marked()) < 3 and time.time() < deadline:  # torchrun + 2 ranks

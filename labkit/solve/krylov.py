@@ -114,9 +114,7 @@ def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
             with sw("vector"):
                 torch.mul(r, dinv, out=u)
         op.matvec(u_ext, w)
-        with sw("vector"):
-            pairs = [(r, u), (w, u), (r, r)] if jacobi else [(r, r), (w, r)]
-            red = torch.stack([torch.dot(a, c) for a, c in pairs])
+        red = op.local_dots([(r, u), (w, u), (r, r)] if jacobi else [(r, r), (w, r)])
         pending = op.allreduce_start(red)
         if k > 0:
             # last iteration's x += alpha p, done while the all-reduce is in flight: nothing
@@ -172,8 +170,7 @@ def pipecg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int) -> Solu
     nv, z, s, p = op.new(), op.new(), op.new(), op.new()
     k, alpha, gamma_old = 0, 0.0, 0.0
     while True:
-        with sw("vector"):
-            red = torch.stack([torch.dot(r, r), torch.dot(w, r)])
+        red = op.local_dots([(r, r), (w, r)])
         pending = op.allreduce_start(red)
         op.matvec(w_ext, nv)
         op.wait(pending, "allreduce")

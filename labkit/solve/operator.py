@@ -158,11 +158,15 @@ class DistOperator:
         with self.sw("allreduce"):
             return [self.comm.all_reduce(t, async_op=True)]
 
+    def local_dots(self, pairs) -> torch.Tensor:
+        """This rank's dot products of ``[(a, b), ...]`` (owned parts), packed into one tensor
+        for one fused all-reduce (:meth:`allreduce` or :meth:`allreduce_start`)."""
+        with self.sw("vector"):  # the local dot products are vector work
+            return torch.stack([torch.dot(a, b) for a, b in pairs])
+
     def dots(self, pairs) -> list[float]:
         """Global dot products of ``[(a, b), ...]`` (owned parts) with ONE fused all-reduce."""
-        with self.sw("vector"):  # the local dot products are vector work
-            buf = torch.stack([torch.dot(a, b) for a, b in pairs])
-        return self.allreduce(buf).tolist()
+        return self.allreduce(self.local_dots(pairs)).tolist()
 
     # -- the operator ----------------------------------------------------------------------------
     def matvec_naive(self, x_ext: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

@@ -43,7 +43,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-TRANSPORTS = ("auto", "torch", "shm")
+from ..runtime import pg_timeout_s
+from .config import TRANSPORTS
+
 MAX_REDUCE = 16  # default capacity of one all-reduce, in doubles (GMRES(m) needs m + 1)
 
 
@@ -232,9 +234,10 @@ def shm_possible(world_size: int, local_world_size: int, device: torch.device) -
     return None
 
 
-def make_transport(kind: str, rt, send_counts: dict, recv_counts: dict, timeout_s: float = 600.0,
-                   max_reduce: int = MAX_REDUCE):
-    """The transport ``kind`` (``auto``, ``torch`` or ``shm``) for this rank's operator."""
+def make_transport(kind: str, rt, send_counts: dict, recv_counts: dict,
+                   timeout_s: float | None = None, max_reduce: int = MAX_REDUCE):
+    """The transport ``kind`` (``auto``, ``torch`` or ``shm``) for this rank's operator; shm
+    waits ``timeout_s`` for a peer (default: the process group's, :func:`pg_timeout_s`)."""
     if kind not in TRANSPORTS:
         raise ValueError(f"unknown transport {kind!r} (one of {', '.join(TRANSPORTS)})")
     if kind == "torch" or rt.world_size == 1:
@@ -244,5 +247,6 @@ def make_transport(kind: str, rt, send_counts: dict, recv_counts: dict, timeout_
         if kind == "shm":
             raise ValueError(f"transport shm is not possible: {why}")
         return TorchTransport()
-    return ShmTransport(rt.rank, rt.world_size, send_counts, recv_counts, timeout_s=timeout_s,
+    return ShmTransport(rt.rank, rt.world_size, send_counts, recv_counts,
+                        timeout_s=pg_timeout_s() if timeout_s is None else timeout_s,
                         max_reduce=max_reduce)

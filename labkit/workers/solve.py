@@ -15,7 +15,6 @@ that share a grid (weak and throughput at the same DOF per rank) are measured on
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import numpy as np
@@ -179,7 +178,6 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
                     cfg.transport if cfg.engine == "labkit" else "torch", rt,
                     {q: len(local.send[q]) for q in local.neighbours},
                     dict(zip(local.neighbours, local.recv_counts)),
-                    timeout_s=float(os.environ.get("LABKIT_PG_TIMEOUT_S", 600)),
                     max_reduce=max(16, cfg.restart + 2))
                 op = DistOperator(local, indptr, cols, vals, world_size=rt.world_size,
                                   device=rt.device, transport=comm)

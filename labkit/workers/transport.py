@@ -14,7 +14,6 @@ rounds. One row per transport with ``errors`` (must be 0) and the medians
 
 from __future__ import annotations
 
-import os
 import random
 import time
 
@@ -36,8 +35,7 @@ def _busy(us: float) -> None:
 def check(rt, cfg: TransportCheckConfig, kind: str) -> dict:
     P, r, n = rt.world_size, rt.rank, cfg.values
     nxt, prv = (r + 1) % P, (r - 1) % P
-    comm = make_transport(kind, rt, {nxt: n}, {prv: n},
-                          timeout_s=float(os.environ.get("LABKIT_PG_TIMEOUT_S", 600)))
+    comm = make_transport(kind, rt, {nxt: n}, {prv: n})
     rng = random.Random(cfg.seed + r)
     send = torch.empty(n, dtype=torch.float64)
     recv = torch.empty(n, dtype=torch.float64)
@@ -45,13 +43,15 @@ def check(rt, cfg: TransportCheckConfig, kind: str) -> dict:
     ramp = torch.arange(n, dtype=torch.float64)
     errors = 0
 
+    def exchange():
+        for q in [comm.irecv(recv, prv), comm.isend(send, nxt)]:
+            q.wait()
+
     def one_round(i: int, jitter: float) -> int:
         if jitter:
             _busy(rng.uniform(0, jitter))
         send.copy_(ramp + 1000.0 * i + 1e6 * r)
-        reqs = [comm.irecv(recv, prv), comm.isend(send, nxt)]
-        for q in reqs:
-            q.wait()
+        exchange()
         red.copy_(torch.tensor([1.0, float(r), float(i)]))
         comm.all_reduce(red)
         bad = int(not torch.equal(recv, ramp + 1000.0 * i + 1e6 * prv))
@@ -60,10 +60,6 @@ def check(rt, cfg: TransportCheckConfig, kind: str) -> dict:
 
     for i in range(cfg.rounds):
         errors += one_round(i, cfg.jitter_us)
-
-    def exchange():
-        for q in [comm.irecv(recv, prv), comm.isend(send, nxt)]:
-            q.wait()
 
     # no barrier per repeat: gloo's barrier releases ranks up to ~0.1 ms apart, which the shm
     # timings would then show as latency; the ring itself keeps the ranks in step
