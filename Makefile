@@ -1,4 +1,5 @@
-# Two entry points (see README): `make lab` runs the lab, `make test` runs the tests.
+# Two entry points (see README): `make lab` runs the lab, `make test` runs the tests;
+# `make notebook` opens the tutorials in JupyterLab.
 # Both set everything up first on a fresh machine; set-up steps are stamped so reruns are quick.
 
 PYTHON ?= python3
@@ -6,12 +7,18 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.labkit-installed
 
-.PHONY: lab test setup setup-browser lint clean
+.PHONY: lab test notebook setup setup-browser setup-slurm lint clean
 
+# the Quarto website when `quarto` is on PATH, else the preview; the last lines say which
 lab: setup
 	$(VENV)/bin/labkit lab
 
-test: setup setup-browser
+# JupyterLab of .venv on notebooks/, the labkit-python3 kernel registered; --allow-root only
+# when run as root. A notebook writes its results to notebooks/results/ (git-ignored).
+notebook: setup
+	$(VENV)/bin/labkit notebook
+
+test: setup setup-browser setup-slurm
 	$(VENV)/bin/ruff check labkit tests notebooks benchmarks
 	$(VENV)/bin/pytest -q --durations=15
 
@@ -22,19 +29,29 @@ setup: $(STAMP) node_modules/.package-lock.json
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[notebooks,metis,dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[notebooks,metis,dev,mlsysim]"
 	touch $@
 
-# the offline widget renderer and require.js for the preview site (npm registry)
+# the offline widget renderer, require.js, jQuery and MathJax for both websites (npm registry)
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 
-# Debian's chromium, for the browser test of the preview site (root on these machines)
+# Debian's chromium, for the browser tests (JupyterLab, the Quarto site, the preview), driven by
+# Playwright from the dev extra (root on these machines)
 setup-browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+# Debian's slurm-wlm and munge, for the test against a real SLURM (tests/slurm/ starts its own
+# daemons, nothing is enabled): installed when make runs as root with apt; elsewhere that test is
+# skipped and says why
+setup-slurm:
+	@test -x /usr/sbin/slurmd -a -x /usr/sbin/slurmctld -a -x /usr/sbin/munged || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null; \
+	else echo "setup-slurm: not root with apt-get: the real-SLURM test will be skipped"; fi
 
 lint: setup
 	$(VENV)/bin/ruff check labkit tests notebooks benchmarks
 
 clean:
-	rm -rf _executed _site _preview .pytest_cache
+	rm -rf _executed _site _preview .quarto .pytest_cache

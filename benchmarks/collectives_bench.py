@@ -1,6 +1,6 @@
 """Does `labkit collectives` measure the collective, not its harness?
 
-Side by side in one run, alternating: `labkit.commlab.collectives` (all-reduce, 2 ranks)
+Side by side in one run, alternating: `labkit.collectives.run` (all-reduce, 2 ranks)
 and a bare torchrun script timing a plain loop of dist.all_reduce at the same sizes (same thread
 count, same iterations). Each is repeated REPEATS times; the busbw per size is the median over
 repeats; the ratio labkit / raw should be within 10%. Which goes first alternates. The machine may be shared:
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.comm import busbw_gb_per_s, parse_size, size_sweep
-from labkit.commlab import collectives
+from labkit import collectives
+from labkit.collectives.formulas import busbw_gb_per_s, parse_size, size_sweep
+from labkit.launch import LaunchOptions
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,17 +51,22 @@ def main():
         # alternate which goes first: on a shared machine the load drifts between launches
         for which in (("lab", "raw") if k % 2 == 0 else ("raw", "lab")):
             if which == "lab":
-                df = collectives([2], min_bytes=min(sizes), max_bytes=max(sizes), factor=a.factor,
-                                 iters=a.iters, warmup=a.warmup, check=False, progress=False,
-                                 threads_per_rank=1)
+                config = collectives.CollectivesConfig(
+                    min_bytes=min(sizes), max_bytes=max(sizes), factor=a.factor, iters=a.iters,
+                    warmup=a.warmup, check=False)
+                df = collectives.run(config, launch=LaunchOptions(nprocs=(2,), progress=False,
+                                                                  threads_per_rank=1))
                 for r in df.itertuples():
                     lab[r.size_bytes].append(r.busbw_gb_per_s)
                     lab_mean[r.size_bytes].append(
-                        busbw_gb_per_s("all_reduce", 2, r.size_bytes, r.time_mean_s))
+                        busbw_gb_per_s(op="all_reduce", ranks=2, size_bytes=r.size_bytes,
+                                       time_s=r.time_mean_s))
             else:
                 for s, (t50, tloop) in raw(sizes, a.iters, a.warmup).items():
-                    base[s].append(busbw_gb_per_s("all_reduce", 2, s, t50))
-                    base_loop[s].append(busbw_gb_per_s("all_reduce", 2, s, tloop))
+                    base[s].append(busbw_gb_per_s(op="all_reduce", ranks=2, size_bytes=s,
+                                                  time_s=t50))
+                    base_loop[s].append(busbw_gb_per_s(op="all_reduce", ranks=2, size_bytes=s,
+                                                       time_s=tloop))
         print(f"repeat {k + 1}/{a.repeats} done", file=sys.stderr)
     print(f"all_reduce, 2 ranks, 1 thread each, {a.iters} iters, median of {a.repeats} repeats, "
           f"load average {os.getloadavg()[0]:.1f}")

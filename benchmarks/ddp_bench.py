@@ -1,7 +1,9 @@
-"""DDP lab benchmarks: (1) the harness does not distort the step it times, (2) DDP vs no DDP.
+"""DDP lab benchmarks: (1) the harness does not distort the step it times, (2) DDP vs no DDP,
+like with like, against the model of the DDP step and the targets.
 
-    .venv/bin/python benchmarks/ddp_bench.py               # both parts, ~3-5 min on 2 cores
+    .venv/bin/python benchmarks/ddp_bench.py               # both parts, ~4-6 min on 2 cores
     .venv/bin/python benchmarks/ddp_bench.py --part harness --blocks 9
+    .venv/bin/python benchmarks/ddp_bench.py --part ddp --repeats 5
 
 Part 1, in this process (a world of one, like the 1-rank launch): the same model, optimizer and
 batch stepped by a bare loop (``perf_counter`` around each step, nothing else) and by
@@ -10,11 +12,17 @@ barrier before each step, a closure, a sync), alternating in short blocks so mac
 both alike (one torch thread by default: spinning OpenMP threads make multi-threaded steps
 swing with the neighbours' load). Reports the median over steps of each and their ratio; the goal is within 2%.
 
-Part 2, real launches: ``ddp_scaling([1, 2])`` at batch 64 and 1024 per rank, repeated; medians of
-the p50 step times and of N=2 throughput against the no-DDP baseline (``vs_no_ddp``).
+Part 2, real launches: ``labkit.ddp.run`` on 1 and 2 ranks, one thread for every process
+(the no-DDP one included), over notebook 04's batch sweep, with the whole-machine run (every
+core as a thread) at the smallest and largest batch: rounds of both launches, their order
+swapped every round (so a load that drifts does not always fall on the same launch). Per batch
+the medians over rounds of the measured speedup against the no-DDP process and of the model's
+(:func:`labkit.ddp.formulas.add_prediction_columns`), the error, then the targets side by side
+with what was measured: 2 ranks at least 1.5x the no-DDP process at the largest batch, the
+model within 25% at every batch, and the crossover batch predicted and measured.
 
-The lab machines are shared: other jobs steal cores, so every number is a median of repeats
-measured side by side, and the load average is printed before and after.
+The lab machines are shared: other jobs steal cores, so every number is a median of rounds
+measured side by side, and the load average is printed with every round.
 """
 
 from __future__ import annotations
@@ -83,33 +91,78 @@ def harness_overhead(model_name: str, batch: int, blocks: int, steps_per_block: 
 
 
 def ddp_vs_baseline(batches: list[int], repeats: int, steps: int, warmup: int,
-                    threads_per_rank: int | None) -> None:
-    from labkit.ddp.run import ddp_scaling
+                    threads_per_rank: int) -> None:
+    import math
 
-    per = {b: {k: [] for k in ("t0", "t1", "t2", "vs", "exposed", "compute")} for b in batches}
-    for _ in range(repeats):  # both batch sizes inside each launch, so they see the same load
-        df = ddp_scaling([1, 2], batch_size=batches, steps=steps, warmup=warmup, progress=False,
-                         threads_per_rank=threads_per_rank)
+    from labkit import ddp
+    from labkit.launch import LaunchOptions
+
+    batches = sorted(batches)
+    ends = (batches[0], batches[-1])
+    config = ddp.DDPConfig(batch_size=tuple(batches), steps=steps, warmup=warmup,
+                           all_cores_batches=tuple(sorted(set(ends))))
+    keys = ("t0", "tw", "t2", "tc", "pred_t2", "vs", "pred", "err", "vs_all")
+    per = {b: {k: [] for k in keys} for b in batches}
+    cross = {"measured": [], "predicted": []}
+    for i in range(repeats):
+        order = (1, 2) if i % 2 == 0 else (2, 1)  # interleaved: the launch order swaps
+        load = os.getloadavg()[0]
+        df = ddp.run(config, launch=LaunchOptions(nprocs=order, threads_per_rank=threads_per_rank,
+                                                  progress=False))
         get = df.set_index(["batch_size", "variant", "world_size"])
         for b in batches:
+            two = get.loc[(b, "ddp", 2)]
             per[b]["t0"].append(get.loc[(b, "no_ddp", 1), "step_time_p50_s"])
-            per[b]["t1"].append(get.loc[(b, "ddp", 1), "step_time_p50_s"])
-            per[b]["t2"].append(get.loc[(b, "ddp", 2), "step_time_p50_s"])
-            per[b]["vs"].append(get.loc[(b, "ddp", 2), "speedup_vs_no_ddp"])
-            per[b]["exposed"].append(get.loc[(b, "ddp", 2), "exposed_comm_s"])
-            per[b]["compute"].append(get.loc[(b, "ddp", 2), "nosync_step_time_p50_s"])
-    med = statistics.median
-    t1 = threads_per_rank or "cores // ranks"
+            per[b]["tw"].append(get.loc[(b, "no_ddp_all_cores", 1), "step_time_p50_s"]
+                                if b in ends else math.nan)
+            per[b]["t2"].append(two.step_time_p50_s)
+            per[b]["tc"].append(two.nosync_step_time_p50_s)
+            per[b]["pred_t2"].append(two.predicted_step_time_s)
+            per[b]["vs"].append(two.speedup_vs_no_ddp)
+            per[b]["pred"].append(two.predicted_speedup_vs_no_ddp)
+            per[b]["err"].append(two.predicted_speedup_error_pct)
+            per[b]["vs_all"].append(two.get("speedup_vs_all_cores", math.nan))
+        c = ddp.report.crossover(ddp.report.select(df, ("no_ddp", "ddp")))
+        cross["measured"].append(c["measured"])
+        cross["predicted"].append(c["predicted"])
+        print(f"  round {i + 1}/{repeats}: launches {order}, load {load:.2f} -> "
+              f"{os.getloadavg()[0]:.2f}; crossover measured {c['measured']:.0f}, predicted "
+              f"{c['predicted']:.0f}; speedups " + ", ".join(
+                  f"{b}: {per[b]['vs'][-1]:.2f}/{per[b]['pred'][-1]:.2f}" for b in batches)
+              + " (measured/predicted)", flush=True)
+
+    def med(v):
+        v = [x for x in v if x == x]
+        return statistics.median(v) if v else math.nan
+
+    print(f"[ddp] mlp 4.2 M params, {threads_per_rank} thread(s) per process, {repeats} rounds of "
+          f"{steps - warmup} timed steps (medians over rounds)")
+    print(f"  {'batch':>5} {'no DDP':>9} {'DDP N=2':>9} {'compute':>9} {'model':>9} "
+          f"{'speedup':>8} {'model':>7} {'error':>7}  {'vs 1 proc, all cores':>20}")
     for b in batches:
         m = {k: med(v) for k, v in per[b].items()}
-        print(f"[ddp] mlp 4.2 M params, batch {b}/rank, threads per rank: {t1}, {repeats} repeats "
-              f"of {steps - warmup} timed steps (medians):")
-        print(f"  no DDP (1 process)  {m['t0'] * 1e3:9.1f} ms/step  {b / m['t0']:8.0f} samples/s")
-        print(f"  DDP N=1             {m['t1'] * 1e3:9.1f} ms/step  {b / m['t1']:8.0f} samples/s")
-        print(f"  DDP N=2             {m['t2'] * 1e3:9.1f} ms/step  {2 * b / m['t2']:8.0f} samples/s"
-              f"  (compute {m['compute'] * 1e3:.1f} ms, exposed all-reduce {m['exposed'] * 1e3:.1f} ms)")
-        print(f"  N=2 throughput / no DDP = {m['vs']:.2f}x   (repeats: "
-              + ", ".join(f"{v:.2f}" for v in per[b]["vs"]) + ")")
+        whole = (f"{m['vs_all']:.2f}x ({m['t0'] / m['tw']:.2f}x threads)" if b in ends else "")
+        print(f"  {b:5d} {m['t0'] * 1e3:7.1f}ms {m['t2'] * 1e3:7.1f}ms {m['tc'] * 1e3:7.1f}ms "
+              f"{m['pred_t2'] * 1e3:7.1f}ms {m['vs']:7.2f}x {m['pred']:6.2f}x {m['err']:+6.1f}%  "
+              f"{whole:>20}")
+    print("  (speedup = 2 t_no_DDP / t_DDP against the one-thread no-DDP process; model = "
+          "t_c + copies + max(0, alpha-beta all-reduce - window); error = predicted / measured - 1, median of "
+          "the rounds' errors)")
+    big = batches[-1]
+    vs_big = med(per[big]["vs"])
+    worst = max(batches, key=lambda b: abs(med(per[b]["err"])))
+    all_rounds = [abs(e) for b in batches for e in per[b]["err"]]
+    cm, cp = med(cross["measured"]), med(cross["predicted"])
+    print("\n  target                                         measured                     verdict")
+    print(f"  2 ranks >= 1.5x no DDP at batch {big:<5}          {vs_big:.2f}x (rounds: "
+          + ", ".join(f"{v:.2f}" for v in per[big]["vs"]) + f")   {'PASS' if vs_big >= 1.5 else 'FAIL'}")
+    print(f"  model within 25% at every batch               worst median {med(per[worst]['err']):+.1f}% "
+          f"(batch {worst}); worst single round {max(all_rounds):.1f}%   "
+          f"{'PASS' if all(abs(med(per[b]['err'])) <= 25 for b in batches) else 'FAIL'}")
+    print(f"  crossover batch, predicted vs measured        predicted {cp:.0f}, measured {cm:.0f} "
+          "(rounds: " + ", ".join(f"{p:.0f}/{m:.0f}" for p, m in zip(cross["predicted"],
+                                                                     cross["measured"]))
+          + f")   {'error ' + format(100 * (cp - cm) / cm, '+.0f') + '%' if cm == cm else 'n/a'}")
 
 
 def main(argv=None) -> int:
@@ -118,12 +171,13 @@ def main(argv=None) -> int:
     p.add_argument("--blocks", type=int, default=40)
     p.add_argument("--steps-per-block", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch threads in part 1")
-    p.add_argument("--batches", type=int, nargs="+", default=[64, 1024])
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--steps", type=int, default=14)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--threads-per-rank", type=int, default=None,
-                   help="part 2: OMP threads per rank (default: cores // ranks)")
+    p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256, 1024],
+                   help="part 2: batches per rank (notebook 04's sweep)")
+    p.add_argument("--repeats", type=int, default=3, help="part 2: rounds")
+    p.add_argument("--steps", type=int, default=6, help="part 2: steps per run (notebook 04's)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads-per-rank", type=int, default=1,
+                   help="part 2: threads of every process, the no-DDP one included")
     args = p.parse_args(argv)
     print(f"load average before: {os.getloadavg()} on {len(os.sched_getaffinity(0))} cores "
           "(shared machine: medians of repeats, side by side)")

@@ -8,7 +8,7 @@ then one labkit launch at 1 rank and one at 2 ranks (1 thread per rank; each lau
 solve, then --repeat timed solves, median; cg and the pipelined pipecg in the same launch; the
 default transport, shared memory), and one more 2-rank cg launch with ``transport="torch"``
 (halos and all-reduces through gloo), to show what the transport is worth. Rounds interleave the contenders so that a noisy
-neighbour on a shared machine hurts all of them alike. Targets (issue 3): 1 rank <= 1.15 x the
+neighbour on a shared machine hurts all of them alike. Targets: 1 rank <= 1.15 x the
 bandwidth floor and <= 0.9 x scipy per iteration; 2 ranks >= 1.6 x faster than 1; with --sla,
 torch-sla's 2-rank solve of the same problem >= 2 x slower than labkit's.
 """
@@ -50,9 +50,16 @@ def main(argv=None) -> int:
                         "round; needs pip install torch-sla -c constraints.txt)")
     args = p.parse_args(argv)
 
+    from labkit import solve
+    from labkit.launch import LaunchOptions
     from labkit.solve.config import closest_grid
     from labkit.solve.problems import global_matrix, rhs
-    from labkit.solve.run import solve_scaling
+
+    def solve_at(nprocs, **config):
+        cfg = solve.SolveConfig(total_dof=args.total_dof, partitioners=(args.partitioner,),
+                                rtol=args.rtol, **config)
+        return solve.run(cfg, launch=LaunchOptions(nprocs=nprocs, threads_per_rank=1,
+                                                   progress=False, timeout_s=3600))
 
     dims = closest_grid(args.total_dof, 2)
     A = global_matrix(dims).tocsr()
@@ -71,11 +78,7 @@ def main(argv=None) -> int:
         rec["scipy_s"].append(t)
         rec["scipy_it_s"].append(t / n_it)
         its["scipy"] = n_it
-        df = solve_scaling((1, 2), modes=("strong",), total_dof=args.total_dof,
-                           methods=("cg", "pipecg"),
-                           partitioners=(args.partitioner,), rtol=args.rtol, warmup=1,
-                           repeat=args.repeat, threads_per_rank=1, progress=False,
-                           timeout_s=3600)
+        df = solve_at((1, 2), methods=("cg", "pipecg"), warmup=1, repeat=args.repeat)
         for n, tag in ((1, "l1"), (2, "l2")):
             row = df[(df.world_size == n) & (df.method == "cg")].iloc[0]
             pipe = df[(df.world_size == n) & (df.method == "pipecg")].iloc[0]
@@ -89,18 +92,12 @@ def main(argv=None) -> int:
             rec[f"{tag}_floor_s"].append(row.bandwidth_floor_s)
             its[tag] = int(row.iterations)
         # the same 2-rank cg with halos and all-reduces through gloo instead of shared memory
-        gloo = solve_scaling((2,), modes=("strong",), total_dof=args.total_dof, methods=("cg",),
-                             partitioners=(args.partitioner,), rtol=args.rtol, warmup=1,
-                             repeat=args.repeat, threads_per_rank=1, transport="torch",
-                             progress=False, timeout_s=3600).iloc[0]
+        gloo = solve_at((2,), warmup=1, repeat=args.repeat, transport="torch").iloc[0]
         assert gloo.gate_passed, f"gloo transport: gate failed, rel.res {gloo.rel_residual:.2e}"
         rec["g2_s"].append(gloo.solve_time_s)
         rec["g2_it_s"].append(gloo.time_per_iteration_s)
         if args.sla:
-            sla = solve_scaling((2,), modes=("strong",), total_dof=args.total_dof,
-                                partitioners=(args.partitioner,), rtol=args.rtol, warmup=0,
-                                repeat=1, threads_per_rank=1, engine="torch-sla",
-                                progress=False, timeout_s=3600).iloc[0]
+            sla = solve_at((2,), warmup=0, repeat=1, engine="torch-sla").iloc[0]
             assert sla.gate_passed, f"torch-sla: gate failed, rel.res {sla.rel_residual:.2e}"
             rec["sla2_s"].append(sla.solve_time_s)
             print(f"round {r + 1}: torch-sla 2 ranks {sla.solve_time_s:.2f} s", flush=True)

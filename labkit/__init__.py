@@ -1,11 +1,22 @@
 """labkit: the measuring kit behind Scaling Lab.
 
-Three sides, kept apart:
+The shared machinery is flat, one module per job:
 
-* host side (``launch``, ``sweep``, ``site``, ``cli``): starts torchrun, papermill, Quarto;
-* rank side (``runtime``, ``timing``, ``workers``, ``solve``): runs inside each torchrun rank;
-* pure side (``metrics``, ``model``, ``results``, ``catalog``): numbers in, numbers out, no
-  ``torch.distributed``. ``labkit speedup`` and the other pure commands never import torch.
+* ``cli``, ``cliargs`` (the command line), ``errors``, ``config`` (frozen configs, their flags),
+  ``results`` (the results file, column schemas), ``metrics`` (scaling math), ``figures``;
+* host side: ``launch`` (torchrun as a subprocess, one launch per world size), ``orphans``,
+  ``diagnose``, ``slurm``;
+* rank side: ``runtime``, ``timing``, ``harness`` (the shared ``main`` of every worker).
+
+Each lab is a package with the same rooms, read in this order: ``config`` (pure: what a run
+asks for, validated before any launch), ``formulas`` (pure: the lab's math), ``worker`` (rank
+side: one torchrun launch), ``run`` (host side: ``run(config, launch=LaunchOptions(...),
+store=path)`` -> DataFrame), ``report`` (the rows' columns and tables), ``plots`` and ``cli``.
+The labs: ``speedup`` (Amdahl, a live workshare job), ``solve`` (a distributed Krylov solve),
+``ddp``, ``collectives``, ``pipeline``, ``perfmodel`` (a pure model of a DP x TP x PP step),
+``checks`` (environment, placement, transports) and ``book`` (the notebooks, run and
+published). ``from labkit import solve; solve.run(solve.SolveConfig(...))``; importing a lab
+never imports torch, and ``labkit speedup`` and the other pure commands answer without it.
 """
 
 __version__ = "0.1.0"

@@ -10,7 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
-from .errors import RankFailed
+from labkit.errors import RankFailed
 
 
 def echo_rank0(log_dir: Path, stop: threading.Event) -> None:

@@ -18,6 +18,21 @@ class ResultsFileError(UsageError):
     """A results file that is unreadable, corrupt or not a labkit results file."""
 
 
+class ResultsNotStored(LabkitError, OSError):
+    """Measured rows that could not be written to the results file (disk full, permissions):
+    the message says where they were saved instead (CLI exit code 1)."""
+
+
+class RowsOnAnotherNode(LabkitError):
+    """A multi-node sweep finished on this node, but global rank 0 (and so every row) ran on
+    another node. Not a failure: the CLI prints one line naming that node and exits 0."""
+
+    def __init__(self, message: str, *, node: str | None = None, host: str | None = None):
+        super().__init__(message)
+        self.node = node
+        self.host = host
+
+
 class LaunchError(LabkitError, RuntimeError):
     """A torchrun launch that failed after it started."""
 

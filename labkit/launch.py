@@ -3,7 +3,7 @@
 The command it builds is the one you would type::
 
     python -m torch.distributed.run --standalone --nproc-per-node=2 \\
-        --log-dir DIR --redirects 3 -m labkit.workers.placement --out DIR/payload.json
+        --log-dir DIR --redirects 3 -m labkit.checks.placement_worker --out DIR/payload.json
 
 and for clusters ``--nnodes N --node-rank R --rdzv-backend c10d --rdzv-endpoint HOST:PORT``.
 
@@ -11,8 +11,13 @@ Guarantees:
 
 * **One launch per world size.** A launch costs seconds (mostly importing torch in every rank),
   so a worker does every point of a sweep inside one launch.
-* **Threads.** ``OMP_NUM_THREADS`` = cores // ranks per node (at least 1) unless given; recorded.
-  More rank-threads than cores is allowed, marked ``oversubscribed: true`` and warned about.
+* **Threads.** ``OMP_NUM_THREADS`` = allocated cores // ranks per node (at least 1) unless
+  given; recorded. Allocated cores: those this process may run on, and no more than a SLURM
+  job step gives each task (``SLURM_CPUS_PER_TASK``). More rank-threads than that is allowed,
+  marked ``oversubscribed: true`` and warned about.
+* **Multi-node.** Only the node that hosts global rank 0 gets rows back; the others get
+  ``payload=None`` and, through :func:`launch_lab`, an empty sweep or
+  :class:`~labkit.errors.RowsOnAnotherNode` naming that node (``LaunchOptions.rows_elsewhere``).
 * **Backend.** nccl when CUDA devices >= ranks per node, else gloo; overridable.
 * **No orphans.** Every process of a launch carries ``LABKIT_LAUNCH_ID`` in its environment.
   torchrun puts each rank in a session of its own, so killing torchrun's process group is not
@@ -41,10 +46,11 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .diagnose import collect_logs, echo_rank0, failure, tail_note
-from .errors import LaunchError, LaunchTimeout, UsageError
-from .orphans import LAUNCH_ENV, kill_launch
-from .results import available_cores
+from labkit.config import positive_int, to_dict
+from labkit.diagnose import collect_logs, echo_rank0, failure, tail_note
+from labkit.errors import LaunchError, LaunchTimeout, RowsOnAnotherNode, UsageError
+from labkit.orphans import LAUNCH_ENV, kill_launch
+from labkit.results import Column, allocated_cores
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,9 +73,11 @@ class LaunchSpec:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     rdzv_id: str = "labkit"
+    #: what the lab estimated one rank needs (bytes), checked against the machine before launch
+    memory_estimate_bytes_per_rank: float | None = None
 
     def __post_init__(self):
-        check_worker(self.worker)
+        object.__setattr__(self, "worker", check_worker(self.worker))
         for name in ("nproc", "nnodes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -81,6 +89,11 @@ class LaunchSpec:
         if self.threads_per_rank is not None and (
                 not isinstance(self.threads_per_rank, int) or self.threads_per_rank < 1):
             raise UsageError(f"threads_per_rank must be an integer >= 1, got {self.threads_per_rank!r}")
+        # one rank cannot use more cores than there are; more ranks x threads than cores is
+        # allowed (marked oversubscribed at launch)
+        if self.threads_per_rank is not None and self.threads_per_rank > allocated_cores():
+            raise UsageError(f"threads_per_rank {self.threads_per_rank} is more than the "
+                             f"{allocated_cores()} cores this machine allocates to a launch")
         if self.backend not in (None, "gloo", "nccl"):
             raise UsageError(f"backend must be gloo or nccl, got {self.backend!r}")
         if self.nnodes > 1 and not self.rdzv_endpoint:
@@ -98,6 +111,80 @@ class LaunchSpec:
 
 
 @dataclass(frozen=True)
+class LaunchOptions:
+    """How a lab's sweep is launched: the one set of launch keywords every lab's ``run`` takes.
+
+    ``nprocs``: ranks per node, one launch per value (world size = nprocs x nnodes). The rest
+    go to every :class:`LaunchSpec` of the sweep. Validated on construction (UsageError).
+
+    >>> LaunchOptions(nprocs=(1, 2)).world_sizes
+    (1, 2)
+    >>> LaunchOptions(nprocs=2, nnodes=2, rdzv_endpoint="node1:29500").world_sizes
+    (4,)
+
+    ``rows_elsewhere``: what :func:`launch_lab` does on a node of a multi-node sweep that did not
+    host global rank 0 (so has no rows): ``"empty"`` returns the launches without payloads (a
+    lab's ``run`` gives an empty DataFrame), ``"raise"`` raises
+    :class:`~labkit.errors.RowsOnAnotherNode` naming the node that has them (the CLI's choice:
+    it prints that one line and exits 0).
+    """
+
+    nprocs: tuple = (1, 2)
+    timeout_s: float = 600.0
+    threads_per_rank: int | None = None
+    backend: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_id: str = "labkit"
+    progress: bool = True
+    echo: bool = False
+    rows_elsewhere: str = "empty"
+
+    def __post_init__(self):
+        if self.rows_elsewhere not in ("empty", "raise"):
+            raise UsageError(f"rows_elsewhere must be 'empty' or 'raise', got {self.rows_elsewhere!r}")
+        nprocs = (self.nprocs,) if isinstance(self.nprocs, int) else tuple(self.nprocs)
+        object.__setattr__(self, "nprocs", nprocs)
+        if not nprocs:
+            raise UsageError("need at least one rank count")
+        for n in nprocs:
+            positive_int("ranks per node (--nproc)", n)
+        if len(set(nprocs)) != len(nprocs):
+            raise UsageError(f"rank counts repeat: {list(nprocs)}")
+        # the per-launch checks, once, before anything starts
+        LaunchSpec(worker="placement", nproc=nprocs[0], **self.spec_kwargs())
+
+    @property
+    def world_sizes(self) -> tuple:
+        return tuple(n * self.nnodes for n in self.nprocs)
+
+    def spec_kwargs(self) -> dict:
+        """The keywords of :class:`LaunchSpec` (all but ``nprocs``, progress, echo, rows_elsewhere)."""
+        return {"timeout_s": self.timeout_s, "threads_per_rank": self.threads_per_rank,
+                "backend": self.backend, "nnodes": self.nnodes, "node_rank": self.node_rank,
+                "rdzv_endpoint": self.rdzv_endpoint, "rdzv_id": self.rdzv_id}
+
+
+#: the fields every row of a launch carries (:meth:`LaunchResult.launch_fields`)
+LAUNCH_COLUMNS = (
+    Column("world_size", "", "ranks in the world (nproc_per_node x nnodes)"),
+    Column("nproc_per_node", "", "ranks per node"),
+    Column("nnodes", "", "nodes"),
+    Column("backend", "", "torch.distributed backend: gloo or nccl"),
+    Column("device", "", "cpu or cuda"),
+    Column("device_name", "", "the CPU or GPU model"),
+    Column("threads_per_rank", "", "OMP_NUM_THREADS of each rank"),
+    Column("oversubscribed", "", "more rank-threads than cores: timings not representative"),
+    Column("launch_wall_time_s", "s", "the whole launch, torch import and start included"),
+    Column("slurm_job_id", "", "the SLURM job the launch ran in (SLURM_JOB_ID); empty outside SLURM"),
+    Column("memory_estimate_bytes_per_rank", "bytes",
+           "what the lab estimated one rank needs, checked against the machine before launch"),
+    Column("peak_rss_bytes_per_rank", "bytes", "the largest peak resident set of a rank (measured)"),
+)
+
+
+@dataclass(frozen=True)
 class LaunchResult:
     """What a finished launch gives back."""
 
@@ -109,6 +196,8 @@ class LaunchResult:
     logs: dict  # global rank -> that rank's stdout + stderr
     wall_time_s: float
     command: tuple
+    peak_rss_bytes_per_rank: int | None = None  # the largest resident set of a rank on this node
+    rank0_host: dict | None = None  # multi-node: where global rank 0 ran ({"host", "node"})
 
     @property
     def world_size(self) -> int:
@@ -127,6 +216,9 @@ class LaunchResult:
             "threads_per_rank": self.threads_per_rank,
             "oversubscribed": self.oversubscribed,
             "launch_wall_time_s": self.wall_time_s,
+            "slurm_job_id": slurm_job_id(),
+            "memory_estimate_bytes_per_rank": self.spec.memory_estimate_bytes_per_rank,
+            "peak_rss_bytes_per_rank": self.peak_rss_bytes_per_rank,
         }
 
     def rows(self) -> list[dict]:
@@ -139,23 +231,51 @@ class LaunchResult:
         return (self.payload or {}).get("placement", [])
 
 
+#: every worker a launch may start: a short name -> the rank-side module run under torchrun.
+#: Each lab's worker lives in its own package (``labkit.<lab>.worker``); the checks lab has three.
+WORKERS = {
+    "solve": "labkit.solve.worker",
+    "ddp": "labkit.ddp.worker",
+    "collectives": "labkit.collectives.worker",
+    "pipeline": "labkit.pipeline.worker",
+    "workshare": "labkit.speedup.worker",
+    "placement": "labkit.checks.placement_worker",
+    "selftest": "labkit.checks.selftest_worker",
+    "transport": "labkit.checks.transport_worker",
+    "tp": "labkit.tp.worker",
+    "fsdp": "labkit.fsdp.worker",
+}
+
+
 def check_worker(name: str) -> str:
-    """A worker is a module ``labkit.workers.NAME`` with a ``main``; anything else is refused."""
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z_][a-z0-9_]*", name) or name.startswith("_"):
-        raise UsageError(f"unknown worker {name!r}")
-    if importlib.util.find_spec(f"labkit.workers.{name}") is None:
-        known = ", ".join(list_workers())
-        raise UsageError(f"unknown worker {name!r} (known: {known})")
+    """A worker is a name in :data:`WORKERS` (or its module path); anything else is refused.
+
+    >>> check_worker("solve"), check_worker("labkit.solve.worker")
+    ('solve', 'solve')
+    """
+    if isinstance(name, str):
+        by_module = {m: n for n, m in WORKERS.items()}
+        name = by_module.get(name, name)
+    if not isinstance(name, str) or name not in WORKERS:
+        raise UsageError(f"unknown worker {name!r} (known: {', '.join(list_workers())})")
+    if importlib.util.find_spec(WORKERS[name]) is None:  # a broken install
+        raise UsageError(f"worker {name!r}: module {WORKERS[name]} is missing")
     return name
 
 
 def list_workers() -> list[str]:
-    folder = Path(__file__).parent / "workers"
-    return sorted(p.stem for p in folder.glob("*.py") if not p.stem.startswith("_"))
+    return sorted(WORKERS)
+
+
+def slurm_job_id() -> int | str | None:
+    """The SLURM job this process runs in (``SLURM_JOB_ID``), None outside SLURM."""
+    job = os.environ.get("SLURM_JOB_ID", "").strip()
+    return int(job) if job.isdigit() else (job or None)
 
 
 def default_threads(nproc_per_node: int) -> int:
-    return max(1, available_cores() // nproc_per_node)
+    """OMP threads per rank when none are given: allocated cores // ranks per node, at least 1."""
+    return max(1, allocated_cores() // nproc_per_node)
 
 
 def detect_backend(nproc_per_node: int) -> str:
@@ -168,7 +288,7 @@ def detect_backend(nproc_per_node: int) -> str:
 
 
 def launch(worker: str, nproc: int, config: dict | None = None, **kwargs) -> LaunchResult:
-    """Run ``labkit.workers.<worker>`` on ``nproc`` ranks per node; see :class:`LaunchSpec`.
+    """Run the module of ``worker`` (:data:`WORKERS`) on ``nproc`` ranks per node; see :class:`LaunchSpec`.
 
     ``echo=True`` streams rank 0's output to this process's stderr while it runs.
     """
@@ -184,35 +304,131 @@ def launch_many(worker: str, nprocs, config: dict | None = None, *, progress: bo
     Everything is validated before the first launch, so a bad entry late in ``nprocs`` cannot
     waste the launches before it.
     """
-    from tqdm.auto import tqdm
-
     echo = kwargs.pop("echo", False)
     nprocs = list(nprocs)
     if not nprocs:
         raise UsageError("need at least one rank count")
     specs = [LaunchSpec(worker=worker, nproc=n, config=dict(config or {}), **kwargs) for n in nprocs]
+    return _run_specs(specs, progress=progress, echo=echo)
+
+
+def _run_specs(specs: list[LaunchSpec], *, progress: bool, echo: bool) -> list[LaunchResult]:
+    from tqdm.auto import tqdm
+
     results = []
-    for spec in tqdm(specs, desc=f"{worker} launches", unit="launch", disable=not progress):
+    desc = f"{specs[0].worker} launches" if specs else "launches"
+    for spec in tqdm(specs, desc=desc, unit="launch", disable=not progress):
         results.append(run_spec(spec, echo=echo))
     return results
+
+
+def launch_lab(worker: str, config, launch: LaunchOptions | None = None,
+               store=None) -> list[LaunchResult]:
+    """The launching half of every lab's ``run(config, launch=..., store=...)``.
+
+    Checks everything before the first launch: the config against each world size of the
+    sweep (its ``check_world_size(n)``, where it has one), the launch options, and the results
+    file ``store`` (writable; absent or a labkit results file). Then one launch per world size.
+    """
+    from labkit.results import check_writable
+
+    launch = launch if launch is not None else LaunchOptions()
+    if not isinstance(launch, LaunchOptions):
+        raise UsageError(f"launch must be a LaunchOptions, got {type(launch).__name__}")
+    check = getattr(config, "check_world_size", None)
+    estimate = getattr(config, "memory_bytes_per_rank", None)
+    specs = []
+    for nproc, n in zip(launch.nprocs, launch.world_sizes):
+        if check is not None:
+            check(n)
+        need = float(estimate(n)) if estimate is not None else None
+        if need is not None:
+            check_memory(need, nproc, world_size=n)
+        specs.append(LaunchSpec(worker=worker, nproc=nproc, config=to_dict(config),
+                                memory_estimate_bytes_per_rank=need, **launch.spec_kwargs()))
+    if store is not None:
+        check_writable(store)
+    results = _run_specs(specs, progress=launch.progress, echo=launch.echo)
+    if launch.rows_elsewhere == "raise" and results and all(r.payload is None for r in results):
+        raise rows_on_another_node(results)
+    return results
+
+
+def rows_on_another_node(results: list[LaunchResult]):
+    """The :class:`~labkit.errors.RowsOnAnotherNode` of a sweep none of whose launches hosted
+    global rank 0 here: it names rank 0's node (SLURM node name) and host, as the ranks told it."""
+    where = next((r.rank0_host for r in results if r.rank0_host), None) or {}
+    host, node = where.get("host"), where.get("node")
+    place = (f"node {node} (host {host})" if node else
+             f"host {host}" if host else "the node that hosted global rank 0")
+    return RowsOnAnotherNode(f"results are on {place}; this node has none",
+                             node=node, host=host)
+
+
+class MemoryWarning(UserWarning):
+    """A launch that should fit, but close to the memory this machine has."""
+
+
+def check_memory(bytes_per_rank: float, ranks_per_node: int, *, world_size: int,
+                 available: int | None = None) -> None:
+    """Refuse a launch whose ranks on this node cannot fit in the memory available now; warn
+    above 80% of it. ``available`` defaults to :func:`labkit.results.available_memory_bytes`.
+
+    >>> check_memory(1e9, 2, world_size=2, available=16 << 30)
+    >>> check_memory(1e12, 2, world_size=2, available=16 << 30)
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: 2 ranks need about 2000.0 GB (1000.0 GB per rank at world size 2); this machine has 17.2 GB available: use a smaller size or more nodes
+    """
+    from labkit.results import available_memory_bytes
+
+    available = available_memory_bytes() if available is None else available
+    if not available:
+        return
+    need = bytes_per_rank * ranks_per_node
+    if need > available:
+        ranks = f"{ranks_per_node} ranks need" if ranks_per_node > 1 else "1 rank needs"
+        raise UsageError(f"{ranks} about "
+                         f"{need / 1e9:.1f} GB ({bytes_per_rank / 1e9:.1f} GB per rank at world "
+                         f"size {world_size}); this machine has {available / 1e9:.1f} GB "
+                         "available: use a smaller size or more nodes")
+    if need > 0.8 * available:
+        warnings.warn(f"{ranks_per_node} ranks need about {need / 1e9:.1f} GB of the "
+                      f"{available / 1e9:.1f} GB available: close to the limit", MemoryWarning,
+                      stacklevel=3)
 
 
 def run_spec(spec: LaunchSpec, *, echo: bool = False) -> LaunchResult:
     backend = spec.backend or detect_backend(spec.nproc)
     threads = spec.threads_per_rank or default_threads(spec.nproc)
-    cores = available_cores()
+    cores = allocated_cores()
     oversubscribed = spec.nproc * threads > cores
     if oversubscribed:
         warnings.warn(
-            f"{spec.nproc} ranks x {threads} threads on {cores} cores: oversubscribed. "
+            f"{spec.nproc} ranks x {threads} threads on {cores} allocated cores: oversubscribed. "
             "Results are right but timings are not representative (ranks take turns on cores).",
             OversubscribedWarning, stacklevel=3)
+    clean_stale_workdirs()
     workdir = Path(tempfile.mkdtemp(prefix=f"labkit-{spec.worker}-"))
+    (workdir / "owner").write_text(f"{os.getpid()} {process_start(os.getpid())}")
     try:
         with _terminate_as_interrupt():
             return _run(spec, backend, threads, oversubscribed, workdir, echo)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def clean_stale_workdirs(folder: str | None = None) -> list[Path]:
+    """Remove the temporary folders of launches whose launcher died without cleaning up
+    (SIGKILL skips ``finally``); a folder whose owner still runs is left alone."""
+    removed = []
+    for owner in Path(folder or tempfile.gettempdir()).glob("labkit-*/owner"):
+        with contextlib.suppress(OSError, ValueError):
+            pid, start = owner.read_text().split()
+            if process_start(int(pid)) != start:
+                shutil.rmtree(owner.parent, ignore_errors=True)
+                removed.append(owner.parent)
+    return removed
 
 
 class Terminated(KeyboardInterrupt):
@@ -230,7 +446,9 @@ def _terminate_as_interrupt():
         return
 
     def handler(signum, frame):
-        raise Terminated(f"received {signal.Signals(signum).name}")
+        exc = Terminated(f"received {signal.Signals(signum).name}")
+        exc.signum = signum  # the CLI exits 128 + signum, as a shell expects
+        raise exc
 
     saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -249,9 +467,73 @@ def torchrun_command(spec: LaunchSpec, log_dir: Path, out: Path) -> list[str]:
                 "--rdzv-backend=c10d", f"--rdzv-endpoint={spec.rdzv_endpoint}",
                 f"--rdzv-id={spec.rdzv_id}"]
     cmd += [f"--log-dir={log_dir}", "--redirects=3", "--max-restarts=0",
-            "-m", f"labkit.workers.{spec.worker}",
+            "-m", WORKERS[check_worker(spec.worker)],
             "--config", json.dumps(spec.config), "--out", str(out)]
     return cmd
+
+
+def process_start(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot (``/proc/PID/stat`` field 22): with
+    the pid it names one process, even after pids are reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+def _die_with_parent(parent: int):
+    """``preexec_fn`` of the torchrun agent: SIGTERM it when this process dies, however it dies
+    (SIGKILL, the OOM killer, a dead notebook kernel); torchrun then stops its ranks, and each
+    rank's own watchdog (labkit.harness) is the second line."""
+    def preexec():
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+    return preexec
+
+
+def stalled_ranks(status_dir: Path, now: float | None = None) -> str:
+    """Which ranks stopped making progress, from their heartbeat files (labkit.harness):
+    a rank with no heartbeat for seconds is stopped or stuck outside Python; otherwise the
+    ranks whose last progress is oldest are the stuck ones (the others wait for them).
+
+    >>> import json, tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "rank0.beat").write_text(json.dumps({"time": 100.0, "progress": 99.0}))
+    >>> _ = (d / "rank1.beat").write_text(json.dumps({"time": 70.0, "progress": 60.0}))
+    >>> stalled_ranks(d, now=100.5)
+    'rank 1 stopped (no heartbeat for 30 s, no progress for 40 s)'
+    >>> _ = (d / "rank1.beat").write_text(json.dumps({"time": 100.0, "progress": 60.0}))
+    >>> stalled_ranks(d, now=100.2)
+    'rank 1 made no progress for 40 s (rank 0 last progressed 1 s ago)'
+    """
+    now = time.time() if now is None else now
+    beats = {}
+    for f in status_dir.glob("rank*.beat"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            d = json.loads(f.read_text())
+            beats[int(f.name[4:-5])] = (float(d["time"]), float(d["progress"]))
+    if not beats:
+        return "no rank reported a heartbeat (stuck before it started)"
+    dead = {r: b for r, b in beats.items() if now - b[0] > 5.0}
+    if dead:
+        return "; ".join(f"rank {r} stopped (no heartbeat for {now - t:.0f} s, no progress for "
+                         f"{now - pr:.0f} s)" for r, (t, pr) in sorted(dead.items()))
+    oldest = min(pr for _, pr in beats.values())
+    stuck = sorted(r for r, (_, pr) in beats.items() if pr - oldest < 1.0)
+    others = sorted(set(beats) - set(stuck))
+    text = (f"rank{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))} made no progress "
+            f"for {now - oldest:.0f} s")
+    if others:
+        latest = max(beats[r][1] for r in others)
+        text += (f" (rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} last "
+                 f"progressed {now - latest:.0f} s ago)")
+    return text
 
 
 def _run(spec, backend, threads, oversubscribed, workdir: Path, echo: bool) -> LaunchResult:
@@ -269,13 +551,17 @@ def _run(spec, backend, threads, oversubscribed, workdir: Path, echo: bool) -> L
         "LABKIT_OVERSUBSCRIBED": "1" if oversubscribed else "0",
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH")) if p),
+        # every rank watches this process and exits when it is gone (labkit.harness)
+        "LABKIT_HOST_PID": str(os.getpid()),
+        "LABKIT_HOST_START": process_start(os.getpid()) or "",
     })
     agent_log = workdir / "agent.log"
     t0 = time.perf_counter()
     stop_echo = threading.Event()
     with open(agent_log, "wb") as agent_out:
         proc = subprocess.Popen(cmd, stdout=agent_out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, stdin=subprocess.DEVNULL)
+                                start_new_session=True, stdin=subprocess.DEVNULL,
+                                preexec_fn=_die_with_parent(os.getpid()))
         echo_thread = None
         if echo:
             echo_thread = threading.Thread(target=echo_rank0, args=(log_dir, stop_echo), daemon=True)
@@ -283,11 +569,12 @@ def _run(spec, backend, threads, oversubscribed, workdir: Path, echo: bool) -> L
         try:
             rc = proc.wait(timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
+            stalled = stalled_ranks(status_dir)  # read before the kill stops the heartbeats
             kill_launch(proc, launch_id)
             logs = collect_logs(log_dir, status_dir)
             raise LaunchTimeout(
                 f"{spec.worker} on {spec.world_size} ranks ran past its timeout of "
-                f"{spec.timeout_s:g} s; every process of the launch was killed."
+                f"{spec.timeout_s:g} s; {stalled}; every process of the launch was killed."
                 + tail_note(logs)) from None
         except BaseException:  # Ctrl-C or anything else: leave nothing behind
             kill_launch(proc, launch_id)
@@ -312,4 +599,24 @@ def _run(spec, backend, threads, oversubscribed, workdir: Path, echo: bool) -> L
                           + tail_note(logs))
     return LaunchResult(spec=spec, backend=backend, threads_per_rank=threads,
                         oversubscribed=oversubscribed, payload=payload, logs=logs,
-                        wall_time_s=wall, command=tuple(cmd))
+                        wall_time_s=wall, command=tuple(cmd),
+                        peak_rss_bytes_per_rank=_peak_rss(status_dir),
+                        rank0_host=_rank0_host(status_dir))
+
+
+def _rank0_host(status_dir: Path) -> dict | None:
+    """Where global rank 0 ran, as this node's ranks heard it (multi-node; labkit.harness)."""
+    with contextlib.suppress(OSError, ValueError):
+        where = json.loads((status_dir / "rank0_host.json").read_text())
+        return where if isinstance(where, dict) else None
+    return None
+
+
+def _peak_rss(status_dir: Path) -> int | None:
+    """The largest peak resident set any rank of this node reported (labkit.harness)."""
+    peaks = []
+    for f in status_dir.glob("rank*.peak"):
+        with contextlib.suppress(OSError, ValueError):
+            peaks.append(int(f.read_text()))
+    return max(peaks) if peaks else None
+

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .errors import UsageError
+from labkit.errors import UsageError
 
 PERCENTILES = (50, 75, 90, 95)
 

@@ -56,3 +56,24 @@ def kill_launch(proc: subprocess.Popen, launch_id: str, grace_s: float = 3.0) ->
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=0.1)
         time.sleep(0.05)
+
+
+def kill_marked(value: str, var: str, grace_s: float = 2.0) -> list[int]:
+    """SIGTERM, then SIGKILL, the process group of every process (but this one) whose
+    environment has ``var=value``; the pids found. A notebook run marks its kernel this way, so
+    launches of a kernel that died are ended before the next run starts."""
+    me = os.getpid()
+    found = [p for p in processes_of(value, var) if p != me]
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        left = [p for p in processes_of(value, var) if p != me]
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                pgid = os.getpgid(pid)
+                if pgid != os.getpgid(me):
+                    os.killpg(pgid, sig)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.time() + wait
+        while time.time() < deadline and [p for p in processes_of(value, var) if p != me]:
+            time.sleep(0.05)
+    return found

@@ -11,6 +11,7 @@ import datetime as _dt
 import os
 import random
 import socket
+import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -97,8 +98,18 @@ def rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
+#: when this rank last made progress (a timed sample, a print0): the launcher's timeout message
+#: names the ranks whose mark stopped moving (see labkit.harness's heartbeat)
+LAST_PROGRESS = [time.time()]
+
+
+def mark_progress() -> None:
+    LAST_PROGRESS[0] = time.time()
+
+
 def print0(*args, **kwargs) -> None:
     """``print`` on rank 0 only, flushed (rank logs are files; unflushed lines vanish on a kill)."""
+    mark_progress()
     if rank() == 0:
         kwargs.setdefault("flush", True)
         print(*args, **kwargs)
@@ -160,6 +171,19 @@ def placement(rt: Runtime) -> list[dict] | None:
         else:
             row.pop("_uuid")
     return table
+
+
+def rank0_host(rt: Runtime) -> dict | None:
+    """Where global rank 0 runs, told to every rank of a multi-node world (one small
+    broadcast): ``host`` and ``node`` (the SLURM node name, where there is one). A node that
+    does not host rank 0 gets no rows; its launcher says where they are instead. None
+    in a one-node world."""
+    if rt.world_size == rt.local_world_size:
+        return None
+    box = [{"host": socket.gethostname(), "node": os.environ.get("SLURMD_NODENAME")}
+           if rt.rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _cpu_name() -> str:

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .metrics import slowest_rank, summarize_times
-from .runtime import sync
+from labkit.metrics import slowest_rank, summarize_times
+from labkit.runtime import mark_progress, sync
 
 
 def repeat_timed(fn: Callable[[], object], *, warmup: int, repeat: int,
@@ -46,6 +46,7 @@ def repeat_timed(fn: Callable[[], object], *, warmup: int, repeat: int,
         fn()
         sync(device)
         samples.append(time.perf_counter() - t0)
+        mark_progress()  # outside the timed region: a timeout can name a rank that stalls
     return samples
 
 

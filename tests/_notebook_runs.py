@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from labkit.notebooks import NOTEBOOK_DIR, execute, list_notebooks
+from labkit.book.notebooks import NOTEBOOK_DIR, execute, list_notebooks
 
 PARAMS_FILE = Path(__file__).with_name("notebook_params.json")
 NOTEBOOKS = list_notebooks(NOTEBOOK_DIR)

@@ -38,6 +38,27 @@ def test_speedup_json_rows(tmp_path):
     assert round(rows[3]["speedup"], 2) == 2.97 and "timestamp" in rows[0]
 
 
+def test_table_describe_gives_each_columns_unit_and_meaning(tmp_path):
+    from labkit import results
+    from labkit.speedup import report
+
+    path = tmp_path / "s.json"
+    assert run(["speedup", "--times", "1:226", "2:134", "--json", str(path)]).returncode == 0
+    assert results.undeclared(results.read_rows(path), report.COLUMNS) == []
+    r = run(["table", str(path), "--describe"])
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[0]: ln.split(None, 1)[1] for ln in r.stdout.splitlines()[1:]}
+    assert set(lines) == set(json.loads(path.read_text())["rows"][0])  # one line per column
+    assert lines["su"].startswith("SU ") and lines["time_s"].startswith("s ")
+    assert "not declared" not in r.stdout
+    r = run(["table", str(path), "--describe", "--columns", "knee_world_size", "--csv"])
+    assert r.returncode == 0 and r.stdout.splitlines() == [
+        "column,unit,meaning", "knee_world_size,,largest N whose efficiency is >= knee_threshold"]
+    results.record(str(path), [{"world_size": 9, "mystery": 1}], key=("world_size",))
+    r = run(["table", str(path), "--describe", "--columns", "mystery"])
+    assert r.returncode == 0 and "(not declared)" in r.stdout
+
+
 @pytest.mark.parametrize("args", [
     ["speedup", "--times", "1:10", "2"],
     ["speedup", "--times", "2:10", "4:6"],          # no N = 1
@@ -73,6 +94,22 @@ def test_placement_command_prints_one_line_per_rank_and_stores_rows(tmp_path):
     assert sorted(row["rank"] for row in rows) == [0, 1]
     r = run(["table", str(path), "--columns", "rank", "pid", "backend"])
     assert r.returncode == 0 and "gloo" in r.stdout
+    from labkit import results
+    from labkit.checks import report
+
+    assert results.undeclared(rows, report.COLUMNS) == []
+
+
+@pytest.mark.slow
+def test_transport_check_delivers_every_message_and_its_rows_are_declared():
+    from labkit import checks, results
+    from labkit.launch import LaunchOptions
+
+    df = checks.transport_check(checks.TransportCheckConfig(rounds=30, repeat=20),
+                                launch=LaunchOptions(nprocs=2, threads_per_rank=1, progress=False))
+    assert list(df.transport) == ["shm", "torch"] and (df.errors == 0).all()
+    assert (df.world_size == 2).all() and (df.exchange_time_p50_s > 0).all()
+    assert results.undeclared(df.to_dict("records"), checks.report.COLUMNS) == []
 
 
 def test_env_reports_backend_and_cores():
@@ -80,3 +117,16 @@ def test_env_reports_backend_and_cores():
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["gloo_available"] and info["cores"] >= 1 and info["default_backend_1_rank"] in ("gloo", "nccl")
+
+
+def test_checks_refuse_bad_configs_before_launching():
+    from labkit import checks
+    from labkit.errors import UsageError
+    from labkit.launch import LaunchOptions
+
+    with pytest.raises(UsageError, match="at least 2|>= 2"):
+        checks.transport_check(checks.TransportCheckConfig(), launch=LaunchOptions(nprocs=1))
+    with pytest.raises(UsageError, match="allreduce_bytes"):
+        checks.PlacementConfig(allreduce_bytes=2)
+    with pytest.raises(UsageError, match="PlacementConfig"):
+        checks.run({"allreduce_bytes": 4096})

@@ -1,4 +1,4 @@
-"""The DDP lab: config, models, analysis, the CLI's bad input, and (slow) real gloo launches.
+"""The DDP lab: config, models, formulas, the CLI's bad input, and (slow) real gloo launches.
 
 Three launches in all (1 and 2 ranks with bucket 25 MB, then 2 ranks with bucket 1 MB), shared
 by the slow tests through module-scoped fixtures; the model is tiny so a launch costs about what
@@ -15,14 +15,16 @@ import numpy as np
 import pytest
 import torch
 
-from labkit import cli, results
-from labkit.ddp import analysis, report
+from labkit import cli, ddp, results
+from labkit.collectives.formulas import busbw_gb_per_s
 from labkit.ddp import config as ddp_config
 from labkit.ddp import diff as ddp_diff
+from labkit.ddp import formulas, report
 from labkit.ddp.config import DDPConfig
 from labkit.ddp.diff import compare, delta_pct
 from labkit.ddp.models import build_model, grad_bytes, num_params, synthetic_batches
-from labkit.errors import UsageError
+from labkit.errors import ResultsFileError, UsageError
+from labkit.launch import LaunchOptions
 
 from .conftest import LAUNCH_TIMEOUT_S
 
@@ -50,6 +52,8 @@ TINY_ARGS = ["--model", "mlp", "--input-dim", "16", "--hidden-dim", "32", "--out
     ({"static_graph": "yes"}, "static_graph"),
     ({"model": "transformer", "hidden_dim": 30, "num_heads": 4}, "divisible"),
     ({"model": "cnn", "image_size": 4, "num_layers": 3}, "image_size"),
+    ({"batch_size": (16, 64), "all_cores_batches": (32,)}, "all_cores_batches"),
+    ({"all_cores_batches": (0,)}, "all_cores_batches"),
 ])
 def test_config_refuses_bad_input(bad, message):
     with pytest.raises(UsageError, match=message):
@@ -92,20 +96,21 @@ def test_synthetic_batches_are_seeded_per_rank():
     assert not torch.equal(a0[0][0], a0[1][0])
 
 
-@pytest.mark.parametrize("module", [analysis, ddp_config, ddp_diff])
+@pytest.mark.parametrize("module", [formulas, ddp_config, ddp_diff, report])
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0
 
 
-def test_analysis_formulas():
-    assert analysis.busbw_gb_per_s(2.0, 1) == 0.0
-    assert analysis.busbw_gb_per_s(2.0, 2) == 2.0
-    assert analysis.busbw_gb_per_s(2.0, 8) == pytest.approx(3.5)
-    assert analysis.exposed_comm_s(0.02, 0.03) == 0.0  # noise cannot make comm negative
-    assert analysis.overlap_fraction(0.0, 0.01) == 1.0
-    assert analysis.overlap_fraction(0.02, 0.01) == 0.0
+def test_formulas():
+    # algbw 2 GB/s: 2e9 bytes in 1 s
+    assert busbw_gb_per_s(op="all_reduce", ranks=1, size_bytes=2e9, time_s=1.0) == 0.0
+    assert busbw_gb_per_s(op="all_reduce", ranks=2, size_bytes=2e9, time_s=1.0) == 2.0
+    assert busbw_gb_per_s(op="all_reduce", ranks=8, size_bytes=2e9, time_s=1.0) == pytest.approx(3.5)
+    assert formulas.exposed_comm_s(0.02, 0.03) == 0.0  # noise cannot make comm negative
+    assert formulas.overlap_fraction(0.0, 0.01) == 1.0
+    assert formulas.overlap_fraction(0.02, 0.01) == 0.0
     assert delta_pct(0.1, 0.2) == pytest.approx(-50.0)
-    rows = analysis.add_scaling_columns([
+    rows = formulas.add_scaling_columns([
         {"variant": "no_ddp", "world_size": 1, "step_time_p50_s": 0.010},
         {"variant": "ddp", "world_size": 1, "step_time_p50_s": 0.012},
         {"variant": "ddp", "world_size": 2, "step_time_p50_s": 0.016}])
@@ -114,7 +119,7 @@ def test_analysis_formulas():
     assert rows[2]["scaling_efficiency"] == pytest.approx(0.75)
     assert rows[2]["speedup_vs_no_ddp"] == pytest.approx(1.25)
     with pytest.raises(UsageError):
-        analysis.busbw_gb_per_s(1.0, 0)
+        busbw_gb_per_s(op="all_reduce", ranks=0, size_bytes=1e9, time_s=1.0)
 
 
 @pytest.mark.parametrize("args", [
@@ -133,6 +138,132 @@ def test_cli_bad_input_exits_2_and_writes_nothing(args, tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_threads_per_rank_above_the_cores_exits_2_before_launching(tmp_path, capsys):
+    from labkit.results import allocated_cores
+
+    out = tmp_path / "r.json"
+    too_many = str(allocated_cores() + 1)
+    assert cli.main(["ddp", "--nproc", "1", "2", "--threads-per-rank", too_many,
+                     "--json", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("labkit ddp: error:") and "\n" not in err and "cores" in err
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UsageError, match="cores"):
+        LaunchOptions(nprocs=1, threads_per_rank=allocated_cores() + 1)
+    # as many threads as cores on 2 ranks is oversubscription: allowed (marked at launch)
+    assert LaunchOptions(nprocs=2, threads_per_rank=allocated_cores()).threads_per_rank >= 1
+
+
+# ---------------------------------------------------------------- the model of a DDP step
+
+def test_ddp_step_model_is_keyword_only_and_adds_up():
+    assert formulas.ddp_step_time(compute_s=0.03, allreduce_s=0.016, bucket_copy_s=0.006) \
+        == pytest.approx(0.052)
+    # the window hides all-reduce, never more than all of it, and never the copies
+    assert formulas.ddp_step_time(compute_s=0.3, allreduce_s=0.016, bucket_copy_s=0.006,
+                                  overlap_window_s=1.0) == pytest.approx(0.306)
+    assert formulas.ddp_step_time(compute_s=0.3, allreduce_s=0.016,
+                                  overlap_window_s=0.01) == pytest.approx(0.306)
+    with pytest.raises(TypeError):
+        formulas.ddp_step_time(0.03, 0.016)  # a swapped pair would go unseen
+    with pytest.raises(UsageError):
+        formulas.ddp_step_time(compute_s=0.03, allreduce_s=-1.0)
+    assert formulas.ddp_speedup(ranks=2, noddp_step_s=0.1, ddp_step_s=0.1) == 2.0
+    # one bucket or several: one α–β all-reduce each
+    one = formulas.comm_time(bucket_bytes=[4e6], ranks=2, alpha_s=1e-4, beta_bytes_per_s=1e9)
+    four = formulas.comm_time(bucket_bytes=[1e6] * 4, ranks=2, alpha_s=1e-4,
+                              beta_bytes_per_s=1e9)
+    assert one == pytest.approx(4e-3 + 2e-4) and four == pytest.approx(4e-3 + 8e-4)
+    # one bucket: ready when backward ends, nothing to hide behind; four: 3/4 of backward
+    assert formulas.overlap_window(compute_s=0.3, bucket_bytes=[4e6]) == 0.0
+    assert formulas.overlap_window(compute_s=0.3, bucket_bytes=[1e6] * 4) == pytest.approx(0.15)
+
+
+def _synthetic_sweep(batches, *, t0=0.012, c=2.6e-4, copies=0.006, alpha=1e-4, beta=1e9,
+                     grad_bytes=16_834_600, slow=1.0):
+    """Rows of a sweep whose every time follows the model exactly: no-DDP and compute steps
+    t0 + c b, DDP = compute + copies + α–β all-reduce of one bucket (times ``slow``)."""
+    comm = 2 * alpha + grad_bytes / beta  # ring all-reduce on 2 ranks: 2(N-1) α + S/β
+    rows = []
+    for b in batches:
+        t = t0 + c * b
+        common = {"model": "mlp", "batch_size": b, "device": "cpu", "grad_bytes": grad_bytes}
+        rows.append({**common, "variant": "no_ddp", "world_size": 1, "step_time_p50_s": t})
+        rows.append({**common, "variant": "ddp", "world_size": 2,
+                     "step_time_p50_s": (t + copies + comm) * slow,
+                     "nosync_step_time_p50_s": t, "bucket_copy_time_p50_s": copies,
+                     "allreduce_time_p50_s": comm, "bucket_bytes": [grad_bytes],
+                     "allreduce_alpha_s": alpha, "allreduce_beta_bytes_per_s": beta})
+    import pandas as pd
+
+    return pd.DataFrame(formulas.add_prediction_columns(formulas.add_scaling_columns(rows)))
+
+
+def test_prediction_and_crossover_on_synthetic_rows():
+    batches = [8, 16, 32, 64, 128, 256, 1024]
+    df = _synthetic_sweep(batches)
+    frame = report.prediction_frame(df)
+    assert list(frame.batch) == batches
+    np.testing.assert_allclose(frame.predicted, frame.measured, rtol=1e-9)
+    np.testing.assert_allclose(frame.error_pct, 0.0, atol=1e-6)
+    # 2 (t0 + c b) = t0 + c b + E  <=>  b* = (E - t0) / c, E = copies + 2α + S/β
+    e = 0.006 + 2e-4 + 16_834_600 / 1e9
+    c = report.crossover(df)
+    assert c["predicted"] == pytest.approx((e - 0.012) / 2.6e-4, rel=1e-6)
+    assert c["noddp_fit"] == pytest.approx((0.012, 2.6e-4))
+    assert 32 < c["measured"] < 64  # the measured speedups cross 1 between these batches
+    assert c["measured"] == pytest.approx(c["predicted"], rel=0.05)
+    # a DDP step 10% slower than the model says: the predicted speedup is 10% too high at
+    # every batch, and the measured crossover moves to a larger batch
+    slow = report.prediction_frame(_synthetic_sweep(batches, slow=1.1))
+    np.testing.assert_allclose(slow.error_pct, 10.0, rtol=1e-6)
+    assert report.crossover(_synthetic_sweep(batches, slow=1.1))["measured"] > c["measured"]
+    # a sweep that never reaches the crossover, or starts above it: not bracketed
+    assert np.isnan(report.crossover(_synthetic_sweep([8, 16]))["measured"])
+    assert np.isnan(report.crossover(_synthetic_sweep([256, 1024]))["measured"])
+    # DDP that adds nothing pays at any batch; compute that grows slower than E never does
+    assert formulas.predicted_crossover_batch(
+        ranks=2, noddp_fixed_s=0.01, noddp_per_sample_s=1e-4, compute_fixed_s=0.01,
+        compute_per_sample_s=1e-4, comm_s=0.0) == 0.0
+    assert formulas.predicted_crossover_batch(
+        ranks=2, noddp_fixed_s=0.01, noddp_per_sample_s=1e-4, compute_fixed_s=0.01,
+        compute_per_sample_s=2e-4, comm_s=0.05) == float("inf")
+
+
+def test_fit_step_time_recovers_the_line_and_refuses_one_batch():
+    b = [16, 32, 64, 1024]
+    assert formulas.fit_step_time(b, [0.01 + 3e-4 * x for x in b]) == pytest.approx((0.01, 3e-4))
+    with pytest.raises(UsageError):
+        formulas.fit_step_time([64, 64], [0.1, 0.1])
+    with pytest.raises(UsageError):
+        formulas.crossover_batch([64], [1.2])
+
+
+def test_verdict_sentences_flip_with_the_numbers():
+    b = [16, 32, 64, 128]
+    wins = report.pays_sentence(b, [0.8, 0.9, 1.1, 1.3])
+    assert wins.startswith("DDP on 2 ranks pays from batch 45 per rank on")
+    never = report.pays_sentence(b, [0.5, 0.6, 0.7, 0.8])
+    assert "does not pay at any batch" in never and "0.80x, at batch 128" in never
+    always = report.pays_sentence(b, [1.1, 1.2, 1.3, 1.4])
+    assert "pays at every batch swept, from batch 16" in always
+    assert "does not pay at the largest batch" in report.pays_sentence(b, [0.8, 1.1, 1.2, 0.9])
+    # the crossover moves with the numbers: a later crossing, a later batch
+    assert "from batch 91 per rank on" in report.pays_sentence(b, [0.7, 0.8, 0.9, 1.1])
+    assert "at every batch" in report.model_sentence(b, [1, -2, 3, 24.9])
+    assert "misses at batch 128 (+26%)" in report.model_sentence(b, [1, -2, 3, 26])
+    assert report.threads_sentence(batch=64, ranks=2, threads=2, ratio=0.8).endswith(
+        "the one process wins.")
+    assert report.threads_sentence(batch=64, ranks=2, threads=2, ratio=1.2).endswith(
+        "the ranks win.")
+    nan, inf = float("nan"), float("inf")
+    assert "measured batch 45 per rank, predicted 40" in report.crossover_sentence(
+        {"world_size": 2, "measured": 45.2, "predicted": 40.0, "batches": b})
+    text = report.crossover_sentence({"world_size": 2, "measured": nan, "predicted": inf,
+                                      "batches": b})
+    assert "measured not inside the sweep (16 to 128 per rank), predicted never" in text
+
+
 def test_diff_refuses_non_ddp_files(tmp_path, capsys):
     other = tmp_path / "placement.json"
     results.record(other, [{"world_size": 2, "rank": 0, "allreduce_time_p50_s": 1e-4}])
@@ -146,16 +277,34 @@ def test_diff_refuses_non_ddp_files(tmp_path, capsys):
     assert "not a DDP result" in capsys.readouterr().err
 
 
+def test_report_selects_rows():
+    import pandas as pd
+
+    df = pd.DataFrame([{"variant": v, "world_size": n, "batch_size": b}
+                       for b in (64, 8) for v, n in (("ddp", 2), ("no_ddp", 1), ("ddp", 1))])
+    assert list(report.select(df, "ddp", batch_size=8).world_size) == [1, 2]
+    assert report.one(df, "no_ddp", batch_size=64).world_size == 1
+    with pytest.raises(UsageError, match="2 rows"):
+        report.one(df, "ddp", world_size=2)
+
+
+def test_run_warns_without_a_one_rank_launch_and_checks_before_launching(tmp_path):
+    store = tmp_path / "missing" / "r.json"
+    with pytest.warns(UserWarning, match="no 1-rank launch"), pytest.raises(ResultsFileError):
+        ddp.run(DDPConfig(**TINY), launch=LaunchOptions(nprocs=(2,)), store=str(store))
+    with pytest.raises(UsageError, match="DDPConfig"):
+        ddp.run(TINY)
+
+
 # ---------------------------------------------------------------- real launches (gloo)
 
 @pytest.fixture(scope="module")
 def run_a(tmp_path_factory):
     """1 and 2 ranks, bucket 25 MB, two batch sizes in each launch, every rank's parameters."""
-    from labkit.ddp.run import ddp_scaling
-
     path = tmp_path_factory.mktemp("ddp") / "a.json"
-    df = ddp_scaling([1, 2], json_path=str(path), progress=False, return_params=True,
-                     timeout_s=LAUNCH_TIMEOUT_S, **{**TINY, "batch_size": (8, 12)})
+    config = ddp.DDPConfig(**{**TINY, "batch_size": (8, 12)}, return_params=True)
+    df = ddp.run(config, launch=LaunchOptions(nprocs=(1, 2), timeout_s=LAUNCH_TIMEOUT_S,
+                                              progress=False), store=str(path))
     return df, path
 
 
@@ -240,6 +389,13 @@ def test_baseline_row_scaling_and_stored_rows(run_a):
 
 
 @pytest.mark.slow
+def test_every_row_field_is_declared(run_a):
+    df, path = run_a
+    assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
+    assert results.undeclared(results.read_rows(path), report.COLUMNS) == []
+
+
+@pytest.mark.slow
 def test_placement_one_line_per_rank(run_a, run_b):
     df, _ = run_a
     for ws in (1, 2):
@@ -278,6 +434,30 @@ def test_diff_bucket_25_vs_1(run_a, run_b, capsys):
 
 
 @pytest.mark.slow
+def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
+    """One thread per process, the all-cores run at one batch, the model beside every DDP run."""
+    from labkit.results import allocated_cores
+
+    config = ddp.DDPConfig(**{**TINY, "batch_size": (8, 16)}, all_cores_batches=(16,))
+    df = ddp.run(config, launch=LaunchOptions(nprocs=(1, 2), threads_per_rank=1,
+                                              timeout_s=LAUNCH_TIMEOUT_S, progress=False))
+    assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
+    assert (df[df.variant != report.ALL_CORES].threads_per_rank == 1).all()
+    whole = report.one(df, report.ALL_CORES)
+    assert whole.batch_size == 16 and whole.threads_per_rank == allocated_cores()
+    two = report.one(df, "ddp", world_size=2, batch_size=16)
+    assert two.speedup_vs_all_cores == pytest.approx(2 * whole.step_time_p50_s
+                                                     / two.step_time_p50_s)
+    assert sum(two.bucket_bytes) == two.grad_bytes and two.bucket_copy_time_p50_s > 0
+    assert two.allreduce_fit_bytes[-1] == two.grad_bytes
+    assert two.predicted_step_time_s >= two.nosync_step_time_p50_s
+    assert two.replicas_in_sync  # the no_sync steps in between were undone
+    frame = report.prediction_frame(df)
+    assert list(frame.batch) == [8, 16] and frame.predicted.notna().all()
+    assert list(report.threads_frame(df).batch) == [16]
+
+
+@pytest.mark.slow
 def test_diff_different_models_warns_loudly(run_a, tmp_path, capsys):
     _, a = run_a
     other = tmp_path / "other.json"
@@ -290,10 +470,9 @@ def test_diff_different_models_warns_loudly(run_a, tmp_path, capsys):
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_cuda_uses_nccl_one_rank_per_gpu():
-    from labkit.ddp.run import ddp_scaling
-
     n = min(2, torch.cuda.device_count())
-    df = ddp_scaling([n], progress=False, timeout_s=LAUNCH_TIMEOUT_S, **TINY)
+    df = ddp.run(DDPConfig(**TINY),
+                 launch=LaunchOptions(nprocs=n, timeout_s=LAUNCH_TIMEOUT_S, progress=False))
     row = df[df.variant == "ddp"].iloc[0]
     assert row.backend == "nccl" and row.placement_ok
     assert [p["device"] for p in row.placement] == [f"cuda:{i}" for i in range(n)]

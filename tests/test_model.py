@@ -2,24 +2,25 @@
 
 import math
 import shutil
-import subprocess
 
 import pytest
 import yaml
 
-from labkit import catalog, comm, metrics, model
-from labkit.calibrate import (
+from labkit import metrics
+from labkit.cli import main
+from labkit.collectives import formulas as collectives
+from labkit.errors import UsageError
+from labkit.perfmodel import catalog, model
+from labkit.perfmodel.calibrate import (
     calibration_check,
     fit_local,
     local_from_rows,
     pipeline_step_time,
     write_local,
 )
-from labkit.catalog import Fabric
-from labkit.cli import main
-from labkit.errors import UsageError
-from labkit.model import Cluster, Layout, Workload, predict, search
-from labkit.slurm import SlurmJob, parse_walltime, render
+from labkit.perfmodel.catalog import Fabric
+from labkit.perfmodel.model import Cluster, Layout, Workload, link_time, predict, search
+from labkit.pipeline.formulas import bubble_fraction, bubble_time
 
 LINK50 = Fabric("x", "x", bandwidth_gb_per_s=50, latency_us=0)
 
@@ -28,37 +29,40 @@ LINK50 = Fabric("x", "x", bandwidth_gb_per_s=50, latency_us=0)
 
 def test_ring_allreduce_140gb_over_32_nodes_at_50gbps():
     # 2 (N-1)/N * S / beta = 2 * 31/32 * 140e9 / 50e9 = 5.425 s; latency adds 2 (N-1) alpha
-    assert model.allreduce_time(140e9, 32, LINK50) == pytest.approx(5.425)
+    assert link_time(op="all_reduce", size_bytes=140e9, ranks=32, link=LINK50) == pytest.approx(5.425)
     slow = Fabric("y", "y", 50, latency_us=5)
-    assert model.allreduce_time(140e9, 32, slow) == pytest.approx(5.425 + 62 * 5e-6)
-    assert model.allreduce_time(140e9, 1, LINK50) == 0
+    assert link_time(op="all_reduce", size_bytes=140e9, ranks=32, link=slow) == pytest.approx(5.425 + 62 * 5e-6)
+    assert link_time(op="all_reduce", size_bytes=140e9, ranks=1, link=LINK50) == 0
 
 
 def test_tree_and_other_collectives():
-    assert model.allreduce_time(1e9, 8, LINK50, "tree") == pytest.approx(2 * 3 * 1e9 / 50e9)
+    assert link_time(op="all_reduce", size_bytes=1e9, ranks=8, link=LINK50,
+                     algorithm="tree") == pytest.approx(2 * 3 * 1e9 / 50e9)
     # all-gather / reduce-scatter / all-to-all: (N-1)/N * S / beta + (N-1) alpha
     lat = Fabric("z", "z", 10, latency_us=10)
-    for f in (model.allgather_time, model.reduce_scatter_time, model.all_to_all_time):
-        assert f(4e9, 4, lat) == pytest.approx(3 / 4 * 4e9 / 10e9 + 3 * 10e-6)
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert link_time(op=op, size_bytes=4e9, ranks=4, link=lat) == pytest.approx(
+            3 / 4 * 4e9 / 10e9 + 3 * 10e-6)
     assert model.p2p_time(1e9, lat) == pytest.approx(0.1 + 10e-6)
     with pytest.raises(UsageError, match="algorithm"):
-        model.allreduce_time(1, 2, LINK50, "butterfly")
+        link_time(op="all_reduce", size_bytes=1, ranks=2, link=LINK50, algorithm="butterfly")
 
 
 def test_bubble_fraction_and_time():
-    assert model.bubble_fraction(8, 16) == pytest.approx(7 / 23)  # ~30 %
-    assert model.bubble_fraction(8, 1) == pytest.approx(7 / 8)
-    assert model.bubble_fraction(4, 8, 2) == pytest.approx(3 / 19)  # interleaved
-    assert model.bubble_fraction(1, 5) == 0
+    assert bubble_fraction(num_stages=8, num_microbatches=16) == pytest.approx(7 / 23)  # ~30 %
+    assert bubble_fraction(num_stages=8, num_microbatches=1) == pytest.approx(7 / 8)
+    assert bubble_fraction(num_stages=4, num_microbatches=8, schedule="interleaved",
+                           virtual_stages=2) == pytest.approx(3 / 19)
+    assert bubble_fraction(num_stages=1, num_microbatches=5) == 0
     # bubble time = (P-1)/M * T_stage, and the bubble's share of the step is the fraction
     t_stage = 8.0
-    b = model.bubble_time(8, 16, t_stage)
+    b = bubble_time(num_stages=8, num_microbatches=16, stage_compute_s=t_stage)
     assert b == pytest.approx(3.5)
     assert b / (t_stage + b) == pytest.approx(7 / 23)
     # mlsysim's formula applies the fraction to the unsplit compute: 7/23 * 64 = 19.5 s, not 3.5
     assert model.mlsysim_bubble_time(64.0, 8, 16) == pytest.approx(64 * 7 / 23)
     with pytest.raises(UsageError, match="num_microbatches"):
-        model.bubble_fraction(8, 0)
+        bubble_fraction(num_stages=8, num_microbatches=0)
 
 
 def _work(**kw):
@@ -247,9 +251,11 @@ def _synthetic(alpha, beta, n=2):
     rows = []
     for op in ("all_reduce", "all_gather"):
         for s in sizes:
-            t = comm.collective_time(op, n, s, alpha, beta)
+            t = collectives.collective_time(op=op, ranks=n, size_bytes=s, alpha_s=alpha,
+                                            beta_bytes_per_s=beta)
             rows.append({"op": op, "world_size": n, "size_bytes": s, "time_p50_s": t,
-                         "busbw_gb_per_s": comm.busbw_gb_per_s(op, n, s, t)})
+                         "busbw_gb_per_s": collectives.busbw_gb_per_s(op=op, ranks=n,
+                                                                      size_bytes=s, time_s=t)})
     return rows
 
 
@@ -268,7 +274,7 @@ def test_calibration_on_synthetic_measurements_is_exact():
     pipe = []
     for m in (2, 4, 8):
         r = {"schedule": "gpipe", "num_stages": 2, "num_microbatches": m, "layers": 8, "hidden": 256,
-             "batch": 64, "bubble_measured": model.bubble_fraction(2, m)}
+             "batch": 64, "bubble_measured": bubble_fraction(num_stages=2, num_microbatches=m)}
         r["step_time_s"] = pipeline_step_time(r, rate, alpha, beta)
         r["bubble_formula"] = r["bubble_measured"]
         pipe.append(r)
@@ -291,37 +297,7 @@ def test_local_entry_from_rows_roundtrip(tmp_path):
         local_from_rows([], 1e9, memory_gb=1, name="x", measured="y")
 
 
-# --- clusters -------------------------------------------------------------------------------------
-
-def test_sbatch_script_is_valid_bash_with_rendezvous(tmp_path):
-    job = SlurmJob(("labkit", "collectives", "--op", "all_reduce"), 2, 4, "00:30:00", "gpu", "mylab")
-    text = render(job)
-    for needle in ("#SBATCH --nodes=2", "#SBATCH --gres=gpu:4", "#SBATCH --account=mylab",
-                   "#SBATCH --partition=gpu", "#SBATCH --time=00:30:00", "scontrol show hostnames",
-                   "--rdzv-endpoint \"$RDZV_ENDPOINT\"", "--rdzv-id \"$SLURM_JOB_ID\"",
-                   "--nnodes \"$SLURM_NNODES\"", "--node-rank \"$SLURM_NODEID\"", "srun", "--nproc 4"):
-        assert needle in text, needle
-    assert "SU = " in text and job.cost()["su"] == pytest.approx((8 + 2 * 8) * 0.5)
-    path = tmp_path / "job.sbatch"
-    path.write_text(text)
-    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
-    py = render(SlurmJob(("python", "train.py", "--lr", "0.1"), 4, 8, "1-00:00:00", "gpu", "lab"))
-    assert "torchrun" in py and "--rdzv-backend c10d" in py and "train.py --lr 0.1" in py
-    path.write_text(py)
-    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
-
-
-def test_slurm_bad_input():
-    assert parse_walltime("02:00:00") == 7200
-    with pytest.raises(UsageError, match="--time"):
-        SlurmJob(("labkit", "env"), 1, 1, "90 minutes", "gpu", "a")
-    with pytest.raises(UsageError, match="--partition"):
-        SlurmJob(("labkit", "env"), 1, 1, "00:10:00", "gpu; rm -rf", "a")
-    with pytest.raises(UsageError, match="--rdzv-endpoint"):
-        SlurmJob(("labkit", "solve", "--rdzv-endpoint", "h:1"), 1, 1, "00:10:00", "gpu", "a")
-    with pytest.raises(UsageError, match="labkit' or 'python'"):
-        SlurmJob(("rm", "-rf", "/"), 1, 1, "00:10:00", "gpu", "a")
-
+# --- the command line (the sbatch scripts: tests/test_slurm.py) ------------------------------------
 
 def test_cli(tmp_path, capsys):
     assert main(["model", "--tp", "8", "--pp", "4", "--microbatches", "32", "--fabric", "100GbE", "IB_NDR"]) == 0
@@ -351,9 +327,9 @@ def test_cli(tmp_path, capsys):
 def test_docstring_examples():
     import doctest
 
-    from labkit import calibrate, slurm
-    from labkit.widgets import layout
+    from labkit import slurm
+    from labkit.perfmodel import calibrate, topology, widgets
 
-    for mod in (model, catalog, calibrate, slurm, layout):
+    for mod in (model, catalog, calibrate, slurm, widgets, topology):
         res = doctest.testmod(mod)
         assert res.attempted > 0 and res.failed == 0, mod.__name__

@@ -11,7 +11,7 @@ import nbformat
 import papermill
 import pytest
 
-from labkit.notebooks import parameter_problems, parameters_cell
+from labkit.book.notebooks import parameter_problems, parameters_cell
 
 from ._notebook_runs import NOTEBOOKS, load_test_params, run
 

@@ -1,4 +1,5 @@
-"""Pipeline lab: bubble formulas, the ideal-schedule simulator, config checks, 2-rank runs."""
+"""Pipeline lab: bubble formulas, the ideal-schedule simulator, the timeline split, verdicts,
+config checks, 2-rank runs."""
 
 from __future__ import annotations
 
@@ -6,42 +7,207 @@ import subprocess
 
 import pytest
 
-from labkit import bubbles
+from labkit import pipeline, results
 from labkit.errors import UsageError
+from labkit.launch import LaunchOptions
+from labkit.pipeline import formulas, report, schedules
+from labkit.pipeline.config import PipelineConfig
 
 from .conftest import LAUNCH_TIMEOUT_S
 
 
 def test_formulas_hand_computed():
-    assert bubbles.bubble_fraction(8, 16) == pytest.approx(7 / 23)
-    assert bubbles.bubble_fraction(2, 1) == 0.5
-    assert bubbles.bubble_fraction(1, 4) == 0.0
-    assert bubbles.interleaved_bubble_fraction(4, 8, 2) == pytest.approx(3 / 19)
-    assert bubbles.interleaved_bubble_fraction(4, 8, 1) == bubbles.bubble_fraction(4, 8)
-    assert bubbles.bubble_time(4, 8, 2.0) == pytest.approx(0.75)
-    assert bubbles.measured_bubble([1.0, 1.0, 1.0, 1.0], 2.0) == 0.5
+    def bubble(p, m, **kw):
+        return formulas.bubble_fraction(num_stages=p, num_microbatches=m, **kw)
+
+    assert bubble(8, 16) == pytest.approx(7 / 23)
+    assert bubble(2, 1) == 0.5
+    assert bubble(1, 4) == 0.0
+    assert bubble(4, 8, schedule="interleaved", virtual_stages=2) == pytest.approx(3 / 19)
+    assert bubble(4, 8, schedule="interleaved", virtual_stages=1) == bubble(4, 8)
+    assert formulas.bubble_time(num_stages=4, num_microbatches=8,
+                                stage_compute_s=2.0) == pytest.approx(0.75)
+    assert formulas.measured_bubble([1.0, 1.0, 1.0, 1.0], 2.0) == 0.5
     for bad in [(0, 1), (2, 0), (2, 1.5)]:
         with pytest.raises(UsageError):
-            bubbles.bubble_fraction(*bad)
+            bubble(*bad)
 
 
 @pytest.mark.parametrize("schedule,p,m,v", [("gpipe", 2, 1, 1), ("gpipe", 4, 8, 1),
                                             ("1f1b", 4, 4, 1), ("1f1b", 3, 7, 1),
                                             ("interleaved", 4, 8, 2), ("interleaved", 2, 4, 3)])
 def test_simulated_schedule_matches_formula(schedule, p, m, v):
-    blocks = bubbles.simulate(schedule, p, m, virtual_stages=v)
+    blocks = schedules.simulate(schedule, p, m, virtual_stages=v)
     assert len(blocks) == 2 * p * m * v
     step = max(b["end_s"] for b in blocks)
     busy = [sum(b["end_s"] - b["start_s"] for b in blocks if b["rank"] == r) for r in range(p)]
-    assert bubbles.measured_bubble(busy, step) == pytest.approx(
-        bubbles.schedule_bubble(schedule, p, m, v))
+    assert formulas.measured_bubble(busy, step) == pytest.approx(
+        formulas.bubble_fraction(num_stages=p, num_microbatches=m, schedule=schedule,
+                                 virtual_stages=v))
     for r in range(p):  # a rank never runs two blocks at once
         mine = sorted((b["start_s"], b["end_s"]) for b in blocks if b["rank"] == r)
         assert all(a[1] <= b[0] + 1e-12 for a, b in zip(mine, mine[1:]))
 
 
+@pytest.mark.parametrize("p,m", [(2, 2), (2, 8), (3, 6), (4, 8), (4, 16)])
+def test_zero_bubble_simulation(p, m):
+    """ZB-H1: F, B and W each one slot; bubble (P−1)/(P−1+3M), a third of 1F1B's idle time."""
+    blocks = schedules.simulate("zero_bubble", p, m, forward_s=1.0, backward_s=2.0)
+    assert sorted(b["kind"] for b in blocks) == sorted("FBW" * p * m)
+    step = max(b["end_s"] for b in blocks)
+    assert step == pytest.approx(3 * m + (p - 1))  # 1F1B: 3 (M + P − 1)
+    assert formulas.bubble_over_ideal(num_stages=p, num_microbatches=m,
+                                      schedule="zero_bubble") == pytest.approx((p - 1) / (3 * m))
+    for r in range(p):  # a weight gradient never runs before its input gradient
+        mine = {(b["kind"], b["microbatch"]): b for b in blocks if b["rank"] == r}
+        assert all(mine[("W", i)]["start_s"] >= mine[("B", i)]["end_s"] for i in range(m))
+
+
+def test_two_conventions():
+    """Share of the step and time over the ideal step: b and b / (1 − b), same idle time."""
+    for s, kw in [("gpipe", {}), ("1f1b", {}), ("interleaved", {"virtual_stages": 2}),
+                  ("zero_bubble", {})]:
+        for p, m in [(2, 1), (2, 8), (4, 4), (8, 16)]:
+            b = formulas.bubble_fraction(num_stages=p, num_microbatches=m, schedule=s, **kw)
+            r = formulas.bubble_over_ideal(num_stages=p, num_microbatches=m, schedule=s, **kw)
+            assert r == pytest.approx(b / (1 - b))
+    assert formulas.bubble_over_ideal(num_stages=4, num_microbatches=4) == 0.75
+    assert formulas.bubble_fraction(num_stages=4, num_microbatches=4) == pytest.approx(3 / 7)
+    with pytest.raises(TypeError):  # keyword-only: a swapped P and M cannot go unseen
+        formulas.bubble_over_ideal(4, 8)
+    assert formulas.predicted_step_time(num_stages=2, num_microbatches=8,
+                                        slot_s=0.01) == pytest.approx(0.09)  # (M+P−1) t_slot
+
+
+def _stall_points(blocks):
+    """Times at which no block is running on any rank (every rank between blocks)."""
+    edges = sorted({b["start_s"] for b in blocks} | {b["end_s"] for b in blocks})
+    return [t for t in edges
+            if not any(b["start_s"] < t < b["end_s"] for b in blocks) and 0 < t < edges[-1]]
+
+
+@pytest.mark.parametrize("schedule,p,m,v", [("gpipe", 2, 1, 1), ("gpipe", 2, 8, 1),
+                                            ("1f1b", 2, 4, 1), ("1f1b", 4, 8, 1),
+                                            ("zero_bubble", 2, 4, 1), ("zero_bubble", 3, 6, 1),
+                                            ("interleaved", 2, 4, 2)])
+def test_timeline_split_recovers_fill_drain_and_gaps(schedule, p, m, v):
+    """The ideal schedule's blocks split into compute and exactly the formula's bubble; then
+    a start-up delay, stalls of the whole pipeline and a wind-down are injected: they come back
+    as exactly P × their length of 'other' idle, and the fill/drain bubble stays the same."""
+    ideal = schedules.simulate(schedule, p, m, virtual_stages=v)
+    step = max(b["end_s"] for b in ideal)
+    busy = sum(b["end_s"] - b["start_s"] for b in ideal)
+    split = formulas.timeline_split(ideal)
+    formula = formulas.bubble_fraction(num_stages=p, num_microbatches=m, schedule=schedule,
+                                       virtual_stages=v)
+    assert split["bubble_share"] == pytest.approx(formula, abs=1e-12)
+    assert split["other_s"] == pytest.approx(0, abs=1e-12)
+    assert split["compute_s"] == pytest.approx(busy)
+    assert split["bubble_s"] == pytest.approx(p * step - busy)
+
+    start_up, wind_down = 0.25, 0.5
+    stalls = {t: 0.125 * (i + 1) for i, t in enumerate(_stall_points(ideal)[::3])}
+    assert stalls or m == 1
+
+    def shifted(t):
+        return t + start_up + sum(g for at, g in stalls.items() if t >= at)
+
+    late = [{**b, "start_s": shifted(b["start_s"]),
+             "end_s": shifted(b["start_s"]) + b["end_s"] - b["start_s"]} for b in ideal]
+    injected = start_up + sum(stalls.values()) + wind_down
+    end = max(b["end_s"] for b in late) + wind_down
+    got = formulas.timeline_split(late, step_start_s=0.0, step_end_s=end)
+    assert got["step_s"] == pytest.approx(step + injected)
+    assert got["compute_s"] == pytest.approx(busy)
+    assert got["bubble_s"] == pytest.approx(p * step - busy)  # the fill and drain, unchanged
+    assert got["other_s"] == pytest.approx(p * injected)  # every rank idles through each gap
+    assert got["compute_share"] + got["bubble_share"] + got["other_share"] == pytest.approx(1)
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 8])
+def test_timeline_split_message_delays(m):
+    """GPipe, P = 2, every message takes c: rank 1 runs c late, rank 0's backwards 2c late.
+    At M = 1 each of the two messages idles both ranks for c while nobody computes: 4c of
+    other idle and the ideal bubble. From M = 2 on, the late rank computes while the other
+    waits for it (a cascade): two of those c's are waits for another rank's compute, bubble."""
+    c = 0.125
+    ideal = schedules.simulate("gpipe", 2, m)
+    moved = [{**b, "start_s": b["start_s"] + d, "end_s": b["end_s"] + d} for b in ideal
+             for d in [c if b["rank"] == 1 else (2 * c if b["kind"] == "B" else 0.0)]]
+    got = formulas.timeline_split(moved)
+    assert got["step_s"] == pytest.approx(3 * (m + 1) + 2 * c)
+    cascade = 0 if m == 1 else 2 * c
+    assert got["bubble_s"] == pytest.approx(6 + cascade)
+    assert got["other_s"] == pytest.approx(4 * c - cascade)
+    assert [r["other_s"] for r in got["per_rank"]] == pytest.approx([2 * c - cascade / 2] * 2)
+
+
+def test_timeline_split_refuses_bad_input():
+    b = dict(rank=0, stage=0, kind="F", microbatch=0, start_s=1.0, end_s=2.0)
+    for bad in ([], [dict(b, kind="X")], [dict(b, end_s=0.5)]):
+        with pytest.raises(UsageError):
+            formulas.timeline_split(bad)
+    with pytest.raises(UsageError):
+        formulas.timeline_split([b], step_start_s=1.5)
+    with pytest.raises(UsageError):
+        formulas.timeline_split([b], step_end_s=1.5)
+
+
+def _rows(**over):
+    """Synthetic rows of one schedule at M = 2, 4, 8 (P = 2) for the verdict sentences."""
+    import pandas as pd
+
+    base = dict(schedule="gpipe", num_stages=2, num_microbatches=[2, 4, 8],
+                microbatch_size=[64, 32, 16], step_time_s=[0.12, 0.10, 0.11],
+                step_time_predicted_s=[0.115, 0.095, 0.1], step_time_error_pct=[-4.0, -5.0, -9.0],
+                slot_time_s=[0.04, 0.019, 0.011], bubble_fill_drain=[0.34, 0.21, 0.12],
+                bubble_formula=[1 / 3, 0.2, 1 / 9], idle_other=[0.02, 0.03, 0.05])
+    base.update(over)
+    return pd.DataFrame(base)
+
+
+def test_verdict_sentences_follow_the_numbers():
+    df = _rows()
+    assert "within 0.05 of the formula at every M" in report.bubble_sentence(df, "gpipe")
+    assert "falls from 0.34 at M = 2 to 0.12 at M = 8" in report.bubble_sentence(df, "gpipe")
+    far = _rows(bubble_fill_drain=[0.34, 0.21, 0.30])
+    assert "more than 0.05 from the formula at M = 8" in report.bubble_sentence(far, "gpipe")
+    assert "does not fall" in report.bubble_sentence(far.assign(bubble_fill_drain=[0.3, 0.3, 0.35]),
+                                                      "gpipe")
+
+    assert "within 15% at every M" in report.step_sentence(df, "gpipe")
+    off = _rows(step_time_error_pct=[-4.0, -20.0, -9.0])
+    assert "off by more than 15% at M = 4" in report.step_sentence(off, "gpipe")
+
+    best = report.best_microbatches(df, "gpipe")
+    assert best.num_microbatches == 4  # computed from the rows: the shortest measured step
+    assert "shortest step is at M = 4 (100.0 ms), not at the largest M = 8" in \
+        report.best_m_sentence(df, "gpipe")
+    largest = _rows(step_time_s=[0.12, 0.10, 0.09])
+    assert report.best_microbatches(largest, "gpipe").num_microbatches == 8
+    assert "shortest step is at the largest M = 8" in report.best_m_sentence(largest, "gpipe")
+    assert "outweighs the slower small microbatches" in report.best_m_sentence(largest, "gpipe")
+    cheap = largest.assign(slot_time_s=[0.04, 0.02, 0.009])  # M x t_slot falls: 80 -> 72 ms
+    assert "cost no more here" in report.best_m_sentence(cheap, "gpipe")
+    flat = largest.assign(bubble_fill_drain=[0.2, 0.2, 0.25])
+    assert "does not fall" in report.best_m_sentence(flat, "gpipe")
+    assert "bubble shrinks (0.21 -> 0.12" in report.best_m_sentence(df, "gpipe")
+    assert "does not shrink here" in report.best_m_sentence(
+        df.assign(bubble_fill_drain=[0.34, 0.21, 0.25]), "gpipe")
+
+    rows = report.best_m_laws(df)
+    assert [(r["predicted"], r["measured"], r["holds"]) for r in rows] == [(4, 4, True)]
+    flipped = report.best_m_laws(_rows(step_time_predicted_s=[0.115, 0.1, 0.095]))
+    assert [(r["predicted"], r["holds"]) for r in flipped] == [(8, False)]
+    assert [r["holds"] for r in report.bubble_laws(df)] == [True, True, True]
+    assert [r["holds"] for r in report.bubble_laws(far)] == [True, True, False]
+    assert all(r["holds"] for r in report.step_laws(df))
+    assert [r["holds"] for r in report.step_laws(_rows(step_time_predicted_s=[0.115, 0.08, 0.1]))] \
+        == [True, False, True]
+
+
 def test_1f1b_holds_at_most_p_microbatches():
-    blocks = sorted(bubbles.simulate("1f1b", 4, 8), key=lambda b: b["start_s"])
+    blocks = sorted(schedules.simulate("1f1b", 4, 8), key=lambda b: b["start_s"])
     for r in range(4):
         live = peak = 0
         for b in (b for b in blocks if b["rank"] == r):
@@ -51,30 +217,34 @@ def test_1f1b_holds_at_most_p_microbatches():
 
 
 def test_stage_layers():
-    assert bubbles.stage_layers(8, 2) == [range(0, 4), range(4, 8)]
-    assert [len(s) for s in bubbles.stage_layers(10, 4)] == [3, 3, 2, 2]
+    assert schedules.stage_layers(8, 2) == [range(0, 4), range(4, 8)]
+    assert [len(s) for s in schedules.stage_layers(10, 4)] == [3, 3, 2, 2]
     with pytest.raises(UsageError):
-        bubbles.stage_layers(2, 3)
+        schedules.stage_layers(2, 3)
 
 
 @pytest.mark.parametrize("kw,p", [(dict(schedules=("bogus",)), 2), (dict(microbatches=(0,)), 2),
                                   (dict(batch=10, microbatches=(3,)), 2),
                                   (dict(layers=1), 2), (dict(schedules=("1f1b",), microbatches=(1,)), 2),
                                   (dict(schedules=("interleaved",), layers=6, microbatches=(4,)), 4),
-                                  (dict(schedules=("interleaved",), microbatches=(3,), batch=96), 2)])
+                                  (dict(schedules=("interleaved",), microbatches=(3,), batch=96), 2),
+                                  (dict(schedules=("zero_bubble",), microbatches=(1,)), 2),
+                                  (dict(schedules=("zero_bubble",), microbatches=(5,), batch=80), 2)])
 def test_config_refuses(kw, p):
     with pytest.raises(UsageError):
-        bubbles.PipelineConfig(**kw).validate_for(p)
+        PipelineConfig(**kw).check_world_size(p)
 
 
 def test_1f1b_refusal_message():
     with pytest.raises(UsageError, match=r"M=1 < P=2"):
-        bubbles.PipelineConfig(schedules=("1f1b",), microbatches=(1, 2)).validate_for(2)
+        PipelineConfig(schedules=("1f1b",), microbatches=(1, 2)).check_world_size(2)
 
 
 @pytest.mark.parametrize("args", [["--schedule", "bogus"], ["--microbatches", "0"],
                                   ["--batch", "10", "--microbatches", "3"], ["--layers", "1"],
-                                  ["--schedule", "1f1b", "--microbatches", "1"]])
+                                  ["--schedule", "1f1b", "--microbatches", "1"],
+                                  ["--batch", "256", "--microbatches", "2", "3", "4"],
+                                  ["--schedule", "zero_bubble", "--microbatches", "1"]])
 def test_cli_bad_input_exit_2(args, labkit_cmd):
     p = subprocess.run([*labkit_cmd, "pipeline", *args], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
@@ -98,10 +268,10 @@ def _check_rows(df, p):
 def test_every_schedule_on_two_ranks():
     """One launch: output and gradients equal one process, P×M F and B blocks per schedule,
     GPipe's measured bubble at M = 1 within 0.1 of (P−1)/P."""
-    from labkit.commlab import pipeline, schedule_blocks
-
-    df = pipeline([2], schedules=bubbles.SCHEDULES, microbatches=(1, 2), steps=3, warmup=1,
-                  skip_invalid=True, progress=False, timeout_s=LAUNCH_TIMEOUT_S)
+    config = PipelineConfig(schedules=("naive_gpipe", "gpipe", "1f1b", "interleaved"),
+                            microbatches=(1, 2), steps=3, warmup=1, skip_invalid=True)
+    df = pipeline.run(config, launch=LaunchOptions(nprocs=(2,), progress=False,
+                                                   timeout_s=LAUNCH_TIMEOUT_S))
     got = sorted(zip(df.schedule, df.num_microbatches))
     assert got == sorted([("naive_gpipe", 1), ("naive_gpipe", 2), ("gpipe", 1), ("gpipe", 2),
                           ("1f1b", 2), ("interleaved", 2)])
@@ -109,14 +279,71 @@ def test_every_schedule_on_two_ranks():
     for r in df[df.num_microbatches == 1].itertuples():  # (P−1)/P = 0.5 at M = 1
         assert r.bubble_formula == 0.5
         assert abs(r.bubble_measured - 0.5) < 0.1, (r.schedule, r.bubble_measured)
-    blocks = schedule_blocks(df, "interleaved", 2, 2)
+    blocks = report.schedule_blocks(df, "interleaved", 2, 2)
     assert sorted(blocks.stage.unique()) == [0, 1, 2, 3]
     with pytest.raises(UsageError):
-        schedule_blocks(df, "1f1b", 2, 1)
+        report.schedule_blocks(df, "1f1b", 2, 1)
+    # every field a row carries is declared
+    assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
+    assert results.mismatches(df).empty
+    assert "bubble_measured" in report.bubble_table(df)
+
+
+def test_cli_uneven_microbatches_refused_before_launch(labkit_cmd):
+    """One line, exit 2, and no launch (the run would take seconds; the refusal does not)."""
+    p = subprocess.run([*labkit_cmd, "pipeline", "--batch", "100", "--microbatches", "3"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "labkit pipeline: error: batch 100 is not divisible by 3 microbatches"]
+    assert "launch" not in p.stdout
+
+
+@pytest.mark.slow
+def test_zero_bubble_and_timeline_on_two_ranks():
+    """1F1B and zero bubble on 2 ranks: same output and gradients as one process, F, B and W
+    blocks per microbatch, the timeline split adding up, every row field declared."""
+    config = PipelineConfig(schedules=("1f1b", "zero_bubble"), microbatches=(2, 4), hidden=128,
+                            batch=32, steps=2, warmup=1)
+    df = pipeline.run(config, launch=LaunchOptions(nprocs=(2,), progress=False,
+                                                   timeout_s=LAUNCH_TIMEOUT_S))
+    assert sorted(zip(df.schedule, df.num_microbatches)) == [
+        ("1f1b", 2), ("1f1b", 4), ("zero_bubble", 2), ("zero_bubble", 4)]
+    assert df.matches_single_process.all(), df[["schedule", "max_output_diff", "max_grad_diff"]]
+    for r in df.itertuples():
+        kinds = "FBW" if r.schedule == "zero_bubble" else "FB"
+        assert sorted(b["kind"] for b in r.blocks) == sorted(kinds * 2 * r.num_microbatches)
+        assert r.compute_share + r.bubble_fill_drain + r.idle_other == pytest.approx(1, abs=0.05)
+        assert 0 <= r.bubble_fill_drain < 1 and r.slot_time_s > 0
+        assert r.step_time_predicted_s == pytest.approx(formulas.predicted_step_time(
+            num_stages=2, num_microbatches=r.num_microbatches, slot_s=r.slot_time_s,
+            schedule=r.schedule))
+        split = formulas.timeline_split(r.blocks)  # the stored blocks: one clock, from 0
+        assert split["compute_s"] > 0 and min(b["start_s"] for b in r.blocks) >= 0
+    assert df[df.schedule == "zero_bubble"].weight_time_s.notna().all()
+    assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
+    assert "bubble_fill_drain" in report.bubble_table(df)
+    assert len(report.ideal_blocks(df, "zero_bubble", 2, 4)) == 3 * 2 * 4
+
 
 def test_skip_invalid_keeps_gpipe_m1():
-    cfg = bubbles.PipelineConfig(schedules=("gpipe", "1f1b"), microbatches=(1, 2), skip_invalid=True)
-    cfg.validate_for(2)
+    cfg = PipelineConfig(schedules=("gpipe", "1f1b"), microbatches=(1, 2), skip_invalid=True)
+    cfg.check_world_size(2)
     assert cfg.runnable(2) == [("gpipe", 1), ("gpipe", 2), ("1f1b", 2)]
     with pytest.raises(UsageError):
-        bubbles.PipelineConfig(schedules=("1f1b",), microbatches=(1,), skip_invalid=True).validate_for(2)
+        PipelineConfig(schedules=("1f1b",), microbatches=(1,), skip_invalid=True).check_world_size(2)
+
+
+def test_run_defaults_to_two_ranks_and_a_300_s_timeout(monkeypatch):
+    import labkit.launch
+
+    seen = {}
+
+    def fake_launch_lab(worker, config, launch, store):
+        seen.update(worker=worker, launch=launch)
+        return []
+
+    monkeypatch.setattr(labkit.launch, "launch_lab", fake_launch_lab)
+    assert pipeline.run(PipelineConfig()).empty
+    assert seen["worker"] == "pipeline"
+    assert (seen["launch"].nprocs, seen["launch"].timeout_s) == ((2,), 300.0)

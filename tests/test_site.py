@@ -15,9 +15,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labkit.book.site import MARKER, build_preview
 from labkit.cli import main
 from labkit.errors import UsageError
-from labkit.site import MARKER, build_preview
 
 from ._notebook_runs import NOTEBOOKS, executed_dir, run
 
@@ -101,6 +101,18 @@ def test_preview_site_in_chromium(tmp_path, server):
     dom = chromium(f"{base}/index.html", profile, "--dump-dom")
     for p in NOTEBOOKS:
         assert f'href="{p.stem}.html"' in dom, f"index does not link {p.stem}"
+    # each summary is Markdown rendered (bold, code, typeset math), cut only between sentences
+    # or words
+    summaries = re.findall(r'<p class="summary">(.*?)</p>', dom, re.S)
+    assert len(summaries) == len(NOTEBOOKS), summaries
+    for text in summaries:
+        visible = re.sub(r"<[^>]+>", "", re.sub(r"<mjx-assistive-mml.*?</mjx-assistive-mml>|"
+                                                r'<script type="math/[^"]*">.*?</script>', "",
+                                                text, flags=re.S))
+        assert "**" not in visible and "$" not in visible and "`" not in visible, text
+        assert re.search(r"[.!?]\s*$|\w \u2026$", visible.strip()), f"cut mid-word: {visible!r}"
+    assert classes(dom, "mjx-chtml") >= 1, "index: the summaries' formulas were not typeset"
+    assert "<strong>" in dom
 
     for p in NOTEBOOKS:
         if not runs[p.name]["ok"]:
@@ -153,8 +165,8 @@ def test_quarto_renders_the_executed_notebooks_without_executing_them(tmp_path, 
     import json
     import os
 
-    from labkit.notebooks import list_notebooks
-    from labkit.site import build_site
+    from labkit.book.notebooks import list_notebooks
+    from labkit.book.site import build_site
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -23,7 +23,7 @@ from labkit.errors import UsageError
 from labkit.launch import OversubscribedWarning
 from labkit.solve import krylov
 from labkit.solve.config import SolveConfig, closest_grid
-from labkit.solve.measure import add_scaling_columns, bytes_per_iteration, spmv_bytes
+from labkit.solve.formulas import add_scaling_columns, bytes_per_iteration, spmv_bytes
 from labkit.solve.operator import DistOperator
 from labkit.solve.partition import make_partition, partition_stats, rcb
 from labkit.solve.problems import global_matrix, local_system, rhs
@@ -107,7 +107,6 @@ def test_closest_grid_weak_mode():
     ({"rhs": "zeros", "total_dof": 100}, "unknown rhs"),
     ({"total_dof": 0}, ">= 1"),
     ({"modes": ("weak",), "dof_per_rank": -5}, ">= 1"),
-    ({"total_dof": 3, "world_sizes": (1, 4)}, "fewer than 4 ranks"),
     ({"total_dof": 100, "dof_per_rank": 10}, "--dof-per-rank is for weak"),
     ({"modes": ("weak",), "dof_per_rank": 10, "total_dof": 100}, "--total-dof is for strong"),
     ({"modes": ("weak",)}, "need --dof-per-rank"),
@@ -117,6 +116,33 @@ def test_closest_grid_weak_mode():
 def test_bad_config_is_a_usage_error(kwargs, match):
     with pytest.raises(UsageError, match=match):
         SolveConfig(**kwargs)
+
+
+def test_world_size_the_grid_cannot_feed_is_refused_before_launch(tmp_path):
+    with pytest.raises(UsageError, match="fewer than 4 ranks"):
+        SolveConfig(total_dof=3).check_world_size(4)
+    from labkit import solve
+    from labkit.launch import LaunchOptions
+
+    store = tmp_path / "never.json"
+    with pytest.raises(UsageError, match="fewer than 4 ranks"):
+        solve.run(SolveConfig(total_dof=3), launch=LaunchOptions(nprocs=(1, 4)), store=store)
+    assert not store.exists()
+
+
+def test_solve_flags_come_from_the_config():
+    """Every CLI field of SolveConfig is a flag of `labkit solve` with the same default."""
+    import dataclasses
+
+    from labkit.cli import build_parser
+
+    args = build_parser().parse_args(["solve"])
+    cfg = SolveConfig(total_dof=100)
+    for f in dataclasses.fields(SolveConfig):
+        if f.metadata.get("cli", True):
+            value = getattr(args, f.name)
+            assert (tuple(value) if isinstance(value, list) else value) == f.default, f.name
+    assert cfg.modes == ("strong",)
 
 
 def test_metis_without_pymetis_is_a_usage_error(monkeypatch):
@@ -234,7 +260,7 @@ def test_two_rank_solution_equals_one_rank_and_scipy(transport):
     from labkit.config import to_dict
     from labkit.launch import launch
 
-    cfg = SolveConfig(modes=("strong",), world_sizes=(2,), total_dof=3000,
+    cfg = SolveConfig(modes=("strong",), total_dof=3000,
                       methods=("cg", "pipecg", "minres"), partitioners=("simple", "metis"),
                       warmup=0, repeat=1, keep_solution=True, transport=transport)
     dims = closest_grid(3000, 2)
@@ -262,7 +288,7 @@ def test_two_rank_solution_equals_one_rank_and_scipy(transport):
 def test_shm_transport_delivers_every_message_in_order(nproc):
     """Ranks out of step by random waits, 3 ranks on 2 cores included (the polling must yield):
     every value received is the one sent, every all-reduce sums right, on both transports."""
-    from labkit.checks import TransportCheckConfig
+    from labkit.checks.config import TransportCheckConfig
     from labkit.config import to_dict
     from labkit.launch import launch
 
@@ -304,6 +330,10 @@ def test_one_command_weak_strong_throughput_sweep(tmp_path, capsys):
         assert f"{mode} SCALING" in text
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 3 * 2 * 2 * 2
+    from labkit.results import undeclared
+    from labkit.solve.report import COLUMNS
+
+    assert undeclared(rows, COLUMNS) == []
     assert {(r["mode"], r["world_size"]) for r in rows} == {
         (m, n) for m in ("weak", "strong", "throughput") for n in (1, 2)}
     for r in rows:
@@ -343,3 +373,58 @@ def test_manufactured_rhs_flagged_one_iteration(tmp_path, capsys):
     assert "eigenvector" in capsys.readouterr().out
     (row,) = json.loads(out.read_text())["rows"]
     assert row["iterations"] == 1 and row["rhs_is_eigenvector"] is True and row["gate_passed"]
+
+
+# -- fewer passes over memory ---------------------------------------------------------------
+def test_minimal_bytes_on_a_small_grid_equal_a_hand_count():
+    """3x3 grid, 5-point, one rank: nnz = 9 + 2 x 12 = 33 (each of the 12 grid edges couples
+    two rows both ways); SpMV 33 x 12 + 10 x 4 + 9 x 8 + 9 x 8 = 580 bytes; a CG iteration must
+    also read x, p, s, r, w and write x, p, s, r: 9 x 8 x 9 = 648; 1228 in all."""
+    from labkit.solve.formulas import minimal_bytes_per_iteration, spmv_bytes
+
+    op, _ = one_rank((3, 3))
+    assert op.nnz == 33 and op.spmv_bytes() == spmv_bytes(33, 9, 0) == 580
+    assert minimal_bytes_per_iteration("cg", op.spmv_bytes(), op.n_owned) == 580 + 648
+
+
+@pytest.mark.slow
+def test_fused_cg_equals_the_textbook_loop_on_one_rank():
+    from labkit.solve.fused import make_kernels
+
+    kernels, why = make_kernels(torch.device("cpu"))
+    if kernels is None:
+        pytest.skip(f"no fused kernels here: {why}")
+    op, b = one_rank((60, 70))
+    plain = krylov.cg(op, b, 1e-10, 10_000)
+    op.fused = kernels
+    fused = krylov.cg(op, b, 1e-10, 10_000)
+    assert fused.iterations == plain.iterations
+    scale = float(plain.x.abs().max())
+    assert float((fused.x - plain.x).abs().max()) <= 1e-10 * scale
+
+
+@pytest.mark.slow
+def test_fused_kernels_and_fixed_iterations_at_two_ranks(tmp_path):
+    """Two ranks: fused and plain CG take the same iterations to the same solution; a
+    fixed-iteration run does exactly N iterations, is marked and gated on its own residual."""
+    from labkit import solve
+    from labkit.launch import LaunchOptions
+
+    launch = LaunchOptions(nprocs=(2,), progress=False, timeout_s=LAUNCH_TIMEOUT_S)
+    rows = {}
+    for kernels in ("plain", "fused"):
+        cfg = SolveConfig(total_dof=4000, warmup=0, repeat=1, kernels=kernels, rtol=1e-10)
+        rows[kernels] = solve.run(cfg, launch=launch).iloc[0]
+    assert rows["fused"]["kernels"] in ("fused", "plain")  # plain with a notice: no compiler
+    if rows["fused"]["kernels"] == "fused":
+        assert rows["fused"]["compile_time_s"] > 0
+        assert rows["fused"]["bytes_per_iteration"] < rows["plain"]["bytes_per_iteration"]
+    assert rows["fused"]["iterations"] == rows["plain"]["iterations"]
+    assert rows["fused"]["gate_passed"] and rows["plain"]["gate_passed"]
+    for r in rows.values():
+        assert r["minimal_bytes_per_iteration"] < r["bytes_per_iteration"]
+        assert r["copy_bandwidth_alone_gb_per_s"] > 0
+    fixed = solve.run(SolveConfig(total_dof=4000, warmup=0, repeat=1, iterations=25),
+                      launch=launch).iloc[0]
+    assert fixed["iterations"] == 25 and fixed["fixed_iterations"] == 25
+    assert not fixed["converged"] and fixed["gate_passed"]

@@ -1,5 +1,5 @@
-"""Pure parts of the speedup lab (notebook 02): workshare config, plots, the Amdahl explorer,
-exercise checks, the labkit-python3 kernelspec. No launches here (notebook 02's test launches)."""
+"""The speedup lab (notebook 02): workshare config, plots, the Amdahl explorer, exercise
+checks, the labkit-python3 kernelspec, and one small workshare run (slow)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import json
 import pandas as pd
 import pytest
 
-from labkit import exercises, kernel, metrics
+from labkit import metrics, results, speedup
+from labkit.book import exercises, kernel
 from labkit.cli import main
 from labkit.errors import UsageError
-from labkit.workshare import Config
+from labkit.launch import LaunchOptions
+from labkit.speedup import WorkshareConfig
 
 RTX = {1: 171, 2: 108, 3: 79, 4: 64, 5: 57, 6: 52, 7: 51, 8: 49, 9: 49, 10: 49}
 
@@ -21,12 +23,12 @@ RTX = {1: 171, 2: 108, 3: 79, 4: 64, 5: 57, 6: 52, 7: 51, 8: 49, 9: 49, 10: 49}
                                     dict(repeat=0), dict(total_work=True)])
 def test_workshare_config_refuses_bad_input(kwargs):
     with pytest.raises(UsageError):
-        Config(**kwargs)
+        WorkshareConfig(**kwargs)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 7])
 def test_workshare_split_covers_the_job_exactly(world_size):
-    cfg = Config(total_work=101, serial_fraction=0.13)
+    cfg = WorkshareConfig(total_work=101, serial_fraction=0.13)
     parts = [cfg.split(world_size, r) for r in range(world_size)]
     assert sum(s + p for s, p in parts) == 101
     assert parts[0][0] == round(101 * 0.13) and all(s == 0 for s, _ in parts[1:])
@@ -48,8 +50,8 @@ def test_plots_and_explorer():
     import matplotlib
 
     matplotlib.use("Agg")
-    from labkit.plots import speedup as plots
-    from labkit.widgets.speedup import amdahl_explorer, readout
+    from labkit.speedup import plots
+    from labkit.speedup.widgets import amdahl_explorer, readout
 
     rows, summary = metrics.speedup_table(RTX)
     table = pd.concat([rows.assign(source="RTX 2080 Ti")])
@@ -64,6 +66,24 @@ def test_plots_and_explorer():
     assert plot.outputs and "image/png" in plot.outputs[0]["data"]  # drawn before any kernel event
     f_slider.value = 0.0
     assert "s(8) = 8.000" in text.value
+
+
+@pytest.mark.slow
+def test_workshare_run_rows_are_declared_and_stored(tmp_path):
+    store = tmp_path / "workshare.json"
+    config = WorkshareConfig(total_work=40, serial_fraction=0.25, matrix_size=32, repeat=2)
+    live = speedup.run(config, launch=LaunchOptions(nprocs=(1, 2), threads_per_rank=1,
+                                                    progress=False), store=store)
+    assert list(live.world_size) == [1, 2] and (live.time_s > 0).all()
+    assert (live.threads_per_rank == 1).all() and (live.serial_products == 10).all()
+    rows = results.read_rows(store)
+    assert results.undeclared(rows, speedup.report.COLUMNS) == []
+    table, summary = speedup.report.live_speedup(live)
+    stored = speedup.report.table_rows(table, summary, designed_serial_fraction=0.25)
+    assert results.undeclared(stored, speedup.report.COLUMNS) == []
+    speedup.run(config, launch=LaunchOptions(nprocs=2, threads_per_rank=1, progress=False),
+                store=store)  # the same point again: replaced, not added
+    assert len(results.read_rows(store)) == 2
 
 
 def test_exercise_check():

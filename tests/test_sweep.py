@@ -8,9 +8,9 @@ import json
 import nbformat
 import pytest
 
+from labkit.book.sweep import parse_grid, parse_value, split_top_level
 from labkit.cli import main
 from labkit.errors import UsageError
-from labkit.sweep import parse_grid, parse_value, split_top_level
 
 PARAMS = """\
 n: int = 1  # a count

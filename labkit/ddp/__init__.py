@@ -1,12 +1,29 @@
-"""The data-parallel training lab (issue 4), split by side.
+"""The data-parallel training lab: optimizer steps of a synthetic model without DDP (one plain
+process) and with DistributedDataParallel at each world size; step-time percentiles over the
+slowest rank, throughput and scaling against 1-rank DDP and against no DDP, where a step's
+time goes (compute under ``no_sync``, exposed all-reduce, overlap with backward), and the model
+of a DDP step built from those parts (compute + DDP's gradient copies + the α–β all-reduce the
+backward does not hide) beside every measured speedup, with the batch from which DDP pays.
 
-* :mod:`labkit.ddp.config` (pure): :class:`~labkit.ddp.config.DDPConfig`, validated on the host.
-* :mod:`labkit.ddp.models` (rank side, torch): the synthetic MLP, a small CNN, a small transformer
-  encoder, and seeded synthetic batches.
-* :mod:`labkit.ddp.train` (rank side): one optimizer step, the phases a launch times.
-* :mod:`labkit.ddp.analysis` (pure): bus bandwidth, exposed communication, overlap, speedup.
-* :mod:`labkit.ddp.run` (host side): :func:`~labkit.ddp.run.ddp_scaling`, the function notebooks
-  and ``labkit ddp`` call; :mod:`labkit.ddp.diff` (pure): ``labkit diff`` of two result files.
+Read in this order:
 
-This package's ``__init__`` imports nothing, so ``labkit diff`` never pays for torch.
+* :mod:`~labkit.ddp.config` (pure) -- what a benchmark asks for, validated before any launch;
+* :mod:`~labkit.ddp.models` (rank side, torch) -- the MLP, small CNN and small transformer
+  encoder, and seeded synthetic batches;
+* :mod:`~labkit.ddp.train` (rank side) -- one optimizer step, DDP's wrapper, replica drift;
+* :mod:`~labkit.ddp.formulas` (pure) -- exposed communication, overlap, speedup and efficiency,
+  the model of a DDP step and the crossover batch;
+* :mod:`~labkit.ddp.worker` (rank side) -- one launch: baseline, DDP and breakdown per batch;
+* :mod:`~labkit.ddp.run` (host side) -- :func:`run`, what notebook 04 and ``labkit ddp`` call;
+* :mod:`~labkit.ddp.report`, :mod:`~labkit.ddp.plots`, :mod:`~labkit.ddp.diff` (``labkit diff``
+  of two results files), :mod:`~labkit.ddp.cli`.
+
+``from labkit import ddp; ddp.run(ddp.DDPConfig(batch_size=(64, 1024)), ...)``. Importing this
+package imports nothing heavy (no torch), so ``labkit diff`` never pays for it.
 """
+
+from labkit.ddp import diff, formulas, plots, report
+from labkit.ddp.config import DDPConfig
+from labkit.ddp.run import run
+
+__all__ = ["DDPConfig", "diff", "formulas", "plots", "report", "run"]

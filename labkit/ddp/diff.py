@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ResultsFileError, UsageError
-from ..results import read_rows
+from labkit.ddp.report import on_gpu
+from labkit.errors import ResultsFileError, UsageError
+from labkit.results import read_rows
 
 SETTINGS = ("model", "batch_size", "input_dim", "hidden_dim", "output_dim", "num_layers",
             "bucket_cap_mb", "broadcast_buffers", "static_graph", "gradient_as_bucket_view",
@@ -120,7 +121,7 @@ def format_diff(settings, table) -> str:
         lines += ["", f"Benchmark: {model} with batch size {batch} per rank", "",
                   " " * 23 + "  ".join([head] * len(PCTS))]
         for _, r in part.iterrows():
-            unit = "GPUs " if str(r["device"] or "").startswith("cuda") else "ranks"
+            unit = "GPUs " if on_gpu(r) else "ranks"
             label = "no ddp" if r["variant"] == "no_ddp" else "ddp"
             cells = [f"p{p}: {r[f'a_p{p}_s']:9.4f}s  {r[f'b_p{p}_s']:9.4f}s "
                      f"{r[f'b_p{p}_samples_per_s']:9.0f}/s  {r[f'delta_p{p}_pct']:+6.1f}%"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .config import DDPConfig
+from labkit.ddp.config import DDPConfig
 
 
 class MLP(nn.Module):

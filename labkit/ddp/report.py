@@ -1,6 +1,12 @@
-"""Text reports of DDP rows (pure: no torch): PyTorch's benchmark layout, scaling, placement.
+"""What a DDP row holds, and the tables made of DDP rows (pure: no torch).
 
-The first table copies the layout of PyTorch's ``benchmarks/distributed/ddp/benchmark.py``: one
+:data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
+results file upserts by; :func:`select` and :func:`one` the selections notebooks make;
+:func:`prediction_frame` and :func:`crossover` the model of a DDP step beside the measurement,
+and the sentences that state a verdict (:func:`pays_sentence`, :func:`model_sentence`,
+:func:`threads_sentence`), computed from the numbers they are given.
+
+:func:`benchmark_table` copies the layout of PyTorch's ``benchmarks/distributed/ddp/benchmark.py``: one
 line per run, ``no ddp`` first, then ``{machines}M/{ranks}G`` (GPUs) or ``.../{ranks}C`` (CPU
 ranks), with sec/iter and examples/s per replica (batch per rank / step time) at p50, p75, p90
 and p95 of the slowest rank's step times.
@@ -10,38 +16,154 @@ from __future__ import annotations
 
 import math
 
-PCTS = (50, 75, 90, 95)
+from labkit.results import TIMED_PCTS, Column, ms, one_row, select_rows, timed_columns
+
+#: what makes a row a different measurement: the model and its sizes, the variant, world size,
+#: batch per rank, the DDP flags and the device
+KEY = ("model", "input_dim", "hidden_dim", "output_dim", "num_layers", "image_size", "seq_len",
+       "num_heads", "variant", "world_size", "batch_size", "bucket_cap_mb", "broadcast_buffers",
+       "static_graph", "gradient_as_bucket_view", "device")
 
 
-def _sorted(df):
-    order = df.assign(_v=(df["variant"] == "ddp").astype(int))
-    return order.sort_values(["model", "batch_size", "world_size", "_v"]).drop(columns="_v")
+#: every field a row can carry (launch fields and provenance are declared elsewhere)
+COLUMNS = (
+    Column("model", "", "mlp, cnn or transformer"),
+    Column("input_dim", "", "mlp: features; cnn: channels; transformer: features per token"),
+    Column("hidden_dim", "", "mlp: units; cnn: channels; transformer: d_model"),
+    Column("output_dim", "", "classes"),
+    Column("num_layers", "", "hidden Linear, conv or encoder layers"),
+    Column("image_size", "", "cnn: image side in pixels (None for other models)"),
+    Column("seq_len", "", "transformer: tokens per sample (None for other models)"),
+    Column("num_heads", "", "transformer: attention heads (None for other models)"),
+    Column("lr", "", "SGD learning rate"),
+    Column("seed", "", "seed of the weights and the synthetic data"),
+    Column("batch_size", "", "samples per rank per step"),
+    Column("global_batch_size", "", "samples per step, all ranks: batch_size x world_size"),
+    Column("steps", "", "optimizer steps per run, warm-up included"),
+    Column("warmup", "", "untimed first steps"),
+    Column("measured_steps", "", "timed steps: steps - warmup"),
+    Column("bucket_cap_mb", "MB", "DDP's gradient bucket size"),
+    Column("broadcast_buffers", "", "DDP sends rank 0's buffers before every forward"),
+    Column("static_graph", "", "DDP was told the graph never changes"),
+    Column("gradient_as_bucket_view", "", "gradients are views into DDP's all-reduce buckets"),
+    Column("variant", "", "no_ddp (plain model, one process), no_ddp_all_cores (the same with "
+                          "every allocated core as a thread) or ddp"),
+    Column("ddp", "", "the model was wrapped in DistributedDataParallel"),
+    Column("num_params", "", "parameters of the model"),
+    Column("grad_bytes", "bytes", "fp32 gradient bytes per step (4 x num_params)"),
+    Column("allreduce_bytes_per_step", "bytes", "bytes DDP all-reduces per step (0 without DDP)"),
+    *timed_columns("step_time", "DDP or no-DDP step"),
+    Column("step_times_s", "s", "every timed step's time, slowest rank (a list)"),
+    Column("rank_step_times_s", "s", "every rank's time of every timed step (world_size lists)"),
+    Column("samples_per_s_per_replica", "samples/s", "batch_size / step_time_p50_s"),
+    Column("samples_per_s", "samples/s", "all ranks: world_size x batch_size / step_time_p50_s"),
+    Column("replica_drift", "", "largest parameter difference between ranks after training"),
+    Column("replicas_in_sync", "", "replica_drift == 0: DDP kept every replica identical"),
+    Column("params_by_rank", "", "every rank's final parameters (tests only: return_params)"),
+    Column("placement", "", "one dict per rank: rank, host, pid, device, threads, problem"),
+    Column("placement_ok", "", "no two ranks of the launch share a GPU"),
+    *timed_columns("nosync_step_time", "step under no_sync (compute only)"),
+    Column("nosync_step_times_s", "s", "every timed no_sync step's time, slowest rank (a list)"),
+    *timed_columns("allreduce_time", "standalone all-reduce of the gradients"),
+    Column("allreduce_times_s", "s", "every timed all-reduce's time, slowest rank (a list)"),
+    Column("allreduce_bytes", "bytes", "bytes of the standalone all-reduce (the gradient bytes)"),
+    Column("allreduce_algbw_gb_per_s", "GB/s", "algbw = allreduce_bytes / allreduce_time_p50_s"),
+    Column("allreduce_busbw_gb_per_s", "GB/s", "busbw = algbw x 2(N-1)/N (nccl-tests)"),
+    Column("exposed_comm_s", "s", "max(0, step_time_p50_s - nosync_step_time_p50_s)"),
+    Column("comm_fraction", "", "exposed_comm_s / step_time_p50_s"),
+    Column("overlap_fraction", "", "1 - exposed_comm_s / allreduce_time_p50_s, in [0, 1]"),
+    Column("speedup", "", "ddp rows: N t1 / tN against 1-rank DDP (p50 step times)"),
+    Column("scaling_efficiency", "", "ddp rows: speedup / N = t1 / tN"),
+    Column("speedup_vs_no_ddp", "", "N t_no_ddp / tN: throughput against one process without DDP"),
+    Column("speedup_vs_all_cores", "",
+           "ddp rows: N t_all_cores / tN against one no-DDP process with every core as a thread"),
+    *timed_columns("bucket_copy_time", "DDP's gradient copies into its buckets (scaled 1/N) and back"),
+    Column("bucket_copy_times_s", "s", "every timed bucket copy's time, slowest rank (a list)"),
+    Column("bucket_bytes", "bytes", "sizes of DDP's gradient buckets as its last step used them"),
+    Column("allreduce_fit_bytes", "bytes", "sizes of the standalone all-reduces the α–β fit uses"),
+    Column("allreduce_fit_times_s", "s", "their p50 times over the slowest rank (a list)"),
+    Column("allreduce_alpha_s", "s", "α of the fit: latency of one ring step"),
+    Column("allreduce_beta_bytes_per_s", "B/s", "β of the fit: bandwidth"),
+    Column("model_comm_s", "s", "the model's all-reduces of one step: α–β of each bucket, summed"),
+    Column("model_overlap_window_s", "s", "backward time the model lets the all-reduce hide behind"),
+    Column("predicted_step_time_s", "s",
+           "the model: nosync step + bucket copies + max(0, model_comm - window)"),
+    Column("predicted_step_error_pct", "%", "100 (predicted - measured) / measured step time"),
+    Column("predicted_speedup_vs_no_ddp", "", "N t_no_ddp / predicted_step_time_s"),
+    Column("predicted_speedup_error_pct", "%",
+           "100 (predicted - measured) / measured speedup against no DDP"),
+)
+
+#: the variant of the no-DDP run that uses every allocated core as a thread
+ALL_CORES = "no_ddp_all_cores"
+
+
+def select(df, variant: str | tuple | None = None, **equal):
+    """The rows of one ``variant`` (``"ddp"``, ``"no_ddp"``, ``"no_ddp_all_cores"``; a tuple of
+    them; None: all) and any ``column=value`` given, sorted by batch size and world size.
+
+    ``select(df, "ddp", batch_size=64)`` is the DDP scaling series at 64 samples per rank;
+    ``select(df, ("no_ddp", "ddp"))`` leaves out the all-cores run
+    (:func:`labkit.results.select_rows`).
+    """
+    sel = select_rows(df, variant=variant, **equal)
+    return sel.sort_values([c for c in ("batch_size", "world_size") if c in sel]).reset_index(
+        drop=True)
+
+
+def one(df, variant: str, **equal):
+    """The one row of ``variant`` with the given ``column=value``s (a pandas Series).
+
+    ``one(df, "ddp", world_size=2, batch_size=64)``; none or several such rows: UsageError.
+    """
+    return one_row(df, variant=variant, **equal)
+
+
+def by_variant(df, keys=("model", "batch_size", "world_size")):
+    """``df`` sorted by ``keys``, then no-DDP, all-cores and DDP runs in that order (the order
+    of every table and figure of the lab)."""
+    order = df.assign(_v=df["variant"].map({"no_ddp": 0, ALL_CORES: 1, "ddp": 2}).fillna(3))
+    return order.sort_values([*keys, "_v"]).drop(columns="_v")
+
+
+def on_gpu(row) -> bool:
+    """The run of ``row`` (a dict or a DataFrame row) was on CUDA devices."""
+    return str(row.get("device") or "").startswith("cuda")
+
+
+def top_world_size(df, world_size: int | None = None) -> int:
+    """``world_size``, or the largest world size of the DDP rows when it is None."""
+    ddp = select_rows(df, variant="ddp")
+    return int(ddp["world_size"].max()) if world_size is None else int(world_size)
 
 
 def _label(row) -> str:
     if row["variant"] == "no_ddp":
         return "no ddp"
-    on_gpu = str(row.get("device") or "").startswith("cuda")
-    return f"{int(row.get('nnodes') or 1)}M/{int(row['world_size'])}{'G' if on_gpu else 'C'}"
+    if row["variant"] == ALL_CORES:
+        return f"no ddp/{int(row.get('threads_per_rank') or 0)}T"
+    return f"{int(row.get('nnodes') or 1)}M/{int(row['world_size'])}{'G' if on_gpu(row) else 'C'}"
 
 
 def benchmark_table(df) -> str:
-    """One block per (model, batch per rank), PyTorch's layout. ``df`` = :func:`ddp_scaling` rows."""
+    """One block per (model, batch per rank), PyTorch's layout. ``df``: :func:`labkit.ddp.run.run`
+    rows."""
     if df.empty:
         return "(no rows)"
     lines = []
-    for (model, batch), part in _sorted(df).groupby(["model", "batch_size"], sort=False):
+    for (model, batch), part in by_variant(df).groupby(["model", "batch_size"], sort=False):
         first = part.iloc[0]
         lines.append(f"Benchmark: {model} with batch size {batch} per rank "
                      f"({first['num_params'] / 1e6:.2f} M parameters, "
                      f"{first['grad_bytes'] / 1e6:.1f} MB of gradients per step)")
         lines.append("")
         prefix = f"{0:4d} {'ranks'} -- {'':>8s}:  "
-        lines.append(" " * len(prefix) + "  ".join([f"{'sec/iter':>13s}{'ex/sec':>11s}"] * len(PCTS)))
+        lines.append(" " * len(prefix)
+                     + "  ".join([f"{'sec/iter':>13s}{'ex/sec':>11s}"] * len(TIMED_PCTS)))
         for _, r in part.iterrows():
-            unit = "GPUs " if str(r.get("device") or "").startswith("cuda") else "ranks"
+            unit = "GPUs " if on_gpu(r) else "ranks"
             cells = []
-            for p in PCTS:
+            for p in TIMED_PCTS:
                 t = r[f"step_time_p{p}_s"]
                 cells.append(f"p{p}: {t:7.4f}s {r['batch_size'] / t:8.0f}/s")
             lines.append(f"{int(r['world_size']):4d} {unit} -- {_label(r):>8s}:  " + "  ".join(cells))
@@ -49,29 +171,27 @@ def benchmark_table(df) -> str:
     return "\n".join(lines).rstrip()
 
 
-def _ms(v) -> float:
-    return v * 1e3 if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
-
-
 def scaling_frame(df):
     """Speedup, efficiency and where the time goes, one row per run (times in ms)."""
     import pandas as pd
 
     out = []
-    for _, r in _sorted(df).iterrows():
+    for _, r in by_variant(df).iterrows():
         out.append({
             "model": r["model"],
             "batch": int(r["batch_size"]),
             "world_size": int(r["world_size"]),
             "variant": r["variant"],
-            "step_p50_ms": _ms(r["step_time_p50_s"]),
+            "step_p50_ms": ms(r["step_time_p50_s"]),
             "samples_per_s": r["samples_per_s"],
             "speedup": r.get("speedup", math.nan),
             "efficiency": r.get("scaling_efficiency", math.nan),
             "vs_no_ddp": r.get("speedup_vs_no_ddp", math.nan),
-            "compute_ms": _ms(r.get("nosync_step_time_p50_s", math.nan)),
-            "exposed_comm_ms": _ms(r.get("exposed_comm_s", math.nan)),
-            "allreduce_ms": _ms(r.get("allreduce_time_p50_s", math.nan)),
+            **({"vs_all_cores": r.get("speedup_vs_all_cores", math.nan)}
+               if "speedup_vs_all_cores" in df else {}),
+            "compute_ms": ms(r.get("nosync_step_time_p50_s", math.nan)),
+            "exposed_comm_ms": ms(r.get("exposed_comm_s", math.nan)),
+            "allreduce_ms": ms(r.get("allreduce_time_p50_s", math.nan)),
             "overlap": r.get("overlap_fraction", math.nan),
             "busbw_gb_s": r.get("allreduce_busbw_gb_per_s", math.nan),
             "in_sync": r.get("replicas_in_sync", "") if r["variant"] == "ddp" else "",
@@ -89,7 +209,7 @@ SCALING_LEGEND = (
 def placement_table(df) -> str:
     """One line per rank of every launch (the check that catches two ranks on one GPU)."""
     lines = []
-    for ws, part in df[df["variant"] == "ddp"].groupby("world_size"):
+    for ws, part in select_rows(df, variant="ddp").groupby("world_size"):
         table = part.iloc[0].get("placement") or []
         lines.append(f"placement, world_size {ws}:")
         for p in table:
@@ -98,3 +218,195 @@ def placement_table(df) -> str:
                          f"{p['pid']}: {p['device']} {p['device_name']}, {p['threads']} thread(s), "
                          f"CUDA_VISIBLE_DEVICES={p.get('cuda_visible_devices')}{flag}")
     return "\n".join(lines)
+
+
+def prediction_frame(df, world_size: int | None = None):
+    """The model of a DDP step beside the measurement, one row per batch per rank, at
+    ``world_size`` ranks (default: the largest): the no-DDP step, the compute (``no_sync``
+    step), the model's all-reduce (α–β per bucket), DDP's bucket copies and the overlap window,
+    predicted and measured DDP step (ms), predicted and measured speedup against no DDP and the
+    error (%). ``df``: :func:`labkit.ddp.run.run` rows (with the breakdown)."""
+    import pandas as pd
+
+    n = top_world_size(df, world_size)
+    base = select_rows(df, variant="no_ddp").set_index("batch_size")["step_time_p50_s"]
+    out = []
+    for _, r in select(df, "ddp", world_size=n).iterrows():
+        b = int(r["batch_size"])
+        out.append({
+            "batch": b,
+            "no_ddp_ms": ms(base.get(b, math.nan)),
+            "compute_ms": ms(r.get("nosync_step_time_p50_s", math.nan)),
+            "allreduce_ms": ms(r.get("model_comm_s", math.nan)),
+            "copies_ms": ms(r.get("bucket_copy_time_p50_s", math.nan)),
+            "window_ms": ms(r.get("model_overlap_window_s", math.nan)),
+            "predicted_ms": ms(r.get("predicted_step_time_s", math.nan)),
+            "measured_ms": ms(r["step_time_p50_s"]),
+            "predicted": r.get("predicted_speedup_vs_no_ddp", math.nan),
+            "measured": r.get("speedup_vs_no_ddp", math.nan),
+            "error_pct": r.get("predicted_speedup_error_pct", math.nan),
+        })
+    return pd.DataFrame(out)
+
+
+PREDICTION_LEGEND = (
+    "predicted step = compute (no_sync step) + copies + max(0, allreduce - window)\n"
+    "allreduce = sum over DDP's buckets of the alpha-beta all-reduce time; copies = DDP's "
+    "gradient copies into its buckets and back\n"
+    "predicted / measured = N t_no_ddp / (predicted / measured step)   "
+    "error = 100 (predicted - measured) / measured")
+
+
+def crossover(df, world_size: int | None = None) -> dict:
+    """Where DDP starts to pay, measured and predicted, at ``world_size`` ranks (default: the
+    largest), from a batch sweep with the breakdown.
+
+    ``measured``: :func:`labkit.ddp.formulas.crossover_batch` of the measured speedups (NaN
+    where the sweep does not bracket it); ``predicted``:
+    :func:`labkit.ddp.formulas.predicted_crossover_batch` from straight lines fitted to the
+    no-DDP and the compute (``no_sync``) step times (:func:`~labkit.ddp.formulas.fit_step_time`)
+    and the median over batches of what DDP adds in the model (copies and exposed all-reduce).
+    Also the fits, that median, the batches and both speedup series."""
+    import numpy as np
+
+    from labkit.ddp import formulas
+
+    n = top_world_size(df, world_size)
+    frame = prediction_frame(df, n).dropna(subset=["no_ddp_ms", "compute_ms", "predicted_ms"])
+    if len(frame) < 2:
+        from labkit.errors import UsageError
+
+        raise UsageError("a crossover needs a sweep of at least two batch sizes with the "
+                         "no-DDP baseline and the breakdown")
+    b = frame["batch"].tolist()
+    a0, a1 = formulas.fit_step_time(b, frame["no_ddp_ms"] / 1e3)
+    c0, c1 = formulas.fit_step_time(b, frame["compute_ms"] / 1e3)
+    added = float(np.median(frame["predicted_ms"] - frame["compute_ms"]) / 1e3)
+    return {
+        "world_size": n, "batches": b,
+        "measured_speedups": frame["measured"].tolist(),
+        "predicted_speedups": frame["predicted"].tolist(),
+        "measured": formulas.crossover_batch(b, frame["measured"]),
+        "predicted": formulas.predicted_crossover_batch(
+            ranks=n, noddp_fixed_s=a0, noddp_per_sample_s=a1, compute_fixed_s=c0,
+            compute_per_sample_s=c1, comm_s=added),
+        "noddp_fit": (a0, a1), "compute_fit": (c0, c1), "added_s": added,
+    }
+
+
+def pays_sentence(batches, speedups, *, ranks: int = 2) -> str:
+    """The verdict of a batch sweep against the no-DDP process, from its numbers.
+
+    >>> pays_sentence([16, 32, 64, 128], [0.8, 0.9, 1.1, 1.3])
+    'DDP on 2 ranks pays from batch 45 per rank on: 0.90x at batch 32, 1.10x at batch 64.'
+    >>> pays_sentence([16, 32, 64, 128], [0.8, 0.9, 0.95, 0.97])
+    'DDP on 2 ranks does not pay at any batch swept: at best 0.97x, at batch 128 per rank.'
+    >>> pays_sentence([16, 32], [1.2, 1.5])
+    'DDP on 2 ranks pays at every batch swept, from batch 16 per rank on (1.20x there).'
+    """
+    from labkit.ddp.formulas import crossover_batch
+
+    pairs = sorted(zip((int(b) for b in batches), (float(x) for x in speedups)))
+    who = f"DDP on {ranks} ranks"
+    if all(x >= 1 for _, x in pairs):
+        return (f"{who} pays at every batch swept, from batch {pairs[0][0]} per rank on "
+                f"({pairs[0][1]:.2f}x there).")
+    if all(x < 1 for _, x in pairs):
+        bb, best = max(pairs, key=lambda p: p[1])
+        return (f"{who} does not pay at any batch swept: at best {best:.2f}x, at batch {bb} "
+                "per rank.")
+    if pairs[-1][1] < 1:
+        won = ", ".join(f"{b}" for b, x in pairs if x >= 1)
+        return (f"{who} does not pay at the largest batch swept ({pairs[-1][1]:.2f}x at "
+                f"{pairs[-1][0]} per rank), though it did at batch {won}: noise, or a sweep "
+                "to run again.")
+    last = max(i for i, (_, x) in enumerate(pairs) if x < 1)
+    (b0, s0), (b1, s1) = pairs[last], pairs[last + 1]
+    star = crossover_batch([b for b, _ in pairs], [x for _, x in pairs])
+    return (f"{who} pays from batch {star:.0f} per rank on: {s0:.2f}x at batch {b0}, "
+            f"{s1:.2f}x at batch {b1}.")
+
+
+def model_sentence(batches, errors_pct, *, tolerance_pct: float = 25.0) -> str:
+    """How well the model of the DDP step held over a sweep, from its errors (%).
+
+    >>> model_sentence([16, 64, 1024], [5.0, -12.0, 3.0])
+    'The model is within 25% of the measured speedup at every batch (largest error -12%, at batch 64).'
+    >>> model_sentence([16, 64, 1024], [31.0, -12.0, 3.0])
+    'The model is within 25% of the measured speedup at 2 of 3 batches; it misses at batch 16 (+31%).'
+    """
+    pairs = [(int(b), float(e)) for b, e in zip(batches, errors_pct)]
+    miss = [(b, e) for b, e in pairs if not abs(e) <= tolerance_pct]
+    if not miss:
+        b, e = max(pairs, key=lambda p: abs(p[1]))
+        return (f"The model is within {tolerance_pct:g}% of the measured speedup at every batch "
+                f"(largest error {e:+.0f}%, at batch {b}).")
+    return (f"The model is within {tolerance_pct:g}% of the measured speedup at "
+            f"{len(pairs) - len(miss)} of {len(pairs)} batches; it misses at "
+            + ", ".join(f"batch {b} ({e:+.0f}%)" for b, e in miss) + ".")
+
+
+def threads_sentence(*, batch: int, ranks: int, threads: int, ratio: float) -> str:
+    """The verdict of ranks against one process with every core as a thread.
+
+    >>> threads_sentence(batch=1024, ranks=2, threads=2, ratio=0.93)
+    'At batch 1024 per rank, 2 one-thread DDP ranks train 0.93x the samples per second of one no-DDP process with 2 threads: the one process wins.'
+    >>> threads_sentence(batch=64, ranks=2, threads=2, ratio=1.1).endswith("the ranks win.")
+    True
+    """
+    who = "the ranks win" if ratio > 1 else "the one process wins"
+    return (f"At batch {batch} per rank, {ranks} one-thread DDP ranks train {ratio:.2f}x the "
+            f"samples per second of one no-DDP process with {threads} threads: {who}.")
+
+
+def crossover_sentence(c: dict) -> str:
+    """Measured and predicted crossover (:func:`crossover`) in one sentence, whatever their
+    values (inside the sweep, outside it, never).
+
+    >>> crossover_sentence({"world_size": 2, "measured": 45.3, "predicted": 42.0,
+    ...                     "batches": [16, 1024]})
+    'Crossover at 2 ranks: measured batch 45 per rank, predicted 42 (from t_no_DDP, t_c and what DDP adds).'
+    >>> crossover_sentence({"world_size": 2, "measured": float("nan"),
+    ...                     "predicted": float("inf"), "batches": [16, 1024]})
+    'Crossover at 2 ranks: measured not inside the sweep (16 to 1024 per rank), predicted never (from t_no_DDP, t_c and what DDP adds).'
+    """
+    def say(x):
+        if x != x:
+            return f"not inside the sweep ({min(c['batches'])} to {max(c['batches'])} per rank)"
+        if x == math.inf:
+            return "never"
+        if x == 0:
+            return "at any batch"
+        return f"{x:.0f}"
+
+    return (f"Crossover at {c['world_size']} ranks: measured "
+            f"{'batch ' if c['measured'] == c['measured'] else ''}{say(c['measured'])}"
+            f"{' per rank' if c['measured'] == c['measured'] else ''}, predicted "
+            f"{say(c['predicted'])} (from t_no_DDP, t_c and what DDP adds).")
+
+
+def threads_frame(df, world_size: int | None = None):
+    """The whole-machine comparison, one row per batch that has the all-cores run: the no-DDP
+    step with one thread and with every core as a thread, their ratio (the threads' speedup),
+    the DDP step at ``world_size`` ranks (default: the largest) and N ranks' throughput
+    against the all-cores process, measured and predicted (the model's DDP step against
+    threads that would scale perfectly: t_one_thread / threads)."""
+    import pandas as pd
+
+    n = top_world_size(df, world_size)
+    out = []
+    for _, w in select(df, ALL_CORES).iterrows():
+        b = int(w["batch_size"])
+        one_thread = select(df, "no_ddp", batch_size=b)
+        ranks = select(df, "ddp", batch_size=b, world_size=n)
+        if one_thread.empty or ranks.empty:
+            continue
+        t1, tt, r = one_thread.iloc[0]["step_time_p50_s"], w["step_time_p50_s"], ranks.iloc[0]
+        k = int(w["threads_per_rank"])
+        pred_step = r.get("predicted_step_time_s", math.nan)
+        out.append({"batch": b, "threads": k, "one_thread_ms": ms(t1),
+                    "all_cores_ms": ms(tt), "thread_speedup": t1 / tt,
+                    "ddp_ms": ms(r["step_time_p50_s"]),
+                    "measured": n * tt / r["step_time_p50_s"],
+                    "predicted": n * (t1 / k) / pred_step})
+    return pd.DataFrame(out)

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .config import DDPConfig
+from labkit.ddp.config import DDPConfig
 
 
 def make_optimizer(model: nn.Module, cfg: DDPConfig) -> torch.optim.Optimizer:

@@ -1,16 +1,26 @@
-"""The solve-scaling lab: a distributed Krylov solve of a row-sharded Poisson system.
+"""The solve lab: a distributed Krylov solve of a row-sharded Poisson system, scaled weak,
+strong and by throughput, every solve checked by a fresh residual (the gate).
 
-Modules, in reading order:
+Read in this order:
 
 * :mod:`~labkit.solve.config` (pure) -- what a sweep asks for, validated before any launch;
 * :mod:`~labkit.solve.problems` (pure numpy) -- the grid, each rank's rows, the right-hand sides;
 * :mod:`~labkit.solve.partition` (pure numpy) -- who owns which row, halos, edge cut, imbalance;
+* :mod:`~labkit.solve.formulas` (pure) -- bytes per iteration, the bandwidth floor, speedup;
 * :mod:`~labkit.solve.operator` (rank side) -- local CSR, halo exchange, fused all-reduce;
-* :mod:`~labkit.solve.krylov` (rank side) -- textbook CG, then the distributed CG, PCG,
-  BiCGSTAB, GMRES(m) and MINRES;
-* :mod:`~labkit.solve.measure` (pure) -- bytes per iteration, speedup and efficiency columns;
-* :mod:`~labkit.solve.run` (host side) -- :func:`~labkit.solve.run.solve_scaling`, what the
-  notebook and ``labkit solve`` call.
+* :mod:`~labkit.solve.transport` (rank side) -- how halos travel: torch.distributed or shm;
+* :mod:`~labkit.solve.krylov` (rank side) -- textbook CG, then distributed CG, pipelined CG,
+  PCG, BiCGSTAB, GMRES(m) and MINRES;
+* :mod:`~labkit.solve.worker` (rank side) -- one launch: every point at one world size;
+* :mod:`~labkit.solve.run` (host side) -- :func:`run`, what notebook 03 and ``labkit solve`` call;
+* :mod:`~labkit.solve.report`, :mod:`~labkit.solve.plots`, :mod:`~labkit.solve.cli`.
 
-Importing this package imports nothing heavy.
+``from labkit import solve; solve.run(solve.SolveConfig(total_dof=20_000), ...)``. Importing
+this package imports nothing heavy (no torch).
 """
+
+from labkit.solve import formulas, plots, report
+from labkit.solve.config import SolveConfig
+from labkit.solve.run import run
+
+__all__ = ["SolveConfig", "formulas", "plots", "report", "run"]

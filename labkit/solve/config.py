@@ -6,7 +6,8 @@ import importlib.util
 import math
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from labkit.config import as_tuple, one_of, option, positive_int
+from labkit.errors import UsageError
 
 METHODS = ("cg", "pipecg", "pcg", "bicgstab", "gmres", "minres")
 PARTITIONERS = ("simple", "coordinate", "metis")
@@ -16,74 +17,85 @@ ENGINES = ("labkit", "torch-sla")
 #: how labkit's operator moves halos and all-reduces (labkit.solve.transport); auto: shm where
 #: every rank is on one CPU host, else torch.distributed
 TRANSPORTS = ("auto", "torch", "shm")
+#: how CG's vector updates run (labkit.solve.fused)
+KERNELS = ("plain", "fused")
 #: modes that hold the DOF per rank fixed (they need --dof-per-rank); strong needs --total-dof
 PER_RANK_MODES = ("weak", "throughput")
-
-
-def _one_of(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise UsageError(f"unknown {name} {value!r} (choose from {', '.join(allowed)})")
-
-
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 @dataclass(frozen=True)
 class SolveConfig:
     """One launch's worth of solves: every (mode, partitioner, method) point at one world size.
 
-    ``world_sizes`` lists every world size of the sweep so that "fewer rows than ranks" is caught
-    before the first launch; the worker checks that it runs at one of them.
+    The same object is built by ``labkit solve`` (from its flags, which come from these fields),
+    by a notebook (from its parameters) and by each rank (from the JSON the launcher passes on).
     ``gate_factor``: a point passes when the true relative residual ||b - A x|| / ||b||,
     recomputed with a fresh SpMV, is <= gate_factor * rtol (the recursive residual a method
     stops on drifts from the true one by rounding; a factor of 2 leaves room for that drift,
     not for a solve that stopped early).
     """
 
-    modes: tuple = ("strong",)
-    world_sizes: tuple = (1,)
-    dim: int = 2
-    dof_per_rank: int | None = None
-    total_dof: int | None = None
-    methods: tuple = ("cg",)
-    partitioners: tuple = ("simple",)
-    rhs: str = "random"
-    rtol: float = 1e-8
-    maxiter: int | None = None  # None: 10 x the global DOF, as scipy
-    restart: int = 30  # GMRES(m)
-    warmup: int = 1
-    repeat: int = 3
-    seed: int = 0
-    engine: str = "labkit"
-    transport: str = "auto"
-    gate_factor: float = 2.0
-    keep_solution: bool = False  # tests: rank 0's payload carries each point's global x
+    modes: tuple = option(("strong",), "weak, strong and/or throughput", flag="--mode",
+                          metavar="MODE")
+    dim: int = option(2, "2 (5-point) or 3 (7-point) Poisson")
+    dof_per_rank: tuple[int, ...] | None = option(
+        None, "weak/throughput: unknowns per rank (the grid closest to N x ranks); several "
+        "values: one series each", metavar="N")
+    total_dof: tuple[int, ...] | None = option(
+        None, "strong: total unknowns (the grid closest to N); several values: one series "
+        "each, e.g. to find the size where more ranks start to pay", metavar="N")
+    methods: tuple = option(("cg",), "cg, pipecg, pcg, bicgstab, gmres, minres", flag="--method",
+                            metavar="M")
+    partitioners: tuple = option(("simple",), "simple, coordinate, metis", flag="--partitioner",
+                                 metavar="P")
+    rhs: str = option("random", "right-hand side: random, ones, manufactured")
+    rtol: float = option(1e-8, "stop at relative residual rtol")
+    maxiter: int | None = option(None, "iteration cap (default: 10 x DOF, as scipy)")
+    restart: int = option(30, "GMRES restart length m")
+    warmup: int = option(1, "untimed solves per point")
+    repeat: int = option(3, "timed solves per point (the median is reported)")
+    seed: int = option(0, "seed of the random right-hand side")
+    engine: str = option("labkit", "labkit or torch-sla")
+    transport: str = option(
+        "auto", "how halos and all-reduces travel: auto (shared memory when all ranks are on one "
+        "CPU host, else torch.distributed), shm, torch")
+    kernels: str = option(
+        "plain", "vector updates: plain (one torch operation each: the textbook loop) or fused "
+        "(CG's updates in one pass, compiled with torch.compile before timing; plain, with a "
+        "notice, where it cannot compile)")
+    iterations: int | None = option(
+        None, "run exactly N iterations per solve, HPCG-style, to time large sizes quickly; "
+        "such rows are marked (fixed_iterations) and make no convergence claim: their gate "
+        "checks the true residual against the method's own", metavar="N")
+    gate_factor: float = option(2.0, "pass when ||b - Ax|| / ||b|| <= gate_factor x rtol",
+                                cli=False)
+    keep_solution: bool = option(False, "rank 0's payload carries each point's global x (tests)",
+                                 cli=False)
 
     def __post_init__(self):
-        for name in ("modes", "world_sizes", "methods", "partitioners"):
-            if not isinstance(getattr(self, name), tuple) or not getattr(self, name):
-                raise UsageError(f"{name} must be a non-empty tuple, got {getattr(self, name)!r}")
+        for name in ("modes", "methods", "partitioners"):
+            object.__setattr__(self, name, as_tuple(getattr(self, name)))
+            if not getattr(self, name):
+                raise UsageError(f"{name} must not be empty")
         for m in self.modes:
-            _one_of("mode", m, MODES)
+            one_of("mode", m, MODES)
         for m in self.methods:
-            _one_of("method", m, METHODS)
+            one_of("method", m, METHODS)
         for p in self.partitioners:
-            _one_of("partitioner", p, PARTITIONERS)
-        _one_of("rhs", self.rhs, RHS_KINDS)
-        _one_of("engine", self.engine, ENGINES)
-        _one_of("transport", self.transport, TRANSPORTS)
+            one_of("partitioner", p, PARTITIONERS)
+        one_of("rhs", self.rhs, RHS_KINDS)
+        one_of("engine", self.engine, ENGINES)
+        one_of("transport", self.transport, TRANSPORTS)
+        one_of("kernels", self.kernels, KERNELS)
+        if self.iterations is not None:
+            positive_int("iterations", self.iterations)
         if self.dim not in (2, 3):
             raise UsageError(f"dim must be 2 or 3, got {self.dim!r}")
-        for n in self.world_sizes:
-            _positive_int("world size", n)
         for name in ("restart", "repeat"):
-            _positive_int(name, getattr(self, name))
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise UsageError(f"warmup must be an integer >= 0, got {self.warmup!r}")
+            positive_int(name, getattr(self, name))
+        positive_int("warmup", self.warmup, minimum=0)
         if self.maxiter is not None:
-            _positive_int("maxiter", self.maxiter)
+            positive_int("maxiter", self.maxiter)
         if not (isinstance(self.gate_factor, (int, float)) and self.gate_factor >= 1):
             raise UsageError(f"gate_factor must be >= 1, got {self.gate_factor!r}")
         if not (isinstance(self.rtol, (int, float)) and 0 < self.rtol < 1):
@@ -101,9 +113,18 @@ class SolveConfig:
     def _check_sizes(self) -> None:
         per_rank = any(m in PER_RANK_MODES for m in self.modes)
         strong = "strong" in self.modes
-        for name, value in (("dof_per_rank", self.dof_per_rank), ("total_dof", self.total_dof)):
-            if value is not None:
-                _positive_int(name, value)
+        for name in ("dof_per_rank", "total_dof"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            value = as_tuple(value)
+            if not value:
+                raise UsageError(f"{name} needs at least one size")
+            for v in value:
+                positive_int(name, v)
+            if len(set(value)) != len(value):
+                raise UsageError(f"{name} repeats a size: {list(value)}")
+            object.__setattr__(self, name, value)
         if self.dof_per_rank is not None and not per_rank:
             raise UsageError("--dof-per-rank is for weak and throughput modes; "
                              "strong mode holds --total-dof fixed")
@@ -114,22 +135,43 @@ class SolveConfig:
             raise UsageError("weak and throughput modes need --dof-per-rank N")
         if strong and self.total_dof is None:
             raise UsageError("strong mode needs --total-dof N")
-        for mode in self.modes:
-            for p in self.world_sizes:
-                n = math.prod(grid_for(self, mode, p))
-                if n < p:
-                    raise UsageError(f"{mode} mode at {p} ranks: the grid has {n} rows, fewer "
-                                     f"than {p} ranks")
 
-    def dof_requested(self, mode: str) -> int:
-        return self.total_dof if mode == "strong" else self.dof_per_rank
+    def check_world_size(self, world_size: int) -> None:
+        """Refuse, before any launch, a world size that some mode's grid cannot feed."""
+        positive_int("world size", world_size)
+        for mode, _, dims in points(self, world_size):
+            n = math.prod(dims)
+            if n < world_size:
+                raise UsageError(f"{mode} mode at {world_size} ranks: the grid has {n} rows, "
+                                 f"fewer than {world_size} ranks")
+
+    def memory_bytes_per_rank(self, world_size: int) -> float:
+        """The most one rank needs over this sweep's modes (checked before any launch)."""
+        from labkit.solve.formulas import memory_bytes_per_rank
+
+        vectors = 12 + (self.restart + 1 if "gmres" in self.methods else 0)
+        partitioned = any(p != "simple" for p in self.partitioners)
+        return max(memory_bytes_per_rank(math.prod(dims), world_size, dim=self.dim,
+                                         partitioned=partitioned, krylov_vectors=vectors)
+                   for _, _, dims in points(self, world_size))
 
 
-def grid_for(cfg: SolveConfig, mode: str, world_size: int) -> tuple[int, ...]:
-    """The grid a mode solves at ``world_size`` ranks (see :func:`closest_grid`)."""
-    if mode == "strong":
-        return closest_grid(cfg.total_dof, cfg.dim)
-    return closest_grid(cfg.dof_per_rank * world_size, cfg.dim)
+def points(cfg: SolveConfig, world_size: int) -> list[tuple[str, int, tuple[int, ...]]]:
+    """(mode, size requested, grid) of every series the sweep solves at ``world_size`` ranks:
+    strong mode solves each ``total_dof`` whatever the ranks; weak and throughput solve
+    ``dof_per_rank x world_size`` (see :func:`closest_grid`).
+
+    >>> points(SolveConfig(total_dof=(100, 400)), 2)
+    [('strong', 100, (10, 10)), ('strong', 400, (20, 20))]
+    >>> points(SolveConfig(modes=("weak",), dof_per_rank=50), 2)
+    [('weak', 50, (10, 10))]
+    """
+    out = []
+    for mode in cfg.modes:
+        for size in (cfg.total_dof if mode == "strong" else cfg.dof_per_rank):
+            total = size if mode == "strong" else size * world_size
+            out.append((mode, size, closest_grid(total, cfg.dim)))
+    return out
 
 
 def closest_grid(target: int, dim: int) -> tuple[int, ...]:

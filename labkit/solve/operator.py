@@ -29,9 +29,9 @@ import warnings
 import numpy as np
 import torch
 
-from ..timing import Stopwatch
-from .partition import LocalPart
-from .transport import TorchTransport
+from labkit.solve.partition import LocalPart
+from labkit.solve.transport import TorchTransport
+from labkit.timing import Stopwatch
 
 
 class DistOperator:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UsageError
+from labkit.errors import UsageError
 
 
 def grid_neighbours(dims: tuple[int, ...], rows: np.ndarray) -> np.ndarray:

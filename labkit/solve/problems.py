@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from .partition import Partition, grid_neighbours
+from labkit.solve.partition import Partition, grid_neighbours
 
 
 def poisson_rows(dims: tuple[int, ...], rows: np.ndarray, col_of):

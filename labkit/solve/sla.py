@@ -17,8 +17,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .partition import Partition
-from .problems import global_matrix, grid_coords, rhs
+from labkit.solve.partition import Partition
+from labkit.solve.problems import global_matrix, grid_coords, rhs
 
 _METHOD = {"simple": "simple", "coordinate": "rcb", "metis": "metis"}
 

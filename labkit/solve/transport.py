@@ -43,8 +43,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..runtime import pg_timeout_s
-from .config import TRANSPORTS
+from labkit.runtime import pg_timeout_s
+from labkit.solve.config import TRANSPORTS
 
 MAX_REDUCE = 16  # default capacity of one all-reduce, in doubles (GMRES(m) needs m + 1)
 

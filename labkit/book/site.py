@@ -1,0 +1,585 @@
+"""Host side: the website of the executed notebooks (``labkit site``).
+
+Two builders, both of which work offline (no script, style, font or formula renderer from a CDN):
+
+* **Quarto**, when ``quarto`` is on PATH: ``quarto render`` of the project in ``_quarto.yml``
+  (front page ``index.qmd``, tutorials in order, sidebar, search) over the executed notebooks,
+  nothing re-executed, into ``_site/``. Quarto's pages load MathJax 3, require.js, jQuery and the
+  widget manager from CDNs; :func:`make_offline` points them at local copies in
+  ``site_libs/labkit/`` and refuses a page that still loads anything else from the network.
+* **Preview**, everywhere else: nbconvert's ``lab`` HTML of every executed notebook plus an index
+  page in tutorial order, into ``_preview/``. Widgets render from the state papermill saved in the
+  notebook, through ``@jupyter-widgets/html-manager`` and ``require.js``; formulas through
+  MathJax 2 (what nbconvert's template configures). All are copied from ``node_modules/``
+  (``npm ci``) into ``vendor/`` of the site.
+
+Both build in a temporary folder and swap it in at the end, so a failure leaves the previous
+site whole, and both refuse to replace a folder they did not make.
+
+Open ``_site/index.html`` or ``_preview/index.html`` directly, or serve the folder:
+``python -m http.server -d _site``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from labkit.book.notebooks import REPO_ROOT, list_notebooks
+from labkit.errors import LabkitError, UsageError
+
+NODE_MODULES = REPO_ROOT / "node_modules"
+MARKER = ".labkit-site"
+WIDGET_RENDERER = "vendor/html-manager/embed-amd.js"
+REQUIRE_JS = "vendor/require.js"
+MATHJAX = "vendor/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
+
+_FONTS = ("*.woff2", "*.woff", "*.ttf", "*.eot", "*.svg")
+
+# (package folder, files or folders inside it, target): copied to vendor/<target>/... (preview)
+_VENDOR = (
+    ("requirejs", ("require.js",), ""),
+    ("@jupyter-widgets/html-manager/dist", ("embed-amd.js", *_FONTS), "html-manager"),
+    ("mathjax", ("MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions/*.js",
+                 "extensions/TeX", "extensions/HTML-CSS", "jax/input/TeX", "jax/output/CommonHTML",
+                 "jax/element", "fonts/HTML-CSS/TeX/woff"), "mathjax"),
+)
+
+#: where the Quarto site's local copies go (inside Quarto's own site_libs/)
+QUARTO_LIBS = "site_libs/labkit"
+
+# The same for the Quarto site, into site_libs/labkit/<target>/. Quarto's pages want MathJax 3
+# (their scripts call MathJax.typeset), hence the second MathJax package (npm alias mathjax3).
+_QUARTO_VENDOR = (
+    ("requirejs", ("require.js",), ""),
+    ("jquery/dist", ("jquery.min.js",), ""),
+    ("@jupyter-widgets/html-manager/dist", ("embed-amd.js", *_FONTS), "html-manager"),
+    ("mathjax3/es5", ("tex-chtml-full.js", "output/chtml/fonts/woff-v2"), "mathjax"),
+)
+
+# What Quarto 1.7 loads from CDNs, and the local copy that replaces it (None: dropped; the ES6
+# polyfill is for browsers older than any that runs MathJax 3 or the widget manager).
+_CDN_SCRIPTS = (
+    (r"https://cdnjs\.cloudflare\.com/ajax/libs/jquery/[^\"']+/jquery(?:\.min)?\.js", "jquery.min.js"),
+    (r"https://cdnjs\.cloudflare\.com/ajax/libs/require\.js/[^\"']+/require(?:\.min)?\.js",
+     "require.js"),
+    (r"https://(?:unpkg\.com|cdn\.jsdelivr\.net/npm)/@jupyter-widgets/html-manager@[^/\"']*"
+     r"/dist/embed-amd\.js", "html-manager/embed-amd.js"),
+    (r"https://cdn\.jsdelivr\.net/npm/mathjax@3[^/\"']*/es5/tex-chtml(?:-full)?\.js",
+     ("mathjax-widgets.js", "mathjax/tex-chtml-full.js")),
+    (r"https://cdnjs\.cloudflare\.com/polyfill/[^\"']+", None),
+)
+# The widget manager typesets labels with MathJax 2's ``MathJax.Hub.Queue``; Quarto's pages run
+# MathJax 3, which has no Hub. This config (loaded before MathJax 3) gives it one, so a slider's
+# label neither stays raw nor throws.
+_MATHJAX_WIDGETS_JS = """// MathJax 2's Hub.Queue(["Typeset", Hub, element]) for the widget manager, on MathJax 3
+(function () {
+  var hub = {Queue: function () {
+    for (var i = 0; i < arguments.length; i++) {
+      var job = arguments[i];
+      if (Array.isArray(job) && job[0] === "Typeset" && window.MathJax.typesetPromise) {
+        window.MathJax.typesetPromise([job[2]]).catch(function () {});
+      }
+    }
+  }};
+  var config = window.MathJax || {};
+  config.startup = config.startup || {};
+  var ready = config.startup.ready;
+  config.startup.ready = function () {
+    if (ready) { ready(); } else { window.MathJax.startup.defaultReady(); }
+    window.MathJax.Hub = hub;
+  };
+  window.MathJax = config;
+})();
+"""
+_SCRIPT_TAG = re.compile(r"""<script\b[^>]*?\bsrc=["']([^"']+)["'][^>]*>\s*</script>\s*""", re.I)
+# a script, stylesheet, font or icon that a page would fetch (plain <a href> links are not)
+_FETCHED = re.compile(
+    r"""<script\b[^>]*?\bsrc=["'](?P<s>(?:https?:)?//[^"']+)["']"""
+    r"""|<link\b(?=[^>]*\brel=["'](?:stylesheet|preload|modulepreload|icon|prefetch)["'])"""
+    r"""[^>]*?\bhref=["'](?P<l>(?:https?:)?//[^"']+)["']""", re.I)
+_CSS_FETCHED = re.compile(r"""(?:@import\s+(?:url\()?|url\()\s*["']?((?:https?:)?//[^"')\s]+)""", re.I)
+
+_STYLE = """
+.labkit-nav { font: 14px/1.4 system-ui, sans-serif; padding: 8px 16px; background: #f3f4f6;
+  border-bottom: 1px solid #ddd; display: flex; gap: 16px; }
+.labkit-nav a { color: #1d4ed8; text-decoration: none; }
+.labkit-nav .spacer { flex: 1; }
+"""
+
+# MathJax 2 on the preview's index page, with the inline delimiters of nbconvert's pages
+_INDEX_MATHJAX = """<script type="text/x-mathjax-config">
+MathJax.Hub.Config({tex2jax: {inlineMath: [['$','$'], ['\\\\(','\\\\)']], processEscapes: true},
+                    messageStyle: "none"});
+</script>
+<script src="{src}"></script>"""
+
+# front page of the Quarto site: the figure shown there, taken from this executed notebook
+FRONT_FIGURE_NOTEBOOK = "02_speedup.ipynb"
+FRONT_FIGURE = "lab-figure.png"
+
+
+def quarto_path() -> str | None:
+    """``quarto`` on PATH, else beside this Python (``pip install quarto-cli`` in the venv, which
+    `make lab` runs without activating), else None."""
+    return shutil.which("quarto") or shutil.which("quarto", path=str(Path(sys.executable).parent))
+
+
+def quarto_available() -> bool:
+    return quarto_path() is not None
+
+
+def _copy_packages(dest: Path, node_modules: Path, packages, purpose: str) -> None:
+    for package, patterns, target in packages:
+        src = node_modules / package
+        if not src.is_dir():
+            raise UsageError(f"{src} is missing: run `npm ci` in {REPO_ROOT} ({purpose})")
+        for pattern in patterns:
+            matches = sorted(src.glob(pattern))
+            if not matches:
+                raise UsageError(f"{src}: nothing matches {pattern} (run `npm ci` again)")
+            for m in matches:
+                out = dest / target / m.relative_to(src)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                if m.is_dir():
+                    shutil.copytree(m, out, dirs_exist_ok=True)
+                else:
+                    shutil.copy2(m, out)
+
+
+def copy_vendor(dest: Path, node_modules: Path = NODE_MODULES) -> None:
+    """The preview's local widget renderer, require.js and MathJax 2, into ``dest/vendor``."""
+    _copy_packages(dest / "vendor", node_modules, _VENDOR,
+                   "the preview site serves the widget renderer, require.js and MathJax from there")
+
+
+def check_node_modules(node_modules: Path = NODE_MODULES, *, quarto: bool = False) -> None:
+    """Refuse early (before an expensive run) when the npm packages a site copies are missing."""
+    for package, _, _ in _QUARTO_VENDOR if quarto else _VENDOR:
+        if not (node_modules / package).is_dir():
+            raise UsageError(f"{node_modules / package} is missing: run `npm ci` in {REPO_ROOT} "
+                             "(the site serves MathJax, require.js and the widget renderer from "
+                             "local copies)")
+
+
+def notebook_title(nb, fallback: str) -> str:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return fallback
+
+
+# spans a summary is never cut inside: inline math, code, bold/italic, links
+_ATOMS = re.compile(r"\$[^$]+\$|`[^`]+`|\*\*[^*]+\*\*|\*[^*]+\*|\[[^\]]*\]\([^)]*\)")
+
+
+def summary(nb, limit: int = 240) -> str:
+    """The first sentence of the first paragraph of prose (Markdown, for the index pages).
+
+    Cut only between words and never inside ``$math$``, ```code```, ``**bold**`` or a link, with
+    an ellipsis when the sentence is longer than ``limit`` characters.
+
+    >>> import nbformat
+    >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+    ...     "# T\\n\\nIt took $t_1$ on **one\\nrank**. Then more. And more."), ])
+    >>> summary(nb)
+    'It took $t_1$ on **one rank**.'
+    >>> summary(nb, limit=15)
+    'It took $t_1$ …'
+    """
+    text = ""
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        paras = [p.strip() for p in cell.source.split("\n\n")]
+        text = next((p for p in paras if p and not p.startswith(("#", "$$", "|", "```", "<"))), "")
+        if text:
+            break
+    text = " ".join(text.split())
+    # words, with every atom kept whole (an atom's spaces become \0 while splitting)
+    text = _ATOMS.sub(lambda m: m.group(0).replace(" ", "\0"), text)
+    out = []
+    for tok in (t.replace("\0", " ") for t in text.split(" ") if t):
+        if len(" ".join([*out, tok])) > limit - 2:  # room for " …"
+            return " ".join(out).rstrip(",;:") + " …"
+        out.append(tok)
+        # a sentence ends at . ! ? (not after "e.g.", "vs." or a lone letter such as "N.")
+        if tok[-1] in ".!?" and len(tok) > 2 and not tok.endswith(_ABBREVIATIONS):
+            break
+    return " ".join(out)
+
+
+_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "cf.")
+
+
+def markdown_inline(text: str) -> str:
+    """Markdown to HTML for one line of an index page; math stays ``$...$`` for MathJax.
+
+    >>> markdown_inline("took $t_1$ on **two** ranks")
+    'took $t_1$ on <strong>two</strong> ranks'
+    """
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    out = markdown2html_mistune(text).strip()
+    return re.sub(r"^<p>(.*)</p>$", r"\1", out, flags=re.S)
+
+
+def _nav(pages: list[dict], i: int) -> str:
+    links = ['<a href="index.html">Scaling Lab</a>', '<span class="spacer"></span>']
+    if i > 0:
+        links.append(f'<a href="{pages[i - 1]["html"]}">&larr; {html.escape(pages[i - 1]["title"])}</a>')
+    if i + 1 < len(pages):
+        links.append(f'<a href="{pages[i + 1]["html"]}">{html.escape(pages[i + 1]["title"])} &rarr;</a>')
+    return f'<nav class="labkit-nav">{"".join(links)}</nav>'
+
+
+def _index_html(pages: list[dict], built: str, laws_html: str = "") -> str:
+    items = []
+    for p in pages:
+        status = ' <strong style="color:#b91c1c">(a cell failed)</strong>' if p["failed"] else ""
+        took = f' <span style="color:#666">({p["duration_s"]:.0f} s to run)</span>' \
+            if p["duration_s"] is not None else ""
+        items.append(f'<li><a href="{p["html"]}">{html.escape(p["title"])}</a>{status}{took}'
+                     f'<p class="summary">{markdown_inline(p["summary"])}</p></li>')
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Scaling Lab</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body {{ font: 16px/1.5 system-ui, sans-serif; max-width: 50em; margin: 2em auto;
+padding: 0 1em; }} li {{ margin-bottom: 1em; }} li p {{ margin: .2em 0; color: #333; }}</style>
+{_INDEX_MATHJAX.replace("{src}", MATHJAX)}
+</head><body>
+<h1>Scaling Lab</h1>
+<p>Measured parallel scaling on your own machine: speedup, efficiency and cost; a distributed
+solve; data-parallel training; collectives; pipeline bubbles; 3-D parallelism. Each tutorial
+states every formula next to a number computed in it. Preview build of the executed notebooks
+({html.escape(built)}).</p>
+<ol class="tutorials">
+{chr(10).join(items)}
+</ol>
+{laws_html}</body></html>
+"""
+
+
+def check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and not (out_dir / MARKER).exists() and (
+            not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise UsageError(f"{out_dir} exists and was not made by labkit site; pick another --out "
+                         "(or remove it)")
+
+
+def _swap_in(tmp: Path, out_dir: Path) -> None:
+    """Replace ``out_dir`` (ours, or absent) by the finished site in ``tmp``."""
+    (tmp / MARKER).write_text("built by labkit site; replaced on the next build\n")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+
+
+def build_preview(executed_dir, out_dir, *, node_modules: Path = NODE_MODULES) -> Path:
+    """Build the preview site from executed notebooks; returns the index page.
+
+    The site is assembled in a temporary folder and swapped in at the end, so a failure leaves
+    the previous site whole. An existing ``out_dir`` is replaced only if this function made it.
+    """
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    executed_dir, out_dir = Path(executed_dir), Path(out_dir)
+    notebooks = list_notebooks(executed_dir)
+    if not notebooks:
+        raise UsageError(f"{executed_dir}: no executed notebooks (NN_name.ipynb); "
+                         "run `labkit lab` first")
+    check_out_dir(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        copy_vendor(tmp, node_modules)
+        exporter = HTMLExporter(template_name="lab", widget_renderer_url=WIDGET_RENDERER,
+                                require_js_url=REQUIRE_JS, mathjax_url=MATHJAX)
+        nbs = [nbformat.read(p, as_version=4) for p in notebooks]
+        pages = []
+        for path, nb in zip(notebooks, nbs):
+            pm = nb.metadata.get("papermill", {})
+            pages.append({"html": path.stem + ".html", "title": notebook_title(nb, path.stem),
+                          "summary": summary(nb), "failed": bool(pm.get("exception")),
+                          "duration_s": pm.get("duration")})
+        for i, nb in enumerate(nbs):
+            body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": pages[i]["title"]}})
+            nav = _nav(pages, i)
+            body = re.sub(r"(<body[^>]*>)", lambda m, nav=nav: m.group(1) + nav, body, count=1)
+            body = body.replace("</head>", f"<style>{_STYLE}</style></head>", 1)
+            (tmp / pages[i]["html"]).write_text(body, encoding="utf-8")
+        from labkit.book import laws
+
+        (tmp / "index.html").write_text(_index_html(pages, time.strftime("%Y-%m-%d %H:%M"),
+                                                    laws.html(laws.gather(executed_dir))),
+                                        encoding="utf-8")
+        _swap_in(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir / "index.html"
+
+
+def make_offline(site, node_modules: Path = NODE_MODULES) -> list[str]:
+    """Make a rendered Quarto site load nothing from the network; the pages changed.
+
+    Copies require.js, jQuery, the widget manager and MathJax 3 into ``site_libs/labkit/`` and
+    points every page's CDN ``<script>`` at them (relative URLs, so the site works from a server
+    or from disk). A page or stylesheet that would still fetch a script, style or font from
+    another host is an error naming it: a page that needs the internet to show a formula is not
+    what this site promises.
+    """
+    site = Path(site)
+    libs = site / QUARTO_LIBS
+    _copy_packages(libs, node_modules, _QUARTO_VENDOR,
+                   "the Quarto site serves MathJax, require.js and the widget manager from there")
+    (libs / "mathjax-widgets.js").write_text(_MATHJAX_WIDGETS_JS)
+    changed, remote = [], []
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        prefix = Path(os.path.relpath(libs, page.parent)).as_posix()
+
+        def local(m, prefix=prefix):
+            for pattern, targets in _CDN_SCRIPTS:
+                if re.fullmatch(pattern, m.group(1)):
+                    targets = (targets,) if isinstance(targets, str) else targets or ()
+                    return "".join(f'<script src="{prefix}/{t}"></script>\n' for t in targets)
+            return m.group(0)
+
+        new = _SCRIPT_TAG.sub(local, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            changed.append(page.relative_to(site).as_posix())
+        remote += [f"{page.relative_to(site).as_posix()} loads {m.group('s') or m.group('l')}"
+                   for m in _FETCHED.finditer(new)]
+    for css in sorted(site.rglob("*.css")):
+        remote += [f"{css.relative_to(site).as_posix()} loads {u}"
+                   for u in _CSS_FETCHED.findall(css.read_text(encoding="utf-8", errors="replace"))]
+    if remote:
+        raise LabkitError(f"the site would load {len(remote)} file(s) from the network "
+                          f"(no local copy known): {'; '.join(remote[:5])}")
+    return changed
+
+
+_WIDGET_STATE = re.compile(
+    r'(<script type="application/vnd\.jupyter\.widget-state\+json">)(.*?)(</script>)', re.S)
+WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"
+
+
+def state_json(state: dict) -> str:
+    """Widget state as JSON that is safe inside <script>: every <, > and & escaped.
+
+    >>> print(state_json({"value": "<b>&</b>"}))
+    {"value": "\\u003cb\\u003e\\u0026\\u003c/b\\u003e"}
+    """
+    return (json.dumps(state).replace("<", "\\u003c").replace(">", "\\u003e")
+            .replace("&", "\\u0026"))
+
+
+def restore_widget_state(site, executed_dir) -> list[str]:
+    """Put each notebook's saved widget state into its page exactly as papermill saved it; the
+    pages changed.
+
+    Quarto passes the state through its HTML post-processing, which rewrites HTML it finds inside
+    the JSON strings (an ``HTML`` widget holding a ``<table>`` comes out with raw newlines, and
+    the widget manager then renders nothing on that page). A state script that is still not
+    JSON afterwards is an error naming the page.
+    """
+    import nbformat
+
+    site, executed_dir = Path(site), Path(executed_dir)
+    changed, broken = [], []
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        if WIDGET_STATE_MIME not in text:
+            continue
+        nb_path = executed_dir / page.with_suffix(".ipynb").name
+        state = None
+        if nb_path.is_file():
+            state = nbformat.read(nb_path, as_version=4).metadata.get("widgets", {}).get(
+                WIDGET_STATE_MIME)
+        if state is not None:
+            new = _WIDGET_STATE.sub(lambda m, st=state: m.group(1) + state_json(st) + m.group(3),
+                                    text, count=1)
+            if new != text:
+                page.write_text(new, encoding="utf-8")
+                changed.append(page.relative_to(site).as_posix())
+                text = new
+        for m in _WIDGET_STATE.finditer(text):
+            try:
+                json.loads(m.group(2))
+            except ValueError as e:
+                broken.append(f"{page.relative_to(site).as_posix()} ({e})")
+    if broken:
+        raise LabkitError(f"widget state that is not JSON on {', '.join(broken)}: its widgets "
+                          "would not render")
+    return changed
+
+
+def front_figure(executed_dir) -> tuple[bytes, str] | None:
+    """(PNG, caption) of a figure from the executed lab for the front page, or None.
+
+    The last figure of notebook 02 (the speedup measured live on this machine); if that notebook
+    has none (it failed), the last figure of any other executed notebook.
+    """
+    import base64
+
+    import nbformat
+
+    executed_dir = Path(executed_dir)
+    paths = list_notebooks(executed_dir)
+    paths.sort(key=lambda p: p.name != FRONT_FIGURE_NOTEBOOK)
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        pngs = [o["data"]["image/png"] for c in nb.cells if c.cell_type == "code"
+                for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+        if pngs:
+            title = notebook_title(nb, path.stem).split(":")[0]
+            caption = f"A figure from *{title}* ({path.stem}), as executed by `labkit lab`"
+            return base64.b64decode(pngs[-1]), caption
+    return None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PAGE_LINE = re.compile(r"^\s*\[\s*\d+\s*/\s*\d+\s*\]\s+(\S.*?)\s*$")
+
+
+def quarto_failure(output: str, returncode: int) -> str:
+    """One line from ``quarto render``'s output: the page it was on and why it stopped.
+
+    >>> quarto_failure("[1/8] index.qmd\\n[2/8] notebooks/01_a.ipynb\\nERROR: YAMLError: bad\\n", 1)
+    'quarto render failed on notebooks/01_a.ipynb: ERROR: YAMLError: bad'
+    """
+    lines = [_ANSI.sub("", line).rstrip() for line in output.splitlines()]
+    page = None
+    for line in lines:
+        m = _PAGE_LINE.match(line)
+        if m:
+            page = m.group(1)
+    errors = [line.strip() for line in lines if re.match(r"\s*(ERROR|Error)\b", line)]
+    reason = errors[0] if errors else next(
+        (line.strip() for line in reversed(lines) if line.strip()), f"exit status {returncode}")
+    where = f"on {page}" if page else "before its first page"
+    return f"quarto render failed {where}: {reason[:300]}"
+
+
+def tutorials_in_order(config: dict) -> list[str]:
+    """Make a ``_quarto.yml`` config render and list (sidebar section "Tutorials") every
+    ``notebooks/NN_name.ipynb`` in order, so a new tutorial is never left off the site; the list.
+
+    >>> cfg = {"project": {"render": ["index.qmd", "notebooks/01_a.ipynb"]},
+    ...        "website": {"sidebar": {"contents": [{"section": "Tutorials", "contents": []}]}}}
+    >>> names = tutorials_in_order(cfg)
+    >>> cfg["project"]["render"][:2], names == cfg["website"]["sidebar"]["contents"][0]["contents"]
+    (['index.qmd', 'notebooks/01_getting_started.ipynb'], True)
+    """
+    tutorials = [f"notebooks/{p.name}" for p in list_notebooks()]
+    project = config.setdefault("project", {})
+    project["render"] = [r for r in project.get("render", [])
+                         if not str(r).startswith("notebooks/")] + tutorials
+    for section in config.get("website", {}).get("sidebar", {}).get("contents", []):
+        if isinstance(section, dict) and section.get("section") == "Tutorials":
+            section["contents"] = list(tutorials)
+    return tutorials
+
+
+def render_quarto(executed_dir, out_dir=None, *, node_modules: Path = NODE_MODULES,
+                  echo: bool = True) -> Path:
+    """Quarto website of the EXECUTED notebooks, without executing anything again; offline.
+
+    The stored notebooks have no outputs, and running them again inside ``quarto render`` would
+    repeat every experiment. So the project (``_quarto.yml``, ``index.qmd``) is staged in a
+    temporary folder with the executed copies from ``executed_dir`` in place of
+    ``notebooks/*.ipynb`` and ``execute: enabled: false`` (Quarto then renders the outputs papermill
+    saved, widget state included), with a figure of the executed lab for the front page,
+    rendered, made offline (:func:`make_offline`) and swapped into ``out_dir`` (default
+    ``_site/``) only when all of that worked: a page Quarto fails on leaves the previous site
+    whole, and the error names the page. Quarto's output goes to stderr when ``echo``.
+    ``quarto render`` at the repository root still works on its own: it executes once and freezes.
+    """
+    import yaml
+
+    executed_dir = Path(executed_dir)
+    out_dir = Path(out_dir or REPO_ROOT / "_site").resolve()
+    config = yaml.safe_load((REPO_ROOT / "_quarto.yml").read_text())
+    if not list_notebooks(executed_dir):
+        raise UsageError(f"{executed_dir}: no executed notebooks (NN_name.ipynb); "
+                         "run `labkit lab` first")
+    missing = [nb.name for nb in list_notebooks() if not (executed_dir / nb.name).is_file()]
+    if missing:
+        raise UsageError(f"{executed_dir}: no executed {', '.join(missing)} (run `labkit lab` first)")
+    check_out_dir(out_dir)
+    check_node_modules(node_modules, quarto=True)
+    quarto = quarto_path()
+    if quarto is None:
+        raise UsageError("quarto is not installed (pip install quarto-cli, or Quarto's "
+                         "installer); `labkit site --preview` builds the preview instead")
+    config.setdefault("execute", {})["enabled"] = False
+    config["execute"].pop("freeze", None)
+    config["project"]["output-dir"] = "_site"
+    tutorials_in_order(config)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="labkit-quarto-") as stage:
+        stage = Path(stage)
+        (stage / "notebooks").mkdir()
+        for nb in list_notebooks():
+            shutil.copy2(executed_dir / nb.name, stage / "notebooks" / nb.name)
+        for extra in ("index.qmd",):
+            shutil.copy2(REPO_ROOT / extra, stage / extra)
+        from labkit.book import laws
+
+        table = laws.gather(executed_dir)
+        if len(table):  # the lab-wide table: how well each law held on the machine that ran it
+            with open(stage / "index.qmd", "a") as f:
+                f.write("\n## How well each law held on this machine\n\n"
+                        + laws.markdown(table) + "\n")
+        figure = front_figure(executed_dir)
+        if figure:
+            (stage / FRONT_FIGURE).write_bytes(figure[0])
+            config["lab-figure"] = True
+            config["lab-figure-caption"] = figure[1]
+        (stage / "_quarto.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        proc = subprocess.Popen([quarto, "render", "--no-execute"], cwd=stage, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, errors="replace")
+        output = []
+        for line in proc.stdout:
+            output.append(line)
+            if echo:
+                sys.stderr.write(line)
+        if proc.wait() != 0:
+            kept = (f"the previous site in {out_dir} is left as it was" if out_dir.exists()
+                    else f"nothing was written to {out_dir}")
+            raise LabkitError(f"{quarto_failure(''.join(output), proc.returncode)} ({kept})")
+        rendered = stage / "_site"
+        if not (rendered / "index.html").is_file():
+            raise LabkitError(f"quarto render wrote no index.html (output: "
+                              f"{''.join(output)[-300:].strip()})")
+        restore_widget_state(rendered, executed_dir)
+        make_offline(rendered, node_modules)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+        try:
+            shutil.copytree(rendered, tmp, dirs_exist_ok=True)
+            _swap_in(tmp, out_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir / "index.html"
+
+
+def build_site(executed_dir, out_dir=None, *, preview: bool = False) -> tuple[str, Path]:
+    """Quarto if it is installed (unless ``preview``), else the preview; (builder, index page).
+
+    ``out_dir`` defaults to ``_site`` (Quarto) or ``_preview`` (preview)."""
+    if quarto_available() and not preview:
+        return "quarto", render_quarto(executed_dir, out_dir or REPO_ROOT / "_site")
+    return "preview", build_preview(executed_dir, out_dir or "_preview")

@@ -1,0 +1,39 @@
+"""Verify placement: where every rank runs, and one timed all-reduce across them.
+
+Run by hand (the launcher builds the same command)::
+
+    torchrun --standalone --nproc-per-node=2 -m labkit.checks.placement_worker \\
+        --config '{"allreduce_bytes": 1048576}' --out placement.json
+
+Rows: one per rank, the placement table (rank, local_rank, host, pid, device, device_name,
+cuda_visible_devices, threads, problem) plus the all-reduce time of the slowest rank.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from labkit import runtime, timing
+from labkit.checks.config import PlacementConfig
+from labkit.harness import worker_main
+
+
+def run(rt: runtime.Runtime, cfg: PlacementConfig) -> dict:
+    n = max(1, cfg.allreduce_bytes // 4)
+    buf = torch.ones(n, dtype=torch.float32, device=rt.device)
+    local = timing.repeat_timed(lambda: dist.all_reduce(buf), warmup=cfg.warmup,
+                                repeat=cfg.repeat, device=rt.device)
+    stats = timing.summarize(local, prefix="allreduce_time")
+    # every element was 1 before warm-up; each all-reduce multiplies it by world_size
+    expected = float(rt.world_size) ** (cfg.warmup + cfg.repeat)
+    correct = bool(torch.allclose(buf, torch.full_like(buf, expected), rtol=1e-4))
+    table = runtime.placement(rt)
+    if rt.rank != 0:
+        return {}
+    rows = [{**row, "allreduce_bytes": n * 4, "allreduce_correct": correct, **stats} for row in table]
+    return {"rows": rows}
+
+
+if __name__ == "__main__":
+    worker_main(run, PlacementConfig)

@@ -1,0 +1,37 @@
+"""Host side: :func:`run`, the call behind ``labkit collectives`` and notebook 05.
+
+One torchrun launch per world size sweeps every op over every size
+(:mod:`labkit.collectives.worker`); the rows come back with the α–β model fitted per
+(op, world size, dtype) beside each measurement (:func:`labkit.collectives.formulas.add_fit`)
+and, with a ``store``, are upserted into that results file under
+:data:`labkit.collectives.report.KEY`.
+"""
+
+from __future__ import annotations
+
+from labkit.collectives.config import CollectivesConfig
+from labkit.launch import LaunchOptions
+
+
+def run(config: CollectivesConfig, launch: LaunchOptions | None = None, store=None):
+    """Run the sweep; return its rows as a DataFrame (one row per op x world size x size;
+    columns in :data:`labkit.collectives.report.COLUMNS`).
+
+    ``launch``: ranks per node and the rest (:class:`~labkit.launch.LaunchOptions`; default 2
+    ranks); ``store``: a results file to upsert into. Everything is checked before the first
+    launch. ``wrong`` is None unless ``config.check``; a 1-rank world moves nothing, so its
+    fit columns are NaN.
+    """
+    import pandas as pd
+
+    from labkit import results
+    from labkit.collectives.formulas import add_fit
+    from labkit.collectives.report import KEY
+    from labkit.launch import launch_lab
+
+    launch = launch if launch is not None else LaunchOptions(nprocs=(2,))
+    launches = launch_lab("collectives", config, launch, store)
+    rows = add_fit([row for res in launches for row in res.rows()],
+                   min_fit_bytes=config.fit_min_bytes)
+    results.store_rows(store, rows, KEY)
+    return pd.DataFrame(rows)

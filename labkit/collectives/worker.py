@@ -1,0 +1,122 @@
+"""Collectives sweep in the conventions of nccl-tests: time, algbw, busbw and #wrong per size.
+
+Run by hand (``labkit collectives`` builds the same command, one launch per world size)::
+
+    torchrun --standalone --nproc-per-node=2 -m labkit.collectives.worker \\
+        --config '{"ops": ["all_reduce"], "min_bytes": 8, "max_bytes": 67108864, "factor": 2}'
+
+Per size: ``warmup`` untimed calls, one barrier, then ``iters`` calls back to back, each rank
+stamping the clock after every call (no barrier in between, so what is timed is the collective
+in steady state, as in a plain loop). A call's time is the slowest rank's; rows carry its
+median and p10/p90. ``check`` runs the op once more on known inputs and counts the elements
+that differ from the exact answer, summed over ranks (``wrong``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from labkit import runtime, timing
+from labkit.collectives.config import CollectivesConfig
+from labkit.collectives.formulas import algbw_gb_per_s, busbw_gb_per_s, size_sweep
+from labkit.harness import worker_main
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
+          "int64": torch.int64}
+
+
+def buffers(op: str, count: int, n: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input, output) of one call; ``count`` elements in the whole buffer (nccl-tests' S)."""
+    part = count // n
+    sizes = {"all_reduce": (count, count), "broadcast": (count, count),
+             "all_gather": (part, count), "reduce_scatter": (count, part),
+             "all_to_all": (count, count)}[op]
+    return (torch.zeros(sizes[0], dtype=dtype, device=device),
+            torch.zeros(sizes[1], dtype=dtype, device=device))
+
+
+def call(op: str, inp: torch.Tensor, out: torch.Tensor) -> None:
+    if op == "all_reduce":
+        dist.all_reduce(inp)
+    elif op == "broadcast":
+        dist.broadcast(inp, src=0)
+    elif op == "all_gather":
+        dist.all_gather_into_tensor(out, inp)
+    elif op == "reduce_scatter":
+        dist.reduce_scatter_tensor(out, inp)
+    else:
+        dist.all_to_all_single(out, inp)
+
+
+def count_wrong(op: str, count: int, rt: runtime.Runtime, dtype) -> int:
+    """Run ``op`` once on inputs x_r[i] = (r+1) + i mod 5 and count wrong elements, all ranks."""
+    n, r = rt.world_size, rt.rank
+    inp, out = buffers(op, count, n, dtype, rt.device)
+    idx = torch.arange(inp.numel(), device=rt.device)
+    offset = r * (count // n) if op == "all_gather" else 0
+    inp.copy_((r + 1) + (idx + offset) % 5)
+    call(op, inp, out)
+    c = count // n
+    if op == "all_reduce":
+        got, want = inp, n * (n + 1) // 2 + n * (idx % 5)
+    elif op == "broadcast":
+        got, want = inp, 1 + idx % 5
+    elif op == "all_gather":
+        j = torch.arange(count, device=rt.device)
+        got, want = out, (j // c + 1) + j % 5
+    elif op == "reduce_scatter":
+        i = torch.arange(c, device=rt.device)
+        got, want = out, n * (n + 1) // 2 + n * ((r * c + i) % 5)
+    else:  # all_to_all: chunk j of my output is chunk r of rank j's input
+        j = torch.arange(count, device=rt.device)
+        got, want = out, (j // c + 1) + (r * c + j % c) % 5
+    wrong = torch.tensor([int((got != want.to(got.dtype)).sum())], dtype=torch.int64)
+    dist.all_reduce(wrong)
+    return int(wrong.item())
+
+
+def time_op(op: str, inp, out, cfg: CollectivesConfig, device) -> list[float]:
+    """This rank's seconds per call: ``iters`` calls back to back after one barrier."""
+    for _ in range(cfg.warmup):
+        call(op, inp, out)
+    runtime.sync(device)
+    dist.barrier()
+    stamps = [time.perf_counter()]
+    for _ in range(cfg.iters):
+        call(op, inp, out)
+        runtime.sync(device)
+        stamps.append(time.perf_counter())
+    return list(np.diff(stamps))
+
+
+def run(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
+    dtype = DTYPES[cfg.dtype]
+    rows = []
+    for op in cfg.ops:
+        for size, count in size_sweep(op, rt.world_size, cfg.min_bytes, cfg.max_bytes,
+                                      cfg.factor, cfg.dtype):
+            inp, out = buffers(op, count, rt.world_size, dtype, rt.device)
+            steps, _ = timing.slowest_step_times(time_op(op, inp, out, cfg, rt.device))
+            wrong = count_wrong(op, count, rt, dtype) if cfg.check else None
+            p10, p50, p90 = (float(np.percentile(steps, q)) for q in (10, 50, 90))
+            rows.append({
+                "op": op, "world_size": rt.world_size, "size_bytes": size, "count": count,
+                "dtype": cfg.dtype, "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none",
+                "root": 0 if op == "broadcast" else -1, "iters": cfg.iters,
+                "time_p50_s": p50, "time_p10_s": p10, "time_p90_s": p90,
+                "time_mean_s": float(np.mean(steps)),
+                "algbw_gb_per_s": algbw_gb_per_s(size_bytes=size, time_s=p50),
+                "busbw_gb_per_s": busbw_gb_per_s(op=op, ranks=rt.world_size, size_bytes=size,
+                                                  time_s=p50),
+                "wrong": wrong,
+            })
+            runtime.print0(f"{op} {size} B: {p50 * 1e6:.1f} us")
+    return {"rows": rows if rt.rank == 0 else []}
+
+
+if __name__ == "__main__":
+    worker_main(run, CollectivesConfig)

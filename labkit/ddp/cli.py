@@ -1,0 +1,92 @@
+"""labkit ddp | diff: the data-parallel training lab and the A/B comparison of two of its runs.
+
+``labkit ddp``'s flags are :class:`~labkit.ddp.config.DDPConfig`'s fields (in the groups
+"workload" and "DDP") and the shared launch flags; the command builds the config, runs
+:func:`labkit.ddp.run.run` and prints :mod:`labkit.ddp.report`'s tables.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from labkit.cliargs import (
+    add_config_args,
+    add_lab_command,
+    config_from_args,
+    launch_options,
+    print_frame,
+    say_stored,
+)
+from labkit.ddp.config import DDP_OPTIONS, WORKLOAD_OPTIONS, DDPConfig
+
+
+def _config_flags(p) -> None:
+    add_config_args(p, DDPConfig, group="workload", fields=WORKLOAD_OPTIONS)
+    add_config_args(p, DDPConfig, group="DDP", fields=DDP_OPTIONS)
+
+
+def register(sub) -> None:
+    add_lab_command(
+        sub, "ddp", DDPConfig, cmd_ddp, flags=_config_flags, launch_first=True,
+        help="DDP training: no-DDP baseline, then DDP at each world size; percentiles",
+        description="Times optimizer steps of a synthetic model without DDP (1 process) and with "
+                    "DDP at each --nproc (one launch each). Step time = slowest rank.")
+
+    p = sub.add_parser("diff", help="compare two `labkit ddp --json` files (A/B, %% deltas)",
+                       description="Settings side by side, then per world size p75/p95 of both "
+                                   "runs and the %% change of B's throughput against A's.")
+    p.add_argument("a", metavar="A.json", help="baseline results file")
+    p.add_argument("b", metavar="B.json", help="test results file")
+    p.add_argument("--csv", action="store_true", help="print the comparison table as CSV")
+    p.set_defaults(func=cmd_diff)
+
+
+def cmd_ddp(args) -> int:
+    from labkit.ddp import report
+    from labkit.ddp.run import run
+
+    # validate everything before anything launches or is written
+    config = config_from_args(DDPConfig, args)
+    df = run(config, launch=launch_options(args), store=args.json)
+    print(report.benchmark_table(df))
+    print()
+    print_frame(report.scaling_frame(df), floatfmt="{:.3g}")
+    print(report.SCALING_LEGEND)
+    if df.get("predicted_speedup_vs_no_ddp") is not None and \
+            df["predicted_speedup_vs_no_ddp"].notna().any():
+        # the model beside the measurement, and the verdicts computed from this run
+        pred = report.prediction_frame(df)
+        n = report.top_world_size(df)
+        print()
+        print_frame(pred, floatfmt="{:.3g}")
+        print(report.PREDICTION_LEGEND)
+        print(report.model_sentence(pred["batch"], pred["error_pct"]))
+        if len(pred) >= 2:
+            print(report.pays_sentence(pred["batch"], pred["measured"], ranks=n))
+            print(report.crossover_sentence(report.crossover(df, n)))
+    print()
+    print(report.placement_table(df))
+    if df["oversubscribed"].any():
+        print("\nnote: oversubscribed launches (more rank-threads than cores): timings are not "
+              "representative", file=sys.stderr)
+    say_stored(args.json, df)
+    if not df["placement_ok"].all():
+        print("\nPROBLEM: ranks share a GPU; the numbers above are not what this machine can do",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_diff(args) -> int:
+    from labkit.ddp.diff import compare, format_diff
+
+    settings, table, notes = compare(args.a, args.b)
+    for note in notes:
+        print(f"labkit diff: WARNING: {note}", file=sys.stderr)
+    if args.csv:
+        table.to_csv(sys.stdout, index=False)
+    else:
+        print(format_diff(settings, table))
+    if notes and notes[0].startswith("the two files hold different models"):
+        print(f"labkit diff: WARNING: {notes[0]}", file=sys.stderr)
+    return 0

@@ -1,0 +1,359 @@
+"""Where a DDP step's time goes, and how it scales (pure: no torch).
+
+A DDP step = forward + backward + optimizer, with the gradient all-reduce started *during*
+backward, bucket by bucket. Three measured times tell the story:
+
+* ``t_ddp``: the DDP step (slowest rank, percentiles over steps);
+* ``t_nosync``: the same step under ``no_sync()``, i.e. without the all-reduce (compute only);
+* ``t_ar``: a standalone all-reduce of all the gradient bytes at once.
+
+The all-reduce's bandwidths are the collectives lab's (:func:`labkit.collectives.formulas.
+algbw_gb_per_s`, :func:`~labkit.collectives.formulas.busbw_gb_per_s`, nccl-tests' convention).
+From them: the *exposed* communication ``t_ddp - t_nosync`` (what the all-reduce adds to a step),
+and the *overlap* ``1 - exposed / t_ar`` (the share of a full all-reduce hidden behind backward).
+
+The model of a DDP step, from measured parts (:func:`ddp_step_time`)::
+
+    t_DDP(b) = t_c(b) + t_copy + max(0, t_ar - t_window)
+
+``t_c(b)``: compute at ``b`` samples per rank (the ``no_sync`` step); ``t_ar``: the all-reduce of
+every gradient bucket, α–β (:func:`comm_time`); ``t_copy``: DDP's copies of the gradients into
+its buckets and back; ``t_window``: the backward time the all-reduce can hide behind
+(:func:`overlap_window`). Against one process without DDP (:func:`ddp_speedup`):
+``N t_no_ddp(b) / t_DDP(b)``; with step times linear in the batch (:func:`fit_step_time`) the
+batch where that is 1 follows in closed form (:func:`predicted_crossover_batch`), and the
+measured one from a sweep (:func:`crossover_batch`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from labkit.collectives.formulas import allreduce_time, model_error_pct
+from labkit.config import positive_int, positive_number
+from labkit.ddp.report import KEY
+from labkit.errors import UsageError
+
+
+def exposed_comm_s(ddp_step_s: float, nosync_step_s: float) -> float:
+    """Communication a DDP step does not hide: max(0, t_ddp - t_nosync).
+
+    >>> round(exposed_comm_s(0.0515, 0.024), 4)
+    0.0275
+    """
+    return max(0.0, positive_number("ddp step time", ddp_step_s)
+               - positive_number("no_sync step time", nosync_step_s))
+
+
+def overlap_fraction(exposed_s: float, allreduce_s: float) -> float:
+    """Share of the gradient all-reduce hidden behind backward: 1 - exposed / t_ar, in [0, 1].
+
+    0 means DDP's step pays the whole all-reduce on top of compute; 1 means it pays none.
+    Example: 28 ms all-reduce, 27.5 ms exposed -> 0.018 (almost nothing hidden).
+
+    >>> round(overlap_fraction(0.0275, 0.028), 3)
+    0.018
+    """
+    if exposed_s < 0:
+        raise UsageError(f"exposed time must be >= 0, got {exposed_s!r}")
+    return min(1.0, max(0.0, 1.0 - exposed_s / positive_number("all-reduce time", allreduce_s)))
+
+
+def _get(row: dict, key: str) -> float:
+    v = row.get(key)
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
+
+
+def add_scaling_columns(rows: Iterable[dict]) -> list[dict]:
+    """Rows with speedup and efficiency against the 1-rank DDP run of the same benchmark.
+
+    Data parallelism keeps the batch *per rank* fixed, so it is weak scaling measured in
+    throughput: speedup = thr_N / thr_1 = N t_1 / t_N (aggregate samples/s, p50 step times),
+    scaling efficiency = speedup / N = t_1 / t_N. ``speedup_vs_no_ddp`` = thr_N / thr_no_ddp,
+    the honest number (what N ranks buy over one process without DDP at all). Rows of another
+    benchmark (model, batch, flags) are matched separately; a missing reference leaves NaN.
+
+    >>> rows = [{"variant": "ddp", "world_size": 1, "step_time_p50_s": 0.02, "batch_size": 64},
+    ...         {"variant": "ddp", "world_size": 2, "step_time_p50_s": 0.04, "batch_size": 64}]
+    >>> [r["scaling_efficiency"] for r in add_scaling_columns(rows)]
+    [1.0, 0.5]
+    """
+    rows = [dict(r) for r in rows]
+    ref = _references(rows, "ddp", world_size=1)
+    base = _references(rows, "no_ddp")
+    whole = _references(rows, "no_ddp_all_cores")
+    for r in rows:
+        n, t = int(r.get("world_size") or 1), _get(r, "step_time_p50_s")
+        t1 = _get(ref.get(_bench(r), {}), "step_time_p50_s")
+        t0 = _get(base.get(_bench(r), {}), "step_time_p50_s")
+        r["speedup"] = n * t1 / t if r.get("variant") == "ddp" else math.nan
+        r["scaling_efficiency"] = t1 / t if r.get("variant") == "ddp" else math.nan
+        r["speedup_vs_no_ddp"] = n * t0 / t
+        if r.get("variant") == "ddp" and whole:
+            r["speedup_vs_all_cores"] = n * _get(whole.get(_bench(r), {}), "step_time_p50_s") / t
+    return rows
+
+
+def _bench(r: dict) -> tuple:
+    """The settings that define "the same benchmark" (model, batch, DDP flags, device)."""
+    skip = {"variant", "world_size"}
+    return tuple(str(r.get(k)) for k in KEY if k not in skip)
+
+
+def _references(rows: list[dict], variant: str, **equal) -> dict:
+    return {_bench(r): r for r in rows if r.get("variant") == variant
+            and all(r.get(k) == v for k, v in equal.items())}
+
+
+def ddp_speedup(*, ranks: int, noddp_step_s: float, ddp_step_s: float) -> float:
+    """Throughput of N DDP ranks against one process without DDP, each rank training on as
+    many samples per step as that process: N t_no_DDP / t_DDP.
+
+    >>> ddp_speedup(ranks=2, noddp_step_s=0.275, ddp_step_s=0.30)
+    1.8333333333333335
+    """
+    return (positive_int("ranks", ranks) * positive_number("no-DDP step time", noddp_step_s)
+            / positive_number("DDP step time", ddp_step_s))
+
+
+def ddp_step_time(*, compute_s: float, allreduce_s: float, bucket_copy_s: float = 0.0,
+                  overlap_window_s: float = 0.0) -> float:
+    """The model of a DDP step: compute, DDP's gradient copies, and the all-reduce that the
+    overlap window does not hide::
+
+        t_DDP = t_c + t_copy + max(0, t_ar - t_window)
+
+    ``compute_s``: the step without the all-reduce (its ``no_sync`` step); ``allreduce_s``: the
+    all-reduce of every gradient bucket (:func:`comm_time`); ``bucket_copy_s``: DDP copying each
+    gradient into its bucket (scaled by 1/N) and back, work on the cores that compute, so never
+    hidden; ``overlap_window_s``: the part of backward the all-reduce can run behind
+    (:func:`overlap_window`). Left out: DDP's fixed costs per step (its hooks, waking a rank
+    that waits for the other), a few milliseconds that dominate only steps of a few
+    milliseconds (tiny models). 30 ms of compute, a 16 ms all-reduce, 6 ms of copies, nothing
+    hidden; then 300 ms of compute whose backward hides 200 ms:
+
+    >>> round(ddp_step_time(compute_s=0.030, allreduce_s=0.016, bucket_copy_s=0.006), 6)
+    0.052
+    >>> round(ddp_step_time(compute_s=0.300, allreduce_s=0.016, overlap_window_s=0.2), 6)
+    0.3
+    """
+    for name, v in (("bucket copy time", bucket_copy_s), ("all-reduce time", allreduce_s),
+                    ("overlap window", overlap_window_s)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise UsageError(f"{name} must be a finite number >= 0, got {v!r}")
+    return (positive_number("compute time", compute_s) + bucket_copy_s
+            + max(0.0, allreduce_s - overlap_window_s))
+
+
+def comm_time(*, bucket_bytes, ranks: int, alpha_s: float, beta_bytes_per_s: float) -> float:
+    """The all-reduces of one DDP step: one per bucket, each α–β
+    (:func:`labkit.collectives.formulas.allreduce_time`), one after the other. One 16.8 MB
+    bucket, or four of 4.2 MB (three more latencies), on 2 ranks at α = 50 µs, β = 1 GB/s:
+
+    >>> round(comm_time(bucket_bytes=[16_834_600], ranks=2, alpha_s=50e-6,
+    ...                 beta_bytes_per_s=1e9) * 1e3, 3)
+    16.935
+    >>> round(comm_time(bucket_bytes=[4_239_400] + [4_198_400] * 3, ranks=2, alpha_s=50e-6,
+    ...                 beta_bytes_per_s=1e9) * 1e3, 3)
+    17.235
+    """
+    return float(sum(allreduce_time(size_bytes=s, ranks=ranks, alpha_s=alpha_s,
+                                    beta_bytes_per_s=beta_bytes_per_s) for s in bucket_bytes))
+
+
+def overlap_window(*, compute_s: float, bucket_bytes) -> float:
+    """The backward time a DDP step's all-reduce can hide behind::
+
+        t_window = 2/3 t_c (1 - S_first / S)
+
+    A bucket is all-reduced once backward has produced all its gradients, the last layers'
+    first. The first bucket's all-reduce can start when backward has done its share
+    ``S_first / S`` of the gradients, and the all-reduces run beside the rest of backward
+    (about 2/3 of the compute: backward does twice the forward's products); the last bucket's
+    all-reduce never overlaps. One bucket (DDP's default cap of 25 MB holds all 16.8 MB of the
+    lab's MLP) leaves no window. CPU ranks overlap too: gloo's all-reduce over TCP spends much
+    of its time waiting for the other rank and little of it computing, so it takes little
+    from the core that runs backward beside it.
+
+    >>> overlap_window(compute_s=0.3, bucket_bytes=[16e6])
+    0.0
+    >>> round(overlap_window(compute_s=0.3, bucket_bytes=[4e6, 4e6, 4e6, 4e6]), 3)
+    0.15
+    """
+    sizes = [float(b) for b in bucket_bytes]
+    if len(sizes) < 2:
+        return 0.0
+    return 2.0 / 3.0 * positive_number("compute time", compute_s) * (1.0 - sizes[0] / sum(sizes))
+
+
+def fit_step_time(batches, times) -> tuple[float, float]:
+    """Least-squares fixed time t0 (s) and time per sample c (s) of ``t(b) = t0 + c b`` over a
+    batch sweep, minimising relative error (small batches count as much as large ones);
+    a negative t0 (noise) is clamped to 0.
+
+    >>> fit_step_time([16, 64, 256, 1024], [0.012 + 2.6e-4 * b for b in (16, 64, 256, 1024)])
+    (0.012, 0.00026)
+    """
+    import numpy as np
+
+    b = np.asarray(batches, dtype=float)
+    t = np.asarray(times, dtype=float)
+    if b.shape != t.shape or len(np.unique(b)) < 2:
+        raise UsageError("the step-time fit needs at least two distinct batch sizes")
+    if np.any(b <= 0) or np.any(~np.isfinite(t)) or np.any(t <= 0):
+        raise UsageError("the step-time fit needs positive batch sizes and times")
+    a = np.column_stack([np.ones_like(b), b]) / t[:, None]
+    (t0, c), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if t0 < 0:
+        t0, c = 0.0, float(np.sum(b / t) / np.sum((b / t) ** 2))
+    if c <= 0:
+        raise UsageError("the step-time fit found no time per sample: sweep larger batches")
+    return round(float(t0), 12), round(float(c), 12)
+
+
+def predicted_crossover_batch(*, ranks: int, noddp_fixed_s: float, noddp_per_sample_s: float,
+                              compute_fixed_s: float, compute_per_sample_s: float,
+                              comm_s: float) -> float:
+    """The batch per rank from which N DDP ranks out-run one process without DDP.
+
+    With ``t_no_DDP(b) = a0 + a1 b`` and a DDP step ``t_c(b) + E = c0 + c1 b + E`` (E: what DDP
+    adds, copies and exposed all-reduce), ``N t_no_DDP(b) = t_c(b) + E`` at
+
+        b* = (c0 + E - N a0) / (N a1 - c1)
+
+    0 when DDP pays at any batch, ``inf`` when it never does. Same compute on both sides
+    (12 ms + 0.26 ms per sample), 23 ms added by DDP, 2 ranks: DDP pays from 42 samples on.
+
+    >>> round(predicted_crossover_batch(ranks=2, noddp_fixed_s=0.012, noddp_per_sample_s=2.6e-4,
+    ...                                 compute_fixed_s=0.012, compute_per_sample_s=2.6e-4,
+    ...                                 comm_s=0.023), 1)
+    42.3
+    """
+    n = positive_int("ranks", ranks)
+    num = compute_fixed_s + comm_s - n * noddp_fixed_s
+    den = n * noddp_per_sample_s - compute_per_sample_s
+    if num <= 0 and den >= 0:
+        return 0.0
+    if den <= 0:
+        return math.inf if num > 0 else 0.0
+    return num / den
+
+
+def crossover_batch(batches, speedups) -> float:
+    """The measured batch from which DDP pays: where the speedup, read along the sweep, crosses 1
+    for the last time (interpolated linearly in log batch between the two batches around it).
+    NaN when the sweep does not bracket it: every speedup >= 1 (it lies below the smallest
+    batch) or the largest batch's < 1 (DDP does not pay in this sweep).
+
+    >>> round(crossover_batch([16, 32, 64, 128], [0.8, 0.9, 1.1, 1.3]), 2)
+    45.25
+    >>> crossover_batch([16, 32, 64], [1.1, 1.2, 1.3]), crossover_batch([16, 32], [0.5, 0.9])
+    (nan, nan)
+    """
+    pairs = sorted(zip((float(b) for b in batches), (float(s) for s in speedups)))
+    if len(pairs) < 2:
+        raise UsageError("a crossover needs a sweep of at least two batch sizes")
+    below = [i for i, (_, s) in enumerate(pairs) if s < 1.0]
+    if not below or below[-1] == len(pairs) - 1:
+        return math.nan
+    (b0, s0), (b1, s1) = pairs[below[-1]], pairs[below[-1] + 1]
+    f = (1.0 - s0) / (s1 - s0)
+    return math.exp(math.log(b0) + f * (math.log(b1) - math.log(b0)))
+
+
+def add_prediction_columns(rows: Iterable[dict]) -> list[dict]:
+    """DDP rows with the model's step time and speedup beside the measured ones.
+
+    Needs the breakdown (``nosync_step_time_p50_s``, the bucket copies) and, on more than one
+    rank, the α–β fit of the same row (``allreduce_alpha_s``, ``allreduce_beta_bytes_per_s``)
+    and DDP's bucket sizes (else one bucket of all the gradient bytes); without a fit, the
+    measured all-reduce of all the gradient bytes stands for the buckets' all-reduces. Adds
+    ``model_comm_s`` (:func:`comm_time`), ``model_overlap_window_s``, ``predicted_step_time_s``
+    (:func:`ddp_step_time`), ``predicted_step_error_pct``, and with a no-DDP row of the same
+    benchmark ``predicted_speedup_vs_no_ddp`` and ``predicted_speedup_error_pct`` (100 (predicted
+    - measured) / measured). Rows it cannot model are left as they are.
+
+    >>> rows = [{"variant": "no_ddp", "world_size": 1, "step_time_p50_s": 0.030, "device": "cpu"},
+    ...         {"variant": "ddp", "world_size": 2, "step_time_p50_s": 0.060, "device": "cpu",
+    ...          "nosync_step_time_p50_s": 0.035, "bucket_copy_time_p50_s": 0.006,
+    ...          "grad_bytes": 16_000_000, "allreduce_alpha_s": 0.0,
+    ...          "allreduce_beta_bytes_per_s": 1e9}]
+    >>> r = add_prediction_columns(add_scaling_columns(rows))[1]
+    >>> round(r["predicted_step_time_s"], 3), round(r["predicted_speedup_vs_no_ddp"], 3)
+    (0.057, 1.053)
+    >>> round(r["speedup_vs_no_ddp"], 3), round(r["predicted_speedup_error_pct"], 1)
+    (1.0, 5.3)
+    """
+    rows = [dict(r) for r in rows]
+    base = _references(rows, "no_ddp")
+    for r in rows:
+        t_c = _get(r, "nosync_step_time_p50_s")
+        if r.get("variant") != "ddp" or not t_c > 0:
+            continue
+        n = int(r.get("world_size") or 1)
+        buckets = r.get("bucket_bytes") or [r.get("grad_bytes")]
+        alpha, beta = _get(r, "allreduce_alpha_s"), _get(r, "allreduce_beta_bytes_per_s")
+        if n == 1:
+            comm = 0.0  # one rank moves nothing
+        elif alpha >= 0 and beta > 0 and all(isinstance(b, (int, float)) for b in buckets):
+            comm = comm_time(bucket_bytes=buckets, ranks=n, alpha_s=alpha, beta_bytes_per_s=beta)
+        elif _get(r, "allreduce_time_p50_s") > 0:  # no α–β fit (noise): the measured one
+            comm = _get(r, "allreduce_time_p50_s")
+        else:
+            continue
+        copy = _get(r, "bucket_copy_time_p50_s")
+        window = overlap_window(compute_s=t_c, bucket_bytes=buckets)
+        step = ddp_step_time(compute_s=t_c, allreduce_s=comm,
+                             bucket_copy_s=copy if copy >= 0 else 0.0, overlap_window_s=window)
+        t = _get(r, "step_time_p50_s")
+        r.update(model_comm_s=comm, model_overlap_window_s=window, predicted_step_time_s=step,
+                 predicted_step_error_pct=model_error_pct(model_s=step, measured_s=t))
+        t0 = _get(base.get(_bench(r), {}), "step_time_p50_s")
+        if t0 > 0:
+            pred = ddp_speedup(ranks=n, noddp_step_s=t0, ddp_step_s=step)
+            r.update(predicted_speedup_vs_no_ddp=pred,
+                     predicted_speedup_error_pct=model_error_pct(
+                         model_s=pred, measured_s=r["speedup_vs_no_ddp"]))
+    return rows
+
+
+def param_count(*, model: str, input_dim: int, hidden_dim: int, output_dim: int,
+                num_layers: int, seq_len: int = 32) -> int:
+    """Parameters of the lab's models (labkit.ddp.models), counted from their shapes.
+
+    * mlp: ``i h + h + (L-1)(h^2 + h) + h o + o``;
+    * cnn: 3x3 convolutions without bias, BatchNorm (2 per channel), a linear head:
+      ``9 i c + 2 c + (L-1)(9 c^2 + 2 c) + c o + o``;
+    * transformer: embedding ``i d + d``, positions ``s d``, per encoder layer
+      ``12 d^2 + 13 d`` (attention 4 d^2 + 4 d, feed-forward 8 d^2 + 5 d, two norms 4 d),
+      head ``d o + o``.
+
+    MLP 1024 -> 4096 -> 4096 -> 10: 1024·4096 + 4096 + 4096·4096 + 4096 + 4096·10 + 10.
+
+    >>> param_count(model="mlp", input_dim=1024, hidden_dim=4096, output_dim=10, num_layers=2)
+    21020682
+    """
+    i, h, o, n = input_dim, hidden_dim, output_dim, num_layers
+    if model == "mlp":
+        return i * h + h + (n - 1) * (h * h + h) + h * o + o
+    if model == "cnn":
+        return 9 * i * h + 2 * h + (n - 1) * (9 * h * h + 2 * h) + h * o + o
+    return i * h + h + seq_len * h + n * (12 * h * h + 13 * h) + h * o + o
+
+
+def memory_bytes_per_rank(*, params: int, batch_size: int, activations_per_sample: float,
+                          sample_values: int, batches: int) -> float:
+    """Bytes one DDP rank holds at its peak (float32), estimated before a launch.
+
+    Parameters, gradients, SGD momentum and DDP's gradient buckets: ``4 x 4 P``; activations
+    kept for backward, twice over (forward outputs and their gradients):
+    ``2 x 4 b a``; the synthetic batches ``4 n b v``; Python, torch and gloo ~0.4 GB.
+
+    >>> round(memory_bytes_per_rank(params=4_241_418, batch_size=1024,
+    ...                             activations_per_sample=9_000, sample_values=1024,
+    ...                             batches=8) / 1e9, 3)
+    0.575
+    """
+    return (0.4e9 + 16 * params + 8 * batch_size * activations_per_sample
+            + 4 * batches * batch_size * sample_values)

@@ -1,0 +1,313 @@
+"""DDP training lab, rank side: time optimizer steps with and without DistributedDataParallel.
+
+Run by hand (``labkit ddp`` / :func:`labkit.ddp.run.run` build the same command, one launch
+per world size)::
+
+    torchrun --standalone --nproc-per-node=2 -m labkit.ddp.worker \\
+        --config '{"model": "mlp", "batch_size": 64, "steps": 25, "warmup": 5}' --out ddp.json
+
+What one launch of N ranks does, all on synthetic seeded data drawn on the device:
+
+For each batch size of the config, inside this one launch:
+
+1. **no-DDP baseline** (only in the 1-rank launch, only if ``baseline``): the plain model, no
+   wrapper, no all-reduce, same per-rank batch. Row ``variant: no_ddp``. It runs in the 1-rank
+   launch, not in a launch of its own (no extra torchrun start), so it uses that launch's
+   threads: all cores by default, one with ``threads_per_rank=1`` (like with like: one core per
+   process, as each rank brings its own). At ``all_cores_batches`` the same run is timed
+   again with every allocated core as a thread (``torch.set_num_threads``): row
+   ``variant: no_ddp_all_cores``, one process using the whole machine.
+2. **DDP**: the model wrapped with the config's bucket_cap_mb, broadcast_buffers, static_graph and
+   gradient_as_bucket_view; ``steps`` optimizer steps, the first ``warmup`` untimed. Every rank
+   times each step; the step's time is the slowest rank's (:func:`labkit.timing.summarize`).
+   Row ``variant: ddp``, with the replicas' parameter drift (0 when DDP kept them in sync).
+3. **where the time goes** (if ``breakdown``, on more than one rank): the same DDP step under ``no_sync()`` (compute
+   without the all-reduce), a standalone all-reduce of all gradient bytes; the DDP row gets
+   exposed communication, overlap with backward, algbw and busbw (:mod:`labkit.ddp.formulas`).
+   Also: the sizes of DDP's gradient buckets, the time of DDP's copies of the gradients into
+   its buckets (scaled by 1/N) and back, and, on more than one rank, all-reduces of a few
+   smaller sizes (:data:`FIT_BYTES`) with the α–β fit of them and the gradient bytes
+   (:func:`labkit.collectives.formulas.fit_alpha_beta`): what the host's model of a DDP step
+   (:func:`labkit.ddp.formulas.ddp_step_time`) is built from. These are timed in rounds with
+   the DDP steps themselves (:func:`_rounds`: one DDP step, one ``no_sync`` step, each
+   all-reduce, the copies, again and again), so that a neighbour's load, which comes and goes
+   within seconds, weighs on the step and on its parts alike. The ``no_sync`` step's update is
+   undone after it (untimed), so the replicas still take exactly ``steps`` DDP steps.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from labkit import runtime, timing
+from labkit.collectives.formulas import algbw_gb_per_s, busbw_gb_per_s, fit_alpha_beta
+from labkit.ddp import formulas
+from labkit.ddp.config import DDPConfig
+from labkit.ddp.models import build_model, grad_bytes, num_params, synthetic_batches
+from labkit.ddp.train import gather_params, make_optimizer, make_step, replica_drift, wrap_ddp
+from labkit.errors import UsageError
+from labkit.harness import worker_main
+from labkit.results import allocated_cores
+
+#: the standalone all-reduce sizes (bytes) timed besides the gradient bytes for the α–β fit:
+#: small ones pin α, large ones β
+FIT_BYTES = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
+
+
+def _timed(step, cfg: DDPConfig, rt: runtime.Runtime, prefix: str = "step_time",
+           warmup: int | None = None) -> dict:
+    """Time ``step`` on every rank; the slowest rank's per-step times and their summary."""
+    local = timing.repeat_timed(step, warmup=cfg.warmup if warmup is None else warmup,
+                                repeat=cfg.measured_steps, device=rt.device)
+    return _summary(local, prefix)
+
+
+def _summary(local: list[float], prefix: str) -> dict:
+    """This rank's times of one thing, gathered: the slowest rank's and their summary."""
+    slowest, by_rank = timing.slowest_step_times(local)
+    stats = timing.summarize(local, prefix=prefix)
+    stats[f"{prefix.removesuffix('_time')}_times_s"] = [float(t) for t in slowest]
+    if prefix == "step_time":  # kept so a reader can check "slowest rank" for themselves
+        stats["rank_step_times_s"] = by_rank.tolist()
+    return stats
+
+
+def _row(cfg: DDPConfig, variant: str, world_size: int, model, stats: dict) -> dict:
+    p50 = stats["step_time_p50_s"]
+    nbytes = grad_bytes(model)
+    (batch,) = cfg.batch_size
+    return {
+        **cfg.describe(),
+        "variant": variant,
+        "ddp": variant == "ddp",
+        "world_size": world_size,
+        "global_batch_size": batch * world_size,
+        "num_params": num_params(model),
+        "grad_bytes": nbytes,
+        "allreduce_bytes_per_step": nbytes if variant == "ddp" else 0,
+        **stats,
+        "samples_per_s_per_replica": batch / p50,
+        "samples_per_s": batch * world_size / p50,
+    }
+
+
+def run(rt: runtime.Runtime, cfg: DDPConfig) -> dict:
+    _warm_up(rt, cfg.at(cfg.batch_size[0]))
+    rows = []
+    for batch in cfg.batch_size:  # every batch size inside this one launch
+        rows += run_batch(rt, cfg.at(batch))
+    return {"rows": rows} if rt.rank == 0 else {}
+
+
+def _warm_up(rt: runtime.Runtime, cfg: DDPConfig, steps: int = 3) -> None:
+    """A few untimed DDP steps of a throwaway model at the first batch. A process's first
+    steps pay once for what no later step pays (page faults of fresh memory, the allocator
+    learning the gradients' sizes, the thread pool, gloo's first messages); without this the
+    first run of the launch, the no-DDP baseline at the first batch, would carry it."""
+    model = build_model(cfg, rt.device)
+    ddp = wrap_ddp(model, cfg, rt.device)
+    step = make_step(ddp, make_optimizer(ddp, cfg), synthetic_batches(cfg, rt.rank, rt.device))
+    for _ in range(steps):
+        step()
+
+
+def run_batch(rt: runtime.Runtime, cfg: DDPConfig) -> list[dict]:
+    """Baseline (1-rank launch only), DDP, breakdown, at the config's one batch size."""
+    batches = synthetic_batches(cfg, rt.rank, rt.device)
+    rows = []
+    if cfg.baseline and rt.world_size == 1:
+        model = build_model(cfg, rt.device)
+        stats = _timed(make_step(model, make_optimizer(model, cfg), batches), cfg, rt)
+        rows.append(_row(cfg, "no_ddp", 1, model, stats))
+        del model
+    if cfg.all_cores_batches and rt.world_size == 1:
+        rows.append(_all_cores_row(cfg, rt, batches))
+
+    model = build_model(cfg, rt.device)
+    ddp = wrap_ddp(model, cfg, rt.device)
+    opt = make_optimizer(ddp, cfg)
+    # gradients that are views into DDP's buckets must be zeroed in place, not dropped
+    keep_views = not cfg.gradient_as_bucket_view
+    step = make_step(ddp, opt, batches, set_to_none=keep_views)
+    # one rank all-reduces nothing: its breakdown would tell nothing and cost a run
+    breakdown = cfg.breakdown and rt.world_size > 1
+    if breakdown:
+        parts = _breakdown_parts(cfg, rt, ddp, opt, batches)
+        local = _rounds(cfg, rt, step, parts)
+        stats = _summary(local.pop("step"), "step_time")
+    else:
+        stats = _timed(step, cfg, rt)
+    # after exactly cfg.steps synchronised steps: the state the tests compare
+    drift = replica_drift(model)
+    row = _row(cfg, "ddp", rt.world_size, model, stats)
+    row.update(replica_drift=drift, replicas_in_sync=drift == 0.0)
+    if cfg.return_params:  # small test models only: every rank's parameters, in rank order
+        row["params_by_rank"] = gather_params(model)
+    if breakdown:
+        row.update(_breakdown(cfg, rt, ddp, row, local))
+    return rows + [row]
+
+
+def _all_cores_row(cfg: DDPConfig, rt: runtime.Runtime, batches) -> dict:
+    """The no-DDP run again, with every allocated core as a torch thread (one process using
+    the whole machine); the launch's own thread count is restored after."""
+    cores, saved = allocated_cores(), torch.get_num_threads()
+    model = build_model(cfg, rt.device)
+    torch.set_num_threads(cores)
+    try:
+        stats = _timed(make_step(model, make_optimizer(model, cfg), batches), cfg, rt)
+    finally:
+        torch.set_num_threads(saved)
+    row = _row(cfg, "no_ddp_all_cores", 1, model, stats)
+    row["threads_per_rank"] = cores  # this run's threads, not the launch's
+    return row
+
+
+def _bucket_bytes(ddp) -> list[int] | None:
+    """The sizes of DDP's gradient buckets as its last step used them (rebuilt after the first
+    step in the order gradients became ready); None where this torch does not tell."""
+    try:
+        return [int(b.buffer().numel() * b.buffer().element_size())
+                for b in ddp.reducer._get_zeros_like_grad_buckets()]
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _bucket_copies(model, world_size: int, as_view: bool):
+    """What DDP's reducer does to the gradients besides the all-reduce, on tensors of their
+    sizes: each gradient copied into its bucket scaled by 1/N (one pass) and, after the
+    all-reduce, copied back (a second pass); with ``gradient_as_bucket_view`` the gradients
+    already are the bucket, scaled in place (one pass)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = [torch.zeros_like(p) for p in params]
+    flat = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype,
+                       device=params[0].device)
+    views, offset = [], 0
+    for p in params:
+        views.append(flat[offset:offset + p.numel()].view_as(p))
+        offset += p.numel()
+    scale = 1.0 / world_size
+
+    def copies():
+        if as_view:
+            flat.mul_(scale)
+            return
+        for g, v in zip(grads, views):
+            torch.mul(g, scale, out=v)
+        for g, v in zip(grads, views):
+            g.copy_(v)
+
+    return copies
+
+
+def _undo(model, opt):
+    """(save, restore): the parameters and the optimizer's state before a ``no_sync`` step, put
+    back after it bit for bit (state the step created is dropped), so that the step it timed
+    leaves the replicas as they were."""
+    saved: dict = {}
+
+    def save():
+        saved["params"] = [p.detach().clone() for p in model.parameters()]
+        saved["state"] = {p: {k: v.clone() if torch.is_tensor(v) else v for k, v in st.items()}
+                          for p, st in opt.state.items()}
+
+    def restore():
+        with torch.no_grad():
+            for p, keep in zip(model.parameters(), saved["params"]):
+                p.copy_(keep)
+        opt.state.clear()
+        opt.state.update(saved["state"])
+
+    return save, restore
+
+
+def _breakdown_parts(cfg, rt, ddp, opt, batches) -> dict:
+    """What a round times besides the DDP step: name -> (function, before, after); ``before``
+    and ``after`` run untimed around it."""
+    keep_views = not cfg.gradient_as_bucket_view
+    nosync = make_step(ddp, opt, batches, no_sync=True, set_to_none=keep_views)
+    nbytes = grad_bytes(ddp.module)
+    flat = torch.zeros(nbytes // 4, dtype=torch.float32, device=rt.device)
+    copies = _bucket_copies(ddp.module, rt.world_size, cfg.gradient_as_bucket_view)
+    parts = {"nosync": (nosync, *_undo(ddp.module, opt)),
+             "allreduce": (lambda: dist.all_reduce(flat), None, None),
+             "copies": (copies, None, None)}
+    for size in (s for s in FIT_BYTES if s < nbytes):
+        buf = torch.zeros(max(1, size // 4), dtype=torch.float32, device=rt.device)
+        parts[size] = (lambda buf=buf: dist.all_reduce(buf), None, None)
+    return parts
+
+
+def _rounds(cfg: DDPConfig, rt: runtime.Runtime, step, parts: dict) -> dict:
+    """The DDP ``step`` and every part, timed in turn, round after round: ``cfg.warmup``
+    untimed DDP steps and one untimed run of each part, then ``cfg.measured_steps`` timed
+    rounds. Every timed thing starts with all ranks together (a barrier). This rank's times,
+    by name (``"step"`` and the parts')."""
+    for _ in range(cfg.warmup):
+        step()
+    local: dict = {"step": [], **{name: [] for name in parts}}
+    items = [("step", step, None, None), *((n, *v) for n, v in parts.items())]
+    for r in range(cfg.measured_steps + 1):  # round 0 warms every part up, untimed
+        for name, fn, before, after in items:
+            if r == 0 and name == "step":
+                continue
+            if before is not None:
+                before()
+            if dist.is_initialized():
+                dist.barrier()
+            runtime.sync(rt.device)
+            t0 = time.perf_counter()
+            fn()
+            runtime.sync(rt.device)
+            dt = time.perf_counter() - t0
+            if after is not None:
+                after()
+            if r > 0:
+                local[name].append(dt)
+            runtime.mark_progress()
+    return local
+
+
+def _breakdown(cfg, rt, ddp, row: dict, local: dict) -> dict:
+    """The DDP row's breakdown columns from the rounds' times: no_sync steps, the standalone
+    all-reduce of the gradient bytes, DDP's bucket copies and the α–β fit; derived columns."""
+    nosync = _summary(local["nosync"], "nosync_step_time")
+    ar = _summary(local["allreduce"], "allreduce_time")
+    copies = _summary(local["copies"], "bucket_copy_time")
+    nbytes = row["grad_bytes"]
+    t_ddp, t_ns, t_ar = row["step_time_p50_s"], nosync["nosync_step_time_p50_s"], \
+        ar["allreduce_time_p50_s"]
+    exposed = formulas.exposed_comm_s(t_ddp, t_ns)
+    algbw = algbw_gb_per_s(size_bytes=nbytes, time_s=t_ar)
+    sizes = sorted(k for k in local if isinstance(k, int))
+    times = [float(np.median(timing.slowest_step_times(local[k])[0])) for k in sizes]
+    fit = _alpha_beta(rt.world_size, [*sizes, nbytes], [*times, t_ar])
+    return {
+        **nosync, **ar, **copies, **fit,
+        "bucket_bytes": _bucket_bytes(ddp),
+        "allreduce_bytes": nbytes,
+        "allreduce_algbw_gb_per_s": algbw,
+        "allreduce_busbw_gb_per_s": busbw_gb_per_s(op="all_reduce", ranks=rt.world_size,
+                                                   size_bytes=nbytes, time_s=t_ar),
+        "exposed_comm_s": exposed,
+        "comm_fraction": exposed / t_ddp,
+        "overlap_fraction": formulas.overlap_fraction(exposed, t_ar),
+    }
+
+
+def _alpha_beta(world_size: int, sizes: list[int], times: list[float]) -> dict:
+    """The standalone all-reduce times by size and their α–β fit."""
+    out = {"allreduce_fit_bytes": sizes, "allreduce_fit_times_s": times}
+    try:
+        alpha, beta = fit_alpha_beta("all_reduce", world_size, sizes=sizes, times=times)
+    except UsageError:  # noise left no bandwidth term: the rows say so by its absence
+        return out
+    return {**out, "allreduce_alpha_s": alpha, "allreduce_beta_bytes_per_s": beta}
+
+
+if __name__ == "__main__":
+    worker_main(run, DDPConfig)

@@ -1,0 +1,27 @@
+"""The sharded-data-parallel lab: the tensor-parallel lab's model trained with Adam under DDP
+(every rank holds everything), under a hand-written ZeRO-1 (Adam's moments sharded: the
+teaching version) and under FSDP2's ``fully_shard`` (ZeRO-3: weights, gradients and optimizer
+states sharded). Each launch checks all three against one process, takes the bytes each rank
+holds from its local tensors and counts the bytes each step moves, beside the ZeRO formulas and
+DDP's own numbers, and puts every step time beside its prediction.
+
+Read in this order:
+
+* :mod:`~labkit.fsdp.config` (pure) -- what a benchmark asks for, validated before any launch;
+* :mod:`~labkit.fsdp.formulas` (pure) -- bytes held per ZeRO stage (Ψ·(w + g + k)/N style,
+  fp32 here), bytes moved (FSDP: 1.5x DDP), the step time;
+* :mod:`~labkit.fsdp.shard` (rank side) -- DDP, the ZeRO-1 optimizer, FSDP2, held bytes;
+* :mod:`~labkit.fsdp.worker` (rank side) -- one launch: reference, checks, counts, timings;
+* :mod:`~labkit.fsdp.run` (host side) -- :func:`run`, what notebook 08 and ``labkit fsdp`` call;
+* :mod:`~labkit.fsdp.report`, :mod:`~labkit.fsdp.plots`, :mod:`~labkit.fsdp.widgets` (memory
+  per GPU under DP / ZeRO-1/2/3 / TP), :mod:`~labkit.fsdp.cli`.
+
+``from labkit import fsdp; fsdp.run(fsdp.FSDPConfig(hidden=256), ...)``. Importing this
+package imports nothing heavy (no torch).
+"""
+
+from labkit.fsdp import formulas, plots, report, widgets
+from labkit.fsdp.config import FSDPConfig
+from labkit.fsdp.run import run
+
+__all__ = ["FSDPConfig", "formulas", "plots", "report", "run", "widgets"]

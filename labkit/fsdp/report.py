@@ -1,0 +1,178 @@
+"""What a sharded-data-parallel row holds, and the tables made of them (pure: pandas only).
+
+:data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
+results file upserts by; :func:`select` and :func:`one` the selections notebooks make;
+:func:`summary_frame` the table ``labkit fsdp`` prints; :func:`memory_frame` and
+:func:`comm_frame` each law beside what was measured (law, predicted, measured, error).
+"""
+
+from __future__ import annotations
+
+import math
+
+from labkit.results import Column, ms, one_row, select_rows, timed_columns
+from labkit.tp.report import law_error_pct
+
+#: what makes a row a different measurement: the variant, the world size, the model, the
+#: batch per rank, FSDP's resharding and the device
+KEY = ("variant", "world_size", "hidden", "num_heads", "seq_len", "batch_size", "num_layers",
+       "reshard_after_forward", "device")
+
+COLUMNS = (
+    Column("variant", "", "ddp, zero1 (sharded optimizer, by hand) or fsdp (FSDP2 fully_shard)"),
+    Column("stage", "", "the ZeRO stage the variant is: ddp, zero1 or zero3"),
+    Column("hidden", "", "hidden size h; the MLP is 4h wide"),
+    Column("num_heads", "", "attention heads"),
+    Column("seq_len", "", "tokens per sequence s"),
+    Column("batch_size", "", "sequences per rank per step"),
+    Column("num_layers", "", "transformer layers (one FSDP unit each)"),
+    Column("steps", "", "training steps per variant, warm-up included"),
+    Column("warmup", "", "untimed first steps"),
+    Column("measured_steps", "", "timed steps: steps - warmup"),
+    Column("lr", "", "Adam learning rate"),
+    Column("seed", "", "seed of the weights and the data"),
+    Column("reshard_after_forward", "", "fsdp frees gathered parameters after forward (ZeRO-3)"),
+    Column("num_params", "", "parameters Ψ of the model, counted"),
+    Column("matches_single_process", "",
+           "outputs, gradients (or gradient shards) and parameters after one Adam step equal "
+           "one process's on all ranks' batches, within tolerance (checked before timing)"),
+    Column("max_rel_error", "", "largest |sharded - one process| / max|one process|, worst rank"),
+    Column("tolerance", "", "max_rel_error at or below which a run matches"),
+    Column("param_bytes_per_rank", "bytes", "weights this rank holds, summed over its local "
+                                            "tensors (shards for fsdp)"),
+    Column("grad_bytes_per_rank", "bytes", "gradients this rank holds after a step, local"),
+    Column("optimizer_bytes_per_rank", "bytes", "Adam states (m, v, step) this rank holds, local"),
+    Column("state_bytes_per_rank", "bytes", "param + grad + optimizer bytes this rank holds"),
+    Column("param_bytes_formula", "bytes", "4 Ψ, divided by N for zero3"),
+    Column("grad_bytes_formula", "bytes", "4 Ψ, divided by N for zero2 and zero3"),
+    Column("optimizer_bytes_formula", "bytes", "8 Ψ (fp32 m and v), divided by N for zero1-3"),
+    Column("state_bytes_formula", "bytes", "the sum: 16 Ψ (ddp), 8 Ψ + 8 Ψ/N (zero1), "
+                                           "16 Ψ/N (zero3)"),
+    Column("ddp_param_bytes_per_rank", "bytes", "DDP's param_bytes_per_rank in the same launch "
+                                                "(NaN without a ddp run)"),
+    Column("ddp_grad_bytes_per_rank", "bytes", "DDP's grad_bytes_per_rank, same launch"),
+    Column("ddp_optimizer_bytes_per_rank", "bytes", "DDP's optimizer_bytes_per_rank, same launch"),
+    Column("ddp_state_bytes_per_rank", "bytes", "DDP's state_bytes_per_rank, same launch"),
+    Column("state_ratio_vs_ddp", "", "state_bytes_per_rank / ddp_state_bytes_per_rank"),
+    Column("allreduce_bytes_measured", "bytes", "all-reduce buffers of one step, counted"),
+    Column("allgather_bytes_measured", "bytes", "all-gather outputs of one step, counted"),
+    Column("reduce_scatter_bytes_measured", "bytes", "reduce-scatter inputs of one step, counted"),
+    Column("collective_calls_measured", "", "collectives in one step, counted"),
+    Column("collective_calls_formula", "", "zero1: 2; zero3: 3 per layer (2 without "
+                                           "resharding); NaN for ddp (bucketed)"),
+    Column("comm_bytes_measured", "bytes", "volume of one step, counted: 2 x all-reduce + "
+                                           "all-gather + reduce-scatter bytes"),
+    Column("comm_bytes_formula", "bytes", "2 x 4 Ψ (ddp, zero1), 3 x 4 Ψ (zero3; 2 x 4 Ψ "
+                                          "without resharding after forward); 0 on one rank, "
+                                          "but for DDP, which all-reduces there too"),
+    Column("ddp_comm_bytes_measured", "bytes", "DDP's comm_bytes_measured, same launch"),
+    Column("comm_ratio_vs_ddp", "", "comm_bytes_measured / ddp_comm_bytes_measured (1.5 for "
+                                    "zero3)"),
+    *timed_columns("step_time", "training step"),
+    Column("step_times_s", "s", "every timed step's time, slowest rank (a list)"),
+    *timed_columns("compute_time", "the plain model's step on this rank's batch (no "
+                                   "communication)"),
+    Column("comm_time_s", "s", "step_time_p50_s - compute_time_p50_s (at least 0)"),
+    Column("step_ratio_vs_ddp", "", "step_time_p50_s / DDP's, same launch"),
+    Column("alpha_s", "s", "per-message latency α, fitted to an all-reduce sweep in the launch"),
+    Column("beta_gb_per_s", "GB/s", "link bandwidth β, same fit"),
+    Column("link_sweep", "", "the sweep behind α and β: size_bytes and time_p50_s per size"),
+    Column("compute_flop_per_s", "FLOP/s",
+           "forward + backward FLOP/s of one whole layer on one rank, slowest rank"),
+    Column("flops_per_rank", "FLOP", "3 L (24 b s h^2 + 4 b s^2 h), b per rank"),
+    Column("predicted_compute_s", "s", "flops_per_rank / compute_flop_per_s"),
+    Column("predicted_comm_s", "s", "the variant's collectives, α–β ring model, one after the "
+                                    "other"),
+    Column("predicted_step_s", "s", "predicted_compute_s + predicted_comm_s"),
+    Column("prediction_error_pct", "%", "100 (predicted_step_s - step_time_p50_s) / "
+                                        "step_time_p50_s"),
+)
+
+ORDER = {"ddp": 0, "zero1": 1, "fsdp": 2}
+
+
+def select(df, variant: str | None = None, **equal):
+    """The rows of ``variant`` (None: all) with the given ``column=value``s, ddp first."""
+    sel = select_rows(df, variant=variant, **equal)
+    sel = sel.assign(_o=sel["variant"].map(ORDER))
+    return sel.sort_values(["world_size", "_o"]).drop(columns="_o").reset_index(drop=True)
+
+
+def one(df, variant: str, **equal):
+    """The one row of ``variant`` with the given ``column=value``s; none or several:
+    UsageError."""
+    return one_row(df, variant=variant, **equal)
+
+
+def summary_frame(df):
+    """One line per run: the check, the state held and the bytes moved against DDP's, the step
+    time beside its prediction (MB, ms)."""
+    import pandas as pd
+
+    out = []
+    for _, r in select(df).iterrows():
+        out.append({
+            "variant": r["variant"], "ranks": int(r["world_size"]),
+            "matches": bool(r["matches_single_process"]),
+            "state_MB": r["state_bytes_per_rank"] / 1e6,
+            "x_ddp_state": r["state_ratio_vs_ddp"],
+            "comm_MB": r["comm_bytes_measured"] / 1e6,
+            "x_ddp_comm": r["comm_ratio_vs_ddp"],
+            "step_ms": ms(r["step_time_p50_s"]),
+            "compute_ms": ms(r["compute_time_p50_s"]),
+            "predicted_ms": ms(r["predicted_step_s"]),
+            "error_pct": r["prediction_error_pct"],
+        })
+    return pd.DataFrame(out)
+
+
+SUMMARY_LEGEND = (
+    "state = weights + gradients + Adam states this rank holds (local shards); comm = volume "
+    "of one step (all-reduce 2S, all-gather S, reduce-scatter S)\n"
+    "x_ddp = against DDP in the same launch; predicted = F/R + the variant's collectives "
+    "(α–β fitted in the launch)")
+
+
+LAWS = {"ddp": ("4 Ψ", "4 Ψ", "8 Ψ"), "zero1": ("4 Ψ", "4 Ψ", "8 Ψ / N"),
+        "zero3": ("4 Ψ / N", "4 Ψ / N", "8 Ψ / N")}
+
+
+def memory_frame(df):
+    """Per variant and kind (weights, gradients, Adam states, all): the law (fp32, Adam), its
+    bytes, the bytes measured from the local tensors, the error (%), and DDP's measured bytes."""
+    import pandas as pd
+
+    out = []
+    for _, r in select(df).iterrows():
+        laws = LAWS[r["stage"]]
+        for kind, law, col in (("weights", laws[0], "param"), ("gradients", laws[1], "grad"),
+                               ("Adam states", laws[2], "optimizer"),
+                               ("all", "sum", "state")):
+            pred, meas = r[f"{col}_bytes_formula"], r[f"{col}_bytes_per_rank"]
+            out.append({"variant": r["variant"], "ranks": int(r["world_size"]), "kind": kind,
+                        "law": law, "predicted_MB": pred / 1e6, "measured_MB": meas / 1e6,
+                        "error_pct": law_error_pct(pred, meas),
+                        "ddp_MB": r.get(f"ddp_{col}_bytes_per_rank", math.nan) / 1e6})
+    return pd.DataFrame(out)
+
+
+def comm_frame(df):
+    """Per variant: the collectives of a step (law), the volume it predicts, the volume
+    counted, the error (%), and the ratio to DDP's counted volume."""
+    import pandas as pd
+
+    law = {"ddp": "all-reduce of 4 Ψ: 2 x 4 Ψ",
+           "zero1": "reduce-scatter 4 Ψ + all-gather 4 Ψ",
+           "zero3": "per layer: 2 all-gathers + 1 reduce-scatter: 3 x 4 Ψ"}
+    out = []
+    for _, r in select(df).iterrows():
+        text = law[r["stage"]]
+        if r["stage"] == "zero3" and not r.get("reshard_after_forward", True):
+            text = "per layer: 1 all-gather + 1 reduce-scatter: 2 x 4 Ψ"
+        out.append({"variant": r["variant"], "ranks": int(r["world_size"]),
+                    "law": text, "predicted_MB": r["comm_bytes_formula"] / 1e6,
+                    "measured_MB": r["comm_bytes_measured"] / 1e6,
+                    "error_pct": law_error_pct(r["comm_bytes_formula"],
+                                               r["comm_bytes_measured"]),
+                    "x_ddp": r["comm_ratio_vs_ddp"]})
+    return pd.DataFrame(out)

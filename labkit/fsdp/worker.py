@@ -1,0 +1,238 @@
+"""Sharded-data-parallel lab, rank side: one launch of N ranks runs every variant of the config.
+
+Run by hand (``labkit fsdp`` / :func:`labkit.fsdp.run.run` build the same command, one
+launch per world size)::
+
+    torchrun --standalone --nproc-per-node=2 -m labkit.fsdp.worker \\
+        --config '{"hidden": 256, "variants": ["ddp", "zero1", "fsdp"]}' --out fsdp.json
+
+What one launch does (data parallelism: rank r trains on its own seeded batch r):
+
+1. **the single-process reference**: every rank builds the whole model from the seed and runs
+   one forward and backward on all ranks' batches at once, then one Adam step: the outputs,
+   the gradients and the parameters after the step;
+2. **the link and the device**, measured now: α and β from an all-reduce sweep up to the
+   model's size, the FLOP/s of one rank on one layer of the model
+   (:mod:`labkit.tp.measure`);
+3. per variant (``ddp``, ``zero1``, ``fsdp``): **correctness first** -- one step compared
+   with the reference (this rank's outputs, its gradients or gradient shard, its parameters
+   after Adam; ``matches_single_process``); one step with every collective counted
+   (:class:`labkit.tp.measure.CommCounter`); the weights, gradients and Adam states it holds
+   (:func:`labkit.fsdp.shard.held_bytes`, local shards); then ``steps`` steps, the first
+   ``warmup`` untimed, the slowest rank's time per step, the prediction of
+   :mod:`labkit.fsdp.formulas` beside it. DDP's bytes, held and moved, are put on every row;
+4. **compute only**, last: the plain model on this rank's batch, no wrapper, no
+   communication, timed.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from labkit import runtime
+from labkit.fsdp import formulas
+from labkit.fsdp.config import STAGE, FSDPConfig
+from labkit.fsdp.shard import ZeRO1, held_bytes, wrap_ddp, wrap_fsdp
+from labkit.harness import worker_main
+from labkit.tp import formulas as tp_formulas
+from labkit.tp.measure import (
+    CommCounter,
+    compute_rate,
+    fit_link,
+    max_rel_error,
+    timed_steps,
+    worst_over_ranks,
+)
+from labkit.tp.models import build_model, local_tensor, loss_fn, make_step, synthetic_batch
+from labkit.tp.report import add_compute_time, prediction_fields
+
+
+def _reference(cfg: FSDPConfig, full, batches, device) -> dict:
+    """One process, every rank's batch at once, one Adam step."""
+    model = copy.deepcopy(full)
+    x = torch.cat([b[0] for b in batches])
+    y = torch.cat([b[1] for b in batches])
+    out = model(x.requires_grad_(True))
+    loss_fn(out, y).backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    torch.optim.Adam(model.parameters(), lr=cfg.lr).step()
+    return {"out": out.detach(), "grads": grads,
+            "flat_grad": torch.cat([g.reshape(-1) for g in grads.values()]),
+            "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+
+
+def _slice(ref: torch.Tensor, p, rank: int, world_size: int) -> torch.Tensor:
+    """The part of ``ref`` this rank holds of parameter ``p`` (FSDP2: ``Shard(0)``)."""
+    placements = getattr(p, "placements", None)
+    if placements is None or not placements[0].is_shard():
+        return ref
+    return ref.chunk(world_size, dim=placements[0].dim)[rank]
+
+
+def _name(n: str) -> str:
+    return n.removeprefix("module.")  # DDP's wrapper
+
+
+def check(variant: str, model, opt, ref: dict, x, y, rank: int, world_size: int) -> float:
+    """One training step compared with the reference: this rank's outputs, its gradients (DDP:
+    all of them; FSDP: its shards; ZeRO-1: its slice of the averaged flat gradient) and its
+    parameters after Adam. Gradients and parameters are measured against the largest value of
+    their group (:func:`labkit.tp.measure.max_rel_error`)."""
+    b = x.shape[0]
+    opt.zero_grad(set_to_none=True)
+    out = model(x.detach().requires_grad_(True))
+    loss_fn(out, y).backward()
+    errs = [max_rel_error([(out, ref["out"][rank * b:(rank + 1) * b])])]
+    gscale = max(float(g.abs().max()) for g in ref["grads"].values())
+    pscale = max(float(q.abs().max()) for q in ref["params"].values())
+    named = [(_name(n), p) for n, p in model.named_parameters()]
+    if variant == "zero1":
+        opt.keep_grad_shard = True
+        opt.step()
+        opt.keep_grad_shard = False
+        lo = rank * opt.shard_size
+        want = ref["flat_grad"][lo:lo + opt.shard_size]
+        errs.append(max_rel_error([(opt.last_grad_shard[:want.numel()], want)], scale=gscale))
+        opt.last_grad_shard = None
+    else:
+        errs.append(max_rel_error([(local_tensor(p.grad),
+                                    _slice(ref["grads"][n], p, rank, world_size))
+                                   for n, p in named], scale=gscale))
+        opt.step()
+    errs.append(max_rel_error([(local_tensor(p), _slice(ref["params"][n], p, rank, world_size))
+                               for n, p in named], scale=pscale))
+    opt.zero_grad(set_to_none=True)
+    return max(errs)
+
+
+def _timed(step, cfg: FSDPConfig, rt, prefix: str = "step_time") -> tuple[dict, list]:
+    for _ in range(cfg.warmup):
+        step()
+    return timed_steps(step, rt, repeat=cfg.measured_steps, prefix=prefix)
+
+
+def _build(variant: str, full, cfg: FSDPConfig, rt, mesh):
+    model = copy.deepcopy(full)
+    if variant == "ddp":
+        model = wrap_ddp(model, rt.device)
+        return model, torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    if variant == "zero1":
+        return model, ZeRO1(model, lr=cfg.lr, rank=rt.rank, world_size=rt.world_size)
+    model = wrap_fsdp(model, mesh, reshard_after_forward=cfg.reshard_after_forward)
+    return model, torch.optim.Adam(model.parameters(), lr=cfg.lr)
+
+
+def run(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
+    n, dev = rt.world_size, rt.device
+    b, s, h = cfg.batch_size, cfg.seq_len, cfg.hidden
+    full = build_model(hidden=h, num_heads=cfg.num_heads, num_layers=cfg.num_layers,
+                       seed=cfg.seed, device=dev)
+    batches = [synthetic_batch(batch_size=b, seq_len=s, hidden=h, seed=cfg.seed, rank=r,
+                               device=dev) for r in range(n)]
+    x, y = batches[rt.rank]
+    ref = _reference(cfg, full, batches, dev)
+    del batches
+
+    psi = sum(p.numel() for p in full.parameters())
+    units = [4 * sum(p.numel() for p in layer.parameters()) for layer in full.layers]
+    link = fit_link(rt, max_bytes=4 * psi)
+    rate = compute_rate(rt, hidden=h, num_heads=cfg.num_heads, batch_size=b, seq_len=s)
+    flops = tp_formulas.flops_per_rank(batch_size=b, seq_len=s, hidden=h,
+                                       num_layers=cfg.num_layers)
+
+    mesh = None
+    if "fsdp" in cfg.variants:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(dev.type, (n,))
+    rows = []
+    for variant in cfg.variants:
+        stage = STAGE[variant]
+        model, opt = _build(variant, full, cfg, rt, mesh)
+        err = worst_over_ranks(rt, check(variant, model, opt, ref, x, y, rt.rank, n))
+        step = make_step(model, opt, x, y)
+        counter = CommCounter()
+        with counter:
+            step()
+        held = held_bytes(model, opt)  # after a whole step: gradients and states all present
+        law = formulas.state_bytes(params=psi, stage=stage, dp=n, **formulas.LAB_BYTES)
+        coll = formulas.collectives_per_step(stage=stage, unit_bytes=units,
+                                             reshard_after_forward=cfg.reshard_after_forward)
+        if n == 1 or math.isfinite(link["beta_bytes_per_s"]):
+            pred = formulas.predict_step(flops=flops, compute_flop_per_s=rate, collectives=coll,
+                                         ranks=n, alpha_s=link["alpha_s"],
+                                         beta_bytes_per_s=link["beta_bytes_per_s"])
+        else:  # the sweep gave no α–β fit: no prediction of the communication
+            pred = {"compute_s": flops / rate, "comm_s": math.nan, "step_s": math.nan}
+        stats, slowest = _timed(step, cfg, rt)
+        t = stats["step_time_p50_s"]
+        rows.append({
+            **cfg.describe(),
+            "variant": variant,
+            "stage": stage,
+            "world_size": n,
+            "num_params": psi,
+            "matches_single_process": bool(err <= cfg.tolerance),
+            "max_rel_error": err,
+            "tolerance": cfg.tolerance,
+            "param_bytes_per_rank": held["params"],
+            "grad_bytes_per_rank": held["gradients"],
+            "optimizer_bytes_per_rank": held["optimizer"],
+            "state_bytes_per_rank": held["total"],
+            "param_bytes_formula": law["params"],
+            "grad_bytes_formula": law["gradients"],
+            "optimizer_bytes_formula": law["optimizer"],
+            "state_bytes_formula": law["total"],
+            "allreduce_bytes_measured": counter.bytes["all_reduce"],
+            "allgather_bytes_measured": counter.bytes["all_gather"],
+            "reduce_scatter_bytes_measured": counter.bytes["reduce_scatter"],
+            "collective_calls_measured": sum(counter.calls.values()),
+            # DDP all-reduces bucket by bucket, a count no formula of ours fixes
+            "collective_calls_formula": (len(coll) if n > 1 else 0) if stage != "ddp" else math.nan,
+            "comm_bytes_measured": counter.volume_bytes(),
+            # DDP all-reduces even in a world of one; ZeRO-1 and FSDP2 skip their collectives
+            "comm_bytes_formula": (formulas.volume_bytes(coll) if n > 1 or stage == "ddp"
+                                   else 0.0),
+            **stats,
+            "step_times_s": slowest,
+            **prediction_fields(link=link, compute_flop_per_s=rate, flops_per_rank=flops,
+                                predicted=pred),
+            "prediction_error_pct": tp_formulas.prediction_error_pct(
+                predicted_s=pred["step_s"], measured_s=t),
+        })
+        del model, opt, step
+    # compute only, last (as warm as the variants): the plain model on this rank's batch
+    bare = copy.deepcopy(full)
+    compute, _ = _timed(make_step(bare, torch.optim.Adam(bare.parameters(), lr=cfg.lr), x, y),
+                        cfg, rt, prefix="compute_time")
+    add_compute_time(rows, compute)
+    return {"rows": against_ddp(rows)} if rt.rank == 0 else {}
+
+
+def against_ddp(rows: list[dict]) -> list[dict]:
+    """DDP's measured bytes (held and moved) on every row, and each row's ratio to them (NaN
+    when the launch ran no DDP)."""
+    ddp = next((r for r in rows if r["variant"] == "ddp"), None)
+    out = []
+    for r in rows:
+        d = {k: (ddp[k] if ddp else math.nan) for k in (
+            "param_bytes_per_rank", "grad_bytes_per_rank", "optimizer_bytes_per_rank",
+            "state_bytes_per_rank", "comm_bytes_measured", "step_time_p50_s")}
+        out.append({**r,
+                    "ddp_param_bytes_per_rank": d["param_bytes_per_rank"],
+                    "ddp_grad_bytes_per_rank": d["grad_bytes_per_rank"],
+                    "ddp_optimizer_bytes_per_rank": d["optimizer_bytes_per_rank"],
+                    "ddp_state_bytes_per_rank": d["state_bytes_per_rank"],
+                    "ddp_comm_bytes_measured": d["comm_bytes_measured"],
+                    "state_ratio_vs_ddp": r["state_bytes_per_rank"] / d["state_bytes_per_rank"],
+                    "comm_ratio_vs_ddp": (r["comm_bytes_measured"] / d["comm_bytes_measured"]
+                                          if d["comm_bytes_measured"] else math.nan),
+                    "step_ratio_vs_ddp": r["step_time_p50_s"] / d["step_time_p50_s"]})
+    return out
+
+
+if __name__ == "__main__":
+    worker_main(run, FSDPConfig)

@@ -1,0 +1,508 @@
+"""labkit model | search | catalog | calibrate | slurm: the 3-D parallelism model and clusters."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from labkit.cliargs import (
+    nonneg_int,
+    positive_float,
+    positive_int,
+    print_frame,
+    write_json_rows,
+)
+
+BREAKDOWN = ["fabric", "dp", "tp", "pp", "num_microbatches", "compute_s", "bubble_s", "dp_comm_s",
+             "tp_comm_s", "pp_comm_s", "step_time_s", "scaling_efficiency", "samples_per_s", "mfu",
+             "hfu", "memory_total_gb", "memory"]
+RANKED = ["rank", "dp", "tp", "pp", "num_microbatches", "step_time_s", "scaling_efficiency",
+          "samples_per_s", "mfu", "memory_total_gb", "reason"]
+COMPARED = ["term", "unit", "labkit", "mlsysim", "diff_pct", "same_formula", "cause"]
+#: API field -> the flag that sets it (what an error message names)
+FLAGS = {"global_batch_size": "--global-batch-size", "num_microbatches": "--microbatches",
+         "virtual_stages": "--virtual-stages", "seq_len": "--seq-len", "zero_stage": "--zero",
+         "dp_overlap": "--dp-overlap", "recompute": "--recompute", "efficiency": "--efficiency",
+         "precision": "--precision", "placement": "--placement", "schedule": "--schedule",
+         "tp_across_nodes": "--tp-across-nodes", "dp": "--dp", "tp": "--tp", "pp": "--pp"}
+
+
+def _dp_overlap(text: str):
+    """A fraction in [0, 1], or ``measured`` (this machine's DDP lab value, data/local.yaml)."""
+    if text == "measured":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in [0, 1] or 'measured'") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {v}")
+    return v
+
+
+def _add_workload_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model and cluster")
+    g.add_argument("--model", default="Llama-3-70B", help="model preset (default: %(default)s; "
+                   "labkit catalog models)")
+    g.add_argument("--node", default="DGX_H100", help="node preset (default: %(default)s)")
+    g.add_argument("--nodes", type=positive_int, default=32, help="(default: %(default)s)")
+    g.add_argument("--fabric", nargs="+", metavar="KEY", help="inter-node fabric(s); one "
+                   "prediction (or search) each (default: the node's)")
+    g.add_argument("--accelerator", help="override the node's accelerator")
+    g.add_argument("--intra-fabric", help="override the node's intra-node link (NVLink)")
+    g = p.add_argument_group("workload and step")
+    g.add_argument("--global-batch-size", "--global-batch", dest="global_batch",
+                   type=positive_int, default=256, metavar="B",
+                   help="sequences per optimizer step (default: %(default)s)")
+    g.add_argument("--seq-len", type=positive_int, help="tokens per sequence (default: the "
+                   "model's context length)")
+    g.add_argument("--precision", default="bf16", help="(default: %(default)s)")
+    g.add_argument("--efficiency", type=positive_float, default=0.4,
+                   help="achieved / peak FLOP/s of the compute (default: %(default)s)")
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
+                   help="ZeRO stage: 1 shards optimizer states over DP, 2 also gradients, 3 also "
+                        "weights (re-gathered per microbatch) (default: %(default)s)")
+    g.add_argument("--zero1", action="store_true", help="the same as --zero 1")
+    g.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
+                   help="activation recomputation (default: %(default)s)")
+    g.add_argument("--dp-overlap", type=_dp_overlap, default=0.0, metavar="F|measured",
+                   help="share of the DP communication hidden behind backward, or 'measured' "
+                        "(the DDP lab's value on this machine) (default: %(default)s)")
+    g.add_argument("--schedule", default="1f1b", choices=("gpipe", "1f1b", "interleaved"))
+    g.add_argument("--placement", default="tp,dp,pp", help="rank order, innermost first "
+                   "(default: %(default)s, Megatron's; mlsysim places tp,pp,dp)")
+    g.add_argument("--tp-across-nodes", action="store_true",
+                   help="allow a TP group to span nodes (priced on the inter-node link)")
+    g.add_argument("--algorithm", default="auto",
+                   choices=("auto", "ring", "tree", "double_binary_tree", "hierarchical"),
+                   help="collective algorithm for DP and TP (default: %(default)s, the fastest, "
+                        "as NCCL's tuner picks)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("model", help="predict one training step of a DP x TP x PP layout",
+                       description="labkit model --model Llama-3-70B --nodes 32 --tp 8 --pp 4 "
+                                   "--microbatches 32 --fabric 100GbE IB_HDR IB_NDR")
+    _add_workload_args(p)
+    g = p.add_argument_group("layout")
+    g.add_argument("--dp", type=positive_int, help="default: GPUs / (tp x pp)")
+    g.add_argument("--tp", type=positive_int, default=1)
+    g.add_argument("--pp", type=positive_int, default=1)
+    g.add_argument("--microbatches", type=positive_int, default=1, metavar="M",
+                   help="per DP replica per step (gradient accumulation when --pp 1)")
+    g.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
+                   help="model chunks per GPU, >= 2 with --schedule interleaved")
+    p.add_argument("--steps", type=positive_int, default=1000, help="for the cost (default: %(default)s)")
+    p.add_argument("--compare", choices=("mlsysim",), help="also run mlsysim 0.3.0 on the same "
+                   "scenario and print each term beside ours (pip install -e '.[mlsysim]')")
+    p.add_argument("--json", metavar="PATH", help="also store the rows in this results file")
+    p.set_defaults(func=cmd_model)
+
+    p = sub.add_parser("search", help="rank every DP x TP x PP layout of a cluster, explain the rest")
+    _add_workload_args(p)
+    p.add_argument("--microbatches", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--top", type=positive_int, default=10, help="feasible layouts shown")
+    p.add_argument("--rejected", action="store_true", help="also list the rejected layouts")
+    p.add_argument("--json", metavar="PATH", help="also store all rows in this results file")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("catalog", help="print a catalog (accelerators, fabrics, nodes, models, local), "
+                       "a reference dataset, or 'published' (the model beside published runs)")
+    p.add_argument("name", help="catalog name, a reference dataset (ddp_k80, ddp_v100, ...) or "
+                   "published")
+    p.set_defaults(func=cmd_catalog)
+
+    p = sub.add_parser("calibrate", help="the model beside measured collectives / pipeline rows")
+    p.add_argument("--collectives", metavar="PATH", help="results file of labkit collectives")
+    p.add_argument("--pipeline", metavar="PATH", help="results file of labkit pipeline")
+    p.add_argument("--ddp", metavar="PATH", help="results file of labkit ddp: the measured "
+                   "overlap of the all-reduce with backward (with --write: stored for "
+                   "--dp-overlap measured)")
+    p.add_argument("--fit", action="store_true",
+                   help="fit alpha, beta to the collective rows (default: the committed local entry)")
+    p.add_argument("--measure", action="store_true",
+                   help="measure this machine (all-reduce sweep + compute rate) first")
+    p.add_argument("--write", action="store_true",
+                   help="with --measure or --ddp: store the result in data/local.yaml")
+    p.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("slurm", help="write an sbatch script (srun + torchrun, c10d rendezvous); never submits",
+                       description="labkit slurm --nodes 2 --gpus-per-node 4 --time 00:30:00 "
+                                   "-- labkit solve --mode weak --dof-per-rank 250000 (see docs/cluster.md)")
+    p.add_argument("--nodes", type=positive_int, required=True)
+    p.add_argument("--gpus-per-node", type=nonneg_int, required=True,
+                   help="GPUs per node; 0: a CPU job (no --gres line)")
+    p.add_argument("--time", required=True, metavar="HH:MM:SS")
+    p.add_argument("--partition", help="where the cluster needs one (default: its default partition)")
+    p.add_argument("--account", help="where the cluster needs one (default: your default account)")
+    p.add_argument("--cpus-per-task", type=positive_int,
+                   help="cores per node (default: one per GPU; in a CPU job, one per rank)")
+    p.add_argument("--ranks-per-node", type=positive_int, metavar="R",
+                   help="ranks each node starts (default: --gpus-per-node; in a CPU job the labkit "
+                        "command's largest --nproc, else 1)")
+    p.add_argument("--setup", metavar="LINE",
+                   help="shell line that makes the environment on the nodes (e.g. 'module load "
+                        "python; source ~/venv/bin/activate'; default: put this environment's "
+                        "bin folder first on PATH)")
+    p.add_argument("--job-name", default="labkit")
+    p.add_argument("--out", default="labkit-job.sbatch", help="script path (default: %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="also record the job's cost row here")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run on every node")
+    p.set_defaults(func=cmd_slurm)
+
+
+def _flag_words(message: str) -> str:
+    """An API message in the words of the command line: field names become their flags."""
+    import re
+
+    return re.sub(r"\b(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")\b",
+                  lambda m: FLAGS[m.group(1)], message)
+
+
+def _named(flag: str, fn, *a, **kw):
+    """Call a catalog lookup; its error (which lists the valid keys) names the flag."""
+    from labkit.errors import UsageError
+
+    try:
+        return fn(*a, **kw)
+    except UsageError as e:
+        raise UsageError(f"{flag}: {e}") from None
+
+
+def _dp_overlap_value(args) -> float:
+    from labkit.errors import UsageError
+    from labkit.perfmodel.catalog import local_entry
+
+    if args.dp_overlap != "measured":
+        return args.dp_overlap
+    loc = local_entry()
+    if loc.get("dp_overlap_fraction") is None:
+        raise UsageError("--dp-overlap measured: no overlap is measured on this machine yet "
+                         "(data/local.yaml has no dp_overlap_fraction); run `labkit ddp --nproc 2 "
+                         "--json ddp.json`, then `labkit calibrate --ddp ddp.json --write`, or "
+                         "give a fraction")
+    return float(loc["dp_overlap_fraction"])
+
+
+def _workload(args):
+    from labkit.perfmodel import catalog
+    from labkit.perfmodel.model import BYTES, Workload
+
+    spec = _named("--model", catalog.model_preset, args.model)
+    if args.precision not in BYTES:
+        from labkit.errors import UsageError
+
+        raise UsageError(f"--precision {args.precision!r}: known {', '.join(BYTES)}")
+    return Workload(spec, args.global_batch, args.seq_len, args.precision, args.efficiency,
+                    zero_stage=max(args.zero, 1 if args.zero1 else 0), recompute=args.recompute,
+                    dp_overlap=_dp_overlap_value(args))
+
+
+def _clusters(args):
+    """One cluster per --fabric (the node's own when none), every key checked and named."""
+    from labkit.perfmodel import catalog
+    from labkit.perfmodel.model import Cluster
+
+    nd = _named("--node", catalog.node, args.node)
+    if args.accelerator:
+        _named("--accelerator", catalog.accelerator, args.accelerator)
+    if args.intra_fabric:
+        _named("--intra-fabric", catalog.fabric, args.intra_fabric, scope="intra")
+    out = []
+    for fab in args.fabric or [None]:
+        if fab:
+            _named("--fabric", catalog.fabric, fab, scope="inter")
+        out.append(Cluster.from_catalog(nd.key, args.nodes, inter_fabric=fab,
+                                        intra_fabric=args.intra_fabric,
+                                        accelerator=args.accelerator))
+    return out
+
+
+def _layout(args, work, cluster):
+    """The layout the flags describe, refused in one line naming the flag when it cannot run."""
+    from labkit.errors import UsageError
+    from labkit.perfmodel import topology
+    from labkit.perfmodel.model import Layout
+
+    n, g = cluster.world_size, cluster.gpus_per_node
+    where = cluster.name
+    if args.dp is None and n % (args.tp * args.pp):
+        raise UsageError(f"--tp {args.tp} x --pp {args.pp} = {args.tp * args.pp} does not divide "
+                         f"the {n} GPUs of {where}")
+    dp = args.dp or n // (args.tp * args.pp)
+    if dp * args.tp * args.pp != n:
+        raise UsageError(f"--dp {dp} x --tp {args.tp} x --pp {args.pp} = {dp * args.tp * args.pp}, "
+                         f"but {where} has {n} GPUs")
+    if args.schedule == "interleaved" and args.virtual_stages < 2:
+        raise UsageError("--schedule interleaved needs --virtual-stages V with V >= 2 (model "
+                         f"chunks per GPU); got --virtual-stages {args.virtual_stages}")
+    if args.schedule != "interleaved" and args.virtual_stages > 1:
+        raise UsageError(f"--virtual-stages {args.virtual_stages} needs --schedule interleaved "
+                         f"(got --schedule {args.schedule})")
+    placement = ",".join(_named("--placement", topology.parse_placement, args.placement))
+    lay = Layout(dp, args.tp, args.pp, args.microbatches, args.schedule, args.virtual_stages,
+                 placement, args.tp_across_nodes)
+    if not args.tp_across_nodes and not lay.shape("tp", g).inside_one_node:
+        raise UsageError(f"--tp {args.tp} spans nodes of {g} GPUs (gpus_per_node of {args.node}, "
+                         f"placement {placement}): tensor parallelism stays inside a node unless "
+                         "--tp-across-nodes (then priced on the inter-node link)")
+    m = args.microbatches
+    if work.global_batch_size % (dp * m):
+        raise UsageError(f"--global-batch-size {work.global_batch_size} is not divisible by DP {dp} "
+                         f"x --microbatches {m} = {dp * m}: each replica's "
+                         f"{work.global_batch_size / dp:g} sequences must split into {m} whole "
+                         "microbatches")
+    if work.model.num_layers % (args.pp * args.virtual_stages):
+        raise UsageError(f"--pp {args.pp} x --virtual-stages {args.virtual_stages}: the "
+                         f"{work.model.num_layers} layers of {work.model.key} do not split evenly")
+    if args.schedule == "interleaved" and m % args.pp:
+        raise UsageError(f"--microbatches {m} must be a multiple of --pp {args.pp} with "
+                         "--schedule interleaved")
+    return lay
+
+
+def _header(work, cluster, args) -> None:
+    from labkit.perfmodel.model import assumptions
+
+    for line in assumptions(work, cluster, placement=args.placement, schedule=args.schedule,
+                            algorithm=args.algorithm):
+        print(f"# {line}")
+    if args.dp_overlap == "measured":
+        print(f"# DP overlap {work.dp_overlap:g}: measured on this machine by the DDP lab "
+              "(data/local.yaml)")
+
+
+def model_rows(args, work=None, clusters=None):
+    """One predicted row per fabric (a DataFrame), with the cost of ``--steps`` steps."""
+    import pandas as pd
+
+    from labkit.errors import UsageError
+    from labkit.perfmodel.model import predict, run_cost
+
+    work = work or _workload(args)
+    rows = []
+    for cl in clusters or _clusters(args):
+        lay = _layout(args, work, cl)
+        try:
+            pred = predict(work, cl, lay, algorithm=args.algorithm)
+        except UsageError as e:
+            raise UsageError(_flag_words(str(e))) from None
+        cost = run_cost(pred, cl, args.steps)
+        rows.append({"model": args.model, "cluster": cl.name, "fabric": cl.inter.key, **pred.row(),
+                     **cost, "memory": "fits" if pred.fits else "OUT OF MEMORY",
+                     "verdict": pred.verdict()})
+    return pd.DataFrame(rows)
+
+
+def cmd_model(args) -> int:
+    from labkit.results import check_writable
+
+    if args.json:
+        check_writable(args.json)
+    if args.compare:
+        from labkit.perfmodel import mlsysim_engine
+
+        mlsysim_engine.require()
+    work, clusters = _workload(args), _clusters(args)
+    df = model_rows(args, work, clusters)
+    _header(work, clusters[0], args)
+    r0 = df.iloc[0]
+    given = args.dp or args.tp > 1 or args.pp > 1
+    print(f"# layout: DP {r0.dp} x TP {r0.tp} x PP {r0.pp}, {r0.num_microbatches} microbatch(es) "
+          f"of {r0.microbatch_size:g} per replica"
+          + ("" if given else " (no --dp/--tp/--pp given: pure data parallelism)"))
+    print_frame(df, BREAKDOWN)
+    for r in df.itertuples():
+        coll = (f"DP {r.dp_algorithm} ({r.dp_ranks_per_node} per node on {r.dp_nodes} node(s), "
+                f"{r.dp_link})" if r.dp > 1 else "no DP")
+        if r.tp > 1:
+            coll += f", TP {r.tp_algorithm} ({r.tp_link})"
+        if r.fits:
+            print(f"{r.fabric}: {coll}; {r.verdict}; {r.steps} steps: {r.gpu_hours:.1f} "
+                  f"GPU-hours, {r.su:.1f} SU")
+        else:
+            print(f"{r.fabric}: {coll}; OUT OF MEMORY, this layout cannot run "
+                  f"({r.verdict.removeprefix('out of memory: ')}); no cost given (labkit search "
+                  f"--nodes {args.nodes} ranks the layouts that fit)")
+    if args.json:
+        write_json_rows(args.json, df.to_dict("records"), key=("fabric", "dp", "tp", "pp", "num_microbatches"))
+    if args.compare:
+        _compare_mlsysim(args, work, df)
+    return 0
+
+
+def _compare_mlsysim(args, work, df) -> None:
+    import pandas as pd
+
+    from labkit.errors import UsageError
+    from labkit.perfmodel import mlsysim_engine
+
+    if args.accelerator or args.intra_fabric:
+        raise UsageError("--compare mlsysim prices mlsysim's own node: drop --accelerator and "
+                         "--intra-fabric")
+    for r in df.itertuples():
+        s = mlsysim_engine.Scenario(
+            f"{args.model}, {r.fabric}", args.model, args.node, args.nodes, r.fabric,
+            args.global_batch, work.seq_len, args.precision, args.efficiency, r.tp, r.pp,
+            r.num_microbatches, r.virtual_stages, r.zero_stage, r.recompute, r.dp_overlap,
+            r.placement)
+        cmp = pd.DataFrame(mlsysim_engine.compare([s]))
+        print(f"\nmlsysim {mlsysim_engine.VERSION} beside labkit, {s.name} "
+              "(diff = 100 (labkit - mlsysim) / mlsysim):")
+        print_frame(cmp, COMPARED)
+
+
+def cmd_search(args) -> int:
+    from labkit.errors import UsageError
+    from labkit.perfmodel import topology
+    from labkit.perfmodel.model import search
+    from labkit.results import check_writable
+
+    if args.json:
+        check_writable(args.json)
+    work = _workload(args)
+    placement = ",".join(_named("--placement", topology.parse_placement, args.placement))
+    rows = []
+    for i, cl in enumerate(_clusters(args)):
+        try:
+            df = search(work, cl, tuple(args.microbatches), args.schedule, placement=placement,
+                        tp_across_nodes=args.tp_across_nodes, algorithm=args.algorithm)
+        except UsageError as e:
+            raise UsageError(_flag_words(str(e))) from None
+        if i == 0:
+            _header(work, cl, args)
+        ok = df[df.fits]
+        print(f"{'' if i == 0 else chr(10)}{args.model} on {cl.name} ({cl.world_size} GPUs, "
+              f"{cl.inter.key}): {len(ok)} of {len(df)} layouts fit")
+        print_frame(ok.head(args.top), RANKED)
+        if args.rejected:
+            print()
+            print_frame(df[~df.fits], ["dp", "tp", "pp", "reason"])
+        df.insert(0, "fabric", cl.inter.key)
+        rows += df.to_dict("records")
+    if args.json:
+        write_json_rows(args.json, rows, key=("fabric", "dp", "tp", "pp"))
+    return 0
+
+
+def cmd_catalog(args) -> int:
+    from labkit.perfmodel import catalog
+
+    if args.name == "published":
+        from labkit.perfmodel import published
+
+        df = published.table()
+        print(f"{df.attrs['title']}\ntraining runs priced at efficiency {df.attrs['efficiency']:g} "
+              f"({df.attrs['efficiency_note']})\n")
+        print_frame(df, ["run", "quantity", "predicted", "measured", "error_pct", "tolerance_pct",
+                         "holds", "implied_efficiency"])
+        for r in df.itertuples():
+            print(f"\n{r.run}: {r.what}\n  model: {r.model}\n  missed: {r.missed}\n"
+                  f"  source: {r.source}")
+        return 0
+    if args.name in catalog.CATALOGS:
+        df = catalog.catalog_frame(args.name)
+    else:
+        df = catalog.load_reference(args.name)
+        print(f"{df.attrs.get('title')}\nsource: {df.attrs.get('source')}\n")
+    print_frame(df)
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from labkit import results
+    from labkit.errors import UsageError
+    from labkit.perfmodel.calibrate import calibration_check, summary
+    from labkit.perfmodel.catalog import local_entry
+
+    if args.write and not (args.measure or args.ddp):
+        raise UsageError("--write stores a new measurement: give --measure or --ddp PATH too")
+    coll = results.read_rows(args.collectives) if args.collectives else []
+    pipe = results.read_rows(args.pipeline) if args.pipeline else []
+    if args.ddp:
+        _calibrate_overlap(args)
+        if not (coll or pipe or args.measure):
+            return 0
+    if args.measure:
+        from labkit.perfmodel.measure_local import measure_local
+
+        loc, measured = measure_local(write=args.write)
+        coll = coll or measured
+        print(f"measured: alpha {loc['alpha_s'] * 1e6:.1f} us, beta {loc['beta_bytes_per_s'] / 1e9:.3f}"
+              f" GB/s, compute {loc['compute_flop_per_s'] / 1e9:.1f} GFLOP/s"
+              + (" (written to data/local.yaml)" if args.write else ""))
+    else:
+        loc = local_entry()
+    if not coll and not pipe:
+        raise UsageError("give --collectives PATH and/or --pipeline PATH (or --measure)")
+    kw = {} if args.fit else {"alpha_s": loc["alpha_s"], "beta_bytes_per_s": loc["beta_bytes_per_s"]}
+    df = calibration_check(coll, pipe, compute_flop_per_s=loc["compute_flop_per_s"], **kw)
+    print_frame(df, ["lab", "what", "world_size", "size_bytes", "num_microbatches", "quantity",
+                     "measured", "model", "error_pct"])
+    print("median |error| %: " + ", ".join(f"{k} {v:.1f}" for k, v in summary(df).items()))
+    return 0
+
+
+def _calibrate_overlap(args) -> None:
+    """Print (and with --write store) the DP overlap the DDP lab measured."""
+    import time
+
+    from labkit import results
+    from labkit.perfmodel.calibrate import overlap_from_ddp_rows, write_local
+    from labkit.perfmodel.catalog import local_entry
+
+    frac, n = overlap_from_ddp_rows(results.read_rows(args.ddp))
+    print(f"DP overlap with backward, measured by the DDP lab: {frac:.3f} (median of {n} row(s) "
+          f"of {args.ddp})")
+    if args.write:
+        how = (f"labkit calibrate --ddp {args.ddp} --write on {time.strftime('%Y-%m-%d')}: median "
+               f"overlap_fraction (1 - exposed all-reduce / standalone all-reduce) of {n} DDP "
+               "row(s) with world_size > 1 from labkit ddp")
+        path = write_local({**local_entry(), "dp_overlap_fraction": frac, "dp_overlap_measured": how})
+        print(f"written to {path} (use: labkit model --dp-overlap measured)")
+
+
+def cmd_slurm(args) -> int:
+    from pathlib import Path
+
+    from labkit import slurm
+    from labkit.errors import UsageError
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    job = slurm.SlurmJob(tuple(cmd), args.nodes, args.gpus_per_node, args.time, args.partition,
+                         args.account, args.cpus_per_task, args.job_name,
+                         ranks_per_node=args.ranks_per_node, setup=args.setup)
+    tool = "labkit" if job.command[0] == "labkit" else "torchrun"
+    if job.setup is None and not Path(job.bin_dir, tool).exists():
+        raise UsageError(f"{tool} is not installed in {job.bin_dir} (this environment, which the "
+                         "script would use): install it there, or give --setup LINE")
+    if tool == "labkit":
+        _check_labkit_command(job)
+    if args.json:
+        from labkit.results import check_writable
+
+        check_writable(args.json)
+    path = slurm.write(job, args.out)
+    print(f"wrote {path} (not submitted; run: sbatch {path})")
+    print(job.cost_line())
+    if args.json:
+        write_json_rows(args.json, [{**job.cost(), "script": str(path),
+                                     "command": " ".join(job.command)}], key=("script",))
+    return 0
+
+
+def _check_labkit_command(job) -> None:
+    """Run the checks the labkit command makes before its first launch, as one node of this
+    job would run it, so a command the cluster would refuse fails now, before any script."""
+    from labkit.cliargs import check_command
+    from labkit.errors import UsageError
+
+    argv = job.labkit_argv[1:] + ["--nnodes", str(job.nodes), "--node-rank", "0",
+                                  "--rdzv-endpoint", "localhost:29500", "--rdzv-id", "check"]
+    try:
+        args = check_command(argv)
+    except UsageError as e:
+        raise UsageError(f"the command after -- is refused as a {job.nodes}-node labkit "
+                         f"launch: {e}") from None
+    what = ("passes the checks it makes before a launch"
+            if callable(getattr(args, "validate", None)) else "parses with the multi-node flags")
+    print(f"checked: labkit {argv[0]} {what}", file=sys.stderr)

@@ -1,0 +1,577 @@
+"""A DP×TP×PP performance model of one training step, every formula stated (pure: no torch).
+
+A cluster of ``N = nodes × G`` GPUs runs a layout ``DP × TP × PP = N`` on a global batch of
+``B`` sequences of ``s`` tokens cut into ``M`` microbatches per data-parallel replica (for
+PP = 1 the M microbatches are gradient accumulation: one optimizer step, one DP all-reduce).
+Ranks are placed in Megatron's order by default (TP innermost, then DP, then PP:
+:mod:`~labkit.perfmodel.topology`), which decides how many ranks of each group share a node.
+Per GPU and per step::
+
+    compute   T_c  = F_hw / (N · peak · efficiency)     F = 6 · params · B · s (model FLOPs)
+              F_hw = F (+ 4·B·s²·h·L selective recomputation, + F/3 full recomputation)
+    bubble    T_b  = (P − 1) / (v · M) · T_c            fraction of the step: (P−1)/(v·M + P − 1)
+    DP        T_dp = all-reduce of params · bytes / (TP · PP) over the DP group, placed
+                     (hierarchical when the group holds k > 1 GPUs of each of several nodes);
+                     ZeRO-1/2 reduce-scatter + all-gather (the same bytes); ZeRO-3 adds 2·M
+                     all-gathers of the weights (forward and backward of each microbatch)
+              exposed = T_dp − min(f · T_dp, backward of the last microbatch)   f = overlap
+    TP        T_tp = M · 4 · (L / PP) · all-reduce of b · s · h · bytes over the TP group
+                     (2 forward, 2 backward per layer; 6 with full recomputation; b = B/(DP·M))
+    PP        T_pp = 2 · v · M · (α + b · s · h · bytes / β)    (activations forward, grads back)
+    step      T    = T_c + T_b + exposed T_dp + T_tp + T_pp
+    MFU = F / (T · N · peak)    HFU = F_hw / (T · N · peak)    throughput = B / T samples/s
+
+mlsysim 0.3.0 uses the same compute split and bubble: its ``_replica_profile`` shares a
+step's FLOPs over the TP·PP·EP replica, and its bubble is compute · (P−1)/(v·M); its code
+marks both as fixed on 2026-09-15. Versions before 0.3.0 did not divide compute across
+pipeline stages and priced the bubble as the *fraction* (P−1)/(v·M+P−1) of the undivided
+compute; :func:`mlsysim_bubble_time` keeps that older formula, labelled, to show the size of
+the error. Where the two models still differ,
+:mod:`~labkit.perfmodel.mlsysim_engine` prints each term and the cause.
+
+Collective costs are the α–β model of :mod:`labkit.collectives.formulas` (the collectives lab
+fits α and β on this machine; the catalog holds datasheet values for real fabrics), placed by
+:mod:`~labkit.perfmodel.topology`.
+
+Limits, stated: expert parallelism is not modelled (a mixture of experts computes with its
+active parameters and stores all of them, sharded by TP·PP only; no all-to-all is priced);
+sequence/context parallelism, SHARP in-network reductions, kernel launch and framework
+overheads, stragglers and congestion are not modelled; the compute efficiency is an input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from labkit.errors import UsageError
+from labkit.perfmodel import topology
+from labkit.perfmodel.catalog import Accelerator, Fabric, ModelSpec
+from labkit.perfmodel.topology import link_time  # noqa: F401  (the model's collective over a link)
+from labkit.pipeline.formulas import bubble_fraction, bubble_time  # the pipeline lab's
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def p2p_time(size_bytes: float, link: Fabric) -> float:
+    """One point-to-point message: α + S/β.
+
+    >>> round(p2p_time(1e9, Fabric("x", "x", 50, 5)), 9)
+    0.020005
+    """
+    return link.alpha_s + size_bytes / link.beta_bytes_per_s
+
+
+# --- pipeline bubble: labkit.pipeline.formulas' bubble_fraction and bubble_time ----------------
+
+def _int(name: str, v, lo: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < lo:
+        raise UsageError(f"{name} must be an integer >= {lo}, got {v!r}")
+    return int(v)
+
+
+def _bubble(p: int, m: int, v: int) -> float:
+    return bubble_fraction(num_stages=p, num_microbatches=m,
+                           schedule="interleaved" if v > 1 else "1f1b", virtual_stages=v)
+
+
+def mlsysim_bubble_time(compute_unsplit_s: float, num_stages: int, num_microbatches: int,
+                        virtual_stages: int = 1) -> float:
+    """NOT our model, and no longer mlsysim's: the bubble of mlsysim versions before 0.3.0,
+    (P−1)/(v·M+P−1) · T_compute with T_compute not divided by P. 0.3.0 prices it as ours does
+    (compute · (P−1)/(v·M) on the replica's split compute). Kept to show the old error: for
+    T = 64 s, P = 8, M = 16 it says 19.5 s, where the stage compute is 64/8 = 8 s and the
+    bubble is 7/16 · 8 = 3.5 s.
+
+    >>> t = bubble_time(num_stages=8, num_microbatches=16, stage_compute_s=64.0 / 8)
+    >>> round(mlsysim_bubble_time(64.0, 8, 16), 2), t
+    (19.48, 3.5)
+    """
+    return _bubble(num_stages, num_microbatches, virtual_stages) * compute_unsplit_s
+
+
+# --- cluster, layout, workload --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cluster:
+    """``nodes`` × ``gpus_per_node`` accelerators; ``intra`` links GPUs of a node, ``inter`` nodes."""
+
+    nodes: int
+    gpus_per_node: int
+    accelerator: Accelerator
+    intra: Fabric
+    inter: Fabric
+    cpu_cores_per_node: int = 0
+    name: str = ""
+
+    def __post_init__(self):
+        _int("nodes", self.nodes)
+        _int("gpus_per_node", self.gpus_per_node)
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @classmethod
+    def from_catalog(cls, node: str = "DGX_H100", nodes: int = 32, inter_fabric: str | None = None,
+                     intra_fabric: str | None = None, accelerator: str | None = None) -> Cluster:
+        """A cluster of catalog nodes, optionally with another fabric or accelerator (an
+        inter-node fabric between nodes, an intra-node one inside: each checked)."""
+        from labkit.perfmodel import catalog
+
+        nd = catalog.node(node)
+        return cls(nodes, nd.gpus_per_node, catalog.accelerator(accelerator or nd.accelerator),
+                   catalog.fabric(intra_fabric or nd.intra_fabric, scope="intra"),
+                   catalog.fabric(inter_fabric or nd.inter_fabric, scope="inter"), nd.cpu_cores,
+                   f"{nodes} x {node}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """DP × TP × PP, ``num_microbatches`` per replica, schedule gpipe | 1f1b | interleaved.
+
+    ``placement`` orders the dimensions, innermost first (Megatron's ``tp,dp,pp`` by default);
+    ``tp_across_nodes`` allows a TP group to span nodes (priced on the inter-node link).
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    num_microbatches: int = 1
+    schedule: str = "1f1b"
+    virtual_stages: int = 1
+    placement: str = topology.MEGATRON
+    tp_across_nodes: bool = False
+
+    def __post_init__(self):
+        for name in ("dp", "tp", "pp", "num_microbatches", "virtual_stages"):
+            _int(name, getattr(self, name))
+        if self.schedule not in SCHEDULES:
+            raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.schedule == "interleaved" and self.virtual_stages < 2:
+            raise UsageError("schedule 'interleaved' needs virtual_stages >= 2 (model chunks per "
+                             f"GPU), got {self.virtual_stages}")
+        if self.schedule != "interleaved" and self.virtual_stages > 1:
+            raise UsageError(f"virtual_stages = {self.virtual_stages} (model chunks per GPU) "
+                             f"needs schedule 'interleaved', got {self.schedule!r}")
+        object.__setattr__(self, "placement", ",".join(topology.parse_placement(self.placement)))
+
+    def strides(self) -> dict[str, int]:
+        return topology.strides(dp=self.dp, tp=self.tp, pp=self.pp, placement=self.placement)
+
+    def shape(self, dim: str, gpus_per_node: int) -> topology.GroupShape:
+        """Where the ``dim`` group (tp, dp or pp) sits on nodes of ``gpus_per_node`` GPUs."""
+        return topology.group_shape(size=getattr(self, dim), stride=self.strides()[dim],
+                                    gpus_per_node=gpus_per_node)
+
+    def check(self, cluster: Cluster) -> None:
+        """Refuse a layout that does not tile the cluster, or a TP group that leaves its node
+        (unless ``tp_across_nodes``)."""
+        n = self.dp * self.tp * self.pp
+        if n != cluster.world_size:
+            raise UsageError(f"dp x tp x pp = {self.dp} x {self.tp} x {self.pp} = {n}, but the "
+                             f"cluster has world_size {cluster.world_size} GPUs")
+        g = cluster.gpus_per_node
+        if not self.tp_across_nodes and not self.shape("tp", g).inside_one_node:
+            why = (f"tp = {self.tp} does not divide gpus_per_node = {g}" if g % self.tp
+                   else f"with placement {self.placement} a TP group of {self.tp} spans nodes "
+                        f"of gpus_per_node = {g}")
+            raise UsageError(f"{why}: a TP group must stay inside one node (tp_across_nodes "
+                             "allows it, priced on the inter-node link)")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one training step computes: a model, ``global_batch_size`` sequences of ``seq_len``,
+    and the step modifiers: ZeRO stage, activation recomputation, DP overlap with backward."""
+
+    model: ModelSpec
+    global_batch_size: int = 256
+    seq_len: int | None = None  # None: the model's own context length
+    precision: str = "bf16"
+    efficiency: float = 0.4  # achieved / peak FLOP/s on the compute (Llama 3: 38-43 % on H100)
+    flops_per_step: float | None = None  # None: 6 · params · tokens
+    optimizer_bytes_per_param: float | None = None  # None: Adam, 12 (mixed) or 8 (fp32)
+    flash_attention: bool = True
+    zero1: bool = False  # shorthand for zero_stage = 1 (the distributed optimizer)
+    zero_stage: int = 0  # 0: none; 1: optimizer states; 2: + gradients; 3: + weights over DP
+    recompute: str = "none"  # activation recomputation: none | selective | full
+    dp_overlap: float = 0.0  # share of the DP communication hidden behind backward, in [0, 1]
+
+    def __post_init__(self):
+        _int("global_batch_size", self.global_batch_size)
+        if self.seq_len is None:
+            object.__setattr__(self, "seq_len", self.model.seq_len)
+        _int("seq_len", self.seq_len)
+        if self.precision not in BYTES:
+            raise UsageError(f"precision must be one of {', '.join(BYTES)}, got {self.precision!r}")
+        if not 0 < self.efficiency <= 1:
+            raise UsageError(f"efficiency must be in (0, 1], got {self.efficiency!r}")
+        if self.flops_per_step is not None and not self.flops_per_step > 0:
+            raise UsageError(f"flops_per_step must be > 0, got {self.flops_per_step!r}")
+        if self.optimizer_bytes_per_param is None:
+            object.__setattr__(self, "optimizer_bytes_per_param", 8.0 if BYTES[self.precision] == 4 else 12.0)
+        elif self.optimizer_bytes_per_param < 0:
+            raise UsageError("optimizer_bytes_per_param must be >= 0")
+        if self.zero_stage not in ZERO_STAGES:
+            raise UsageError(f"zero_stage must be one of 0, 1, 2, 3, got {self.zero_stage!r}")
+        if self.zero1 and self.zero_stage == 0:
+            object.__setattr__(self, "zero_stage", 1)
+        if self.recompute not in RECOMPUTE:
+            raise UsageError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if isinstance(self.dp_overlap, bool) or not 0 <= self.dp_overlap <= 1:
+            raise UsageError(f"dp_overlap must be in [0, 1], got {self.dp_overlap!r}")
+
+    @property
+    def flops(self) -> float:
+        """Model FLOPs F = 6 · params · tokens (2 forward + 4 backward per parameter per token;
+        a mixture of experts counts its active parameters)."""
+        return self.flops_per_step or 6.0 * self.model.flop_params * self.global_batch_size * self.seq_len
+
+    @property
+    def hardware_flops(self) -> float:
+        """FLOPs the GPUs execute: F plus recomputation. Selective recomputes the attention
+        core's forward, 4·b·s²·h per layer per sequence (QKᵀ and the weighted sum of V); full
+        recomputes the whole forward, F/3. Llama-3-70B, 256 × 2048 tokens: selective adds
+        4 · 256 · 2048² · 8192 · 80 / (6 · 70.6e9 · 256 · 2048) = 1.27 %.
+
+        >>> from labkit.perfmodel.catalog import model_preset
+        >>> w = Workload(model_preset("Llama-3-70B"), seq_len=2048, recompute="selective")
+        >>> f = Workload(w.model, seq_len=2048, recompute="full")
+        >>> round(w.hardware_flops / w.flops - 1, 4), round(f.hardware_flops / f.flops, 4)
+        (0.0127, 1.3333)
+        """
+        extra = 0.0
+        if self.recompute == "selective":
+            m = self.model
+            extra = 4.0 * self.global_batch_size * self.seq_len ** 2 * m.hidden_size * m.num_layers
+        elif self.recompute == "full":
+            extra = self.flops / 3
+        return self.flops + extra
+
+
+# --- memory ---------------------------------------------------------------------------------------
+
+def memory_per_gpu(work: Workload, layout: Layout) -> dict:
+    """Bytes per GPU: weights, gradients, optimizer states and activations (first stage, fullest).
+
+    weights = gradients = params · bytes / (TP · PP); optimizer = params · k / (TP · PP) with
+    k = 12 for mixed-precision Adam (fp32 master, m, v); ZeRO divides by DP the optimizer
+    (stage ≥ 1), the gradients (≥ 2) and the weights (3). A mixture of experts stores all its
+    parameters. activations = (L/PP) · in-flight microbatches · per-layer bytes / TP
+    (Korthikanti et al. 2022, TP with sequence parallelism), per layer per microbatch:
+    s·b·h·34 (+ 5·a·s²·b without flash attention) with no recomputation, s·b·h·34 selective,
+    s·b·h·2 full (only the layer's input is kept); in flight: M (GPipe), min(M, P) (1F1B),
+    min(M, P)·(1 + (P−1)/(P·v)) (interleaved).
+    Llama-3-70B, TP = 8, PP = 4, b = 1, s = 8192, M = 32: 4 · 70.6e9 · 16 / 32 / 1e9 = 35.3 GB
+    of states and 20 layers · 4 · 8192 · 8192 · 34 / 8 = 22.8 GB of activations.
+
+    >>> from labkit.perfmodel.catalog import model_preset
+    >>> m = memory_per_gpu(Workload(model_preset("Llama-3-70B")), Layout(8, 8, 4, 32))
+    >>> round((m["weights"] + m["gradients"] + m["optimizer"]) / 1e9, 1), round(m["activations"] / 1e9, 1)
+    (35.3, 22.8)
+    """
+    mdl, tp, pp, m, dp = work.model, layout.tp, layout.pp, layout.num_microbatches, layout.dp
+    b = work.global_batch_size / (dp * m)
+    shard = mdl.params / (tp * pp)
+    sbh = work.seq_len * b * mdl.hidden_size
+    if work.recompute == "full":
+        per_layer = 2.0 * sbh
+    else:
+        per_layer = 34.0 * sbh
+        if work.recompute == "none" and not work.flash_attention:
+            per_layer += 5.0 * mdl.num_heads * work.seq_len ** 2 * b
+    if layout.schedule == "gpipe":
+        in_flight = float(m)
+    else:
+        in_flight = float(min(m, pp))
+        if layout.schedule == "interleaved":
+            in_flight *= 1 + (pp - 1) / (pp * layout.virtual_stages)
+    z = work.zero_stage
+    out = {
+        "weights": shard * BYTES[work.precision] / (dp if z >= 3 else 1),
+        "gradients": shard * BYTES[work.precision] / (dp if z >= 2 else 1),
+        "optimizer": shard * work.optimizer_bytes_per_param / (dp if z >= 1 else 1),
+        "activations": mdl.num_layers / pp * in_flight * per_layer / tp,
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
+# --- one step -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Prediction:
+    """One layout's predicted step (seconds per GPU per step, bytes per GPU)."""
+
+    dp: int
+    tp: int
+    pp: int
+    num_microbatches: int
+    schedule: str
+    virtual_stages: int
+    microbatch_size: float
+    compute_s: float
+    bubble_s: float
+    dp_comm_s: float  # exposed: what the step pays after the overlap with backward
+    tp_comm_s: float
+    pp_comm_s: float
+    step_time_s: float
+    bubble_fraction: float
+    scaling_efficiency: float
+    samples_per_s: float
+    tokens_per_s: float
+    mfu: float
+    memory: dict = field(default_factory=dict)
+    memory_capacity_bytes: float = 0.0
+    dp_link: str = ""
+    world_size: int = 1
+    hfu: float = 0.0
+    dp_comm_total_s: float = 0.0  # before the overlap
+    dp_overlap: float = 0.0
+    dp_algorithm: str = ""
+    dp_ranks_per_node: int = 1
+    dp_nodes: int = 1
+    tp_algorithm: str = ""
+    tp_link: str = ""
+    pp_link: str = ""
+    placement: str = topology.MEGATRON
+    zero_stage: int = 0
+    recompute: str = "none"
+    model_flops: float = 0.0
+    hardware_flops: float = 0.0
+
+    @property
+    def fits(self) -> bool:
+        return self.memory["total"] <= self.memory_capacity_bytes
+
+    def verdict(self) -> str:
+        """'fits' or the out-of-memory sentence with the breakdown."""
+        gb = {k: v / 1e9 for k, v in self.memory.items()}
+        if self.fits:
+            return f"fits: {gb['total']:.1f} GB of {self.memory_capacity_bytes / 1e9:.0f} GB"
+        return (f"out of memory: needs {gb['total']:.1f} GB > {self.memory_capacity_bytes / 1e9:.0f}"
+                f" GB (weights {gb['weights']:.1f}, gradients {gb['gradients']:.1f}, optimizer "
+                f"{gb['optimizer']:.1f}, activations {gb['activations']:.1f})")
+
+    def row(self) -> dict:
+        """A flat dict (the memory in GB as ``memory_*_gb``) for a DataFrame."""
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "memory"}
+        d.update({f"memory_{k}_gb": v / 1e9 for k, v in self.memory.items()})
+        d["memory_capacity_gb"] = d.pop("memory_capacity_bytes") / 1e9
+        d["fits"] = self.fits
+        return d
+
+
+def _check_divisions(work: Workload, layout: Layout) -> None:
+    dp, pp, m, v = layout.dp, layout.pp, layout.num_microbatches, layout.virtual_stages
+    if work.global_batch_size % (dp * m):
+        raise UsageError(f"global_batch_size {work.global_batch_size} is not divisible by "
+                         f"dp x num_microbatches = {dp} x {m}")
+    if work.model.num_layers % (pp * v):
+        raise UsageError(f"num_stages: {work.model.num_layers} layers do not split evenly over "
+                         f"pp x virtual_stages = {pp} x {v} model chunks")
+    if layout.schedule == "interleaved" and m % pp:
+        raise UsageError(f"num_microbatches {m} must be a multiple of pp = {pp} for interleaving")
+
+
+def predict(work: Workload, cluster: Cluster, layout: Layout, *, algorithm: str = "auto") -> Prediction:
+    """Predict one training step of ``work`` on ``cluster`` with ``layout`` (formulas above);
+    ``algorithm`` prices the DP and TP collectives (:func:`labkit.perfmodel.topology.collective`:
+    auto picks the fastest, as NCCL's tuner does).
+
+    Llama-3-70B, 256 sequences of 8192 tokens, 32 DGX H100 (256 GPUs, IB NDR), DP 8 × TP 8 ×
+    PP 4, M = 32, 40 % of the bf16 peak: compute 6·70.6e9·256·8192 / (256·989.4e12·0.4) = 8.77 s,
+    bubble 3/32 of it = 0.82 s; the DP group has one GPU per node (a flat ring over NDR).
+
+    >>> from labkit.perfmodel.catalog import model_preset
+    >>> p = predict(Workload(model_preset("Llama-3-70B")), Cluster.from_catalog("DGX_H100", 32),
+    ...             Layout(8, 8, 4, 32))
+    >>> round(p.compute_s, 2), round(p.bubble_s, 2), round(p.bubble_fraction, 4), p.fits
+    (8.77, 0.82, 0.0857, True)
+    >>> p.dp_algorithm, p.dp_ranks_per_node, p.dp_link
+    ('ring', 1, 'IB_NDR')
+    """
+    layout.check(cluster)
+    _check_divisions(work, layout)
+    mdl, g = work.model, cluster.gpus_per_node
+    dp, tp, pp, m, v = layout.dp, layout.tp, layout.pp, layout.num_microbatches, layout.virtual_stages
+    n = cluster.world_size
+    peak = cluster.accelerator.peak(work.precision)
+    nbytes = BYTES[work.precision]
+    b = work.global_batch_size // (dp * m)
+    act_bytes = b * work.seq_len * mdl.hidden_size * nbytes
+    flops, hw_flops = work.flops, work.hardware_flops
+
+    compute = hw_flops / (n * peak * work.efficiency)
+    bubble = bubble_time(num_stages=pp, num_microbatches=v * m, stage_compute_s=compute)  # (P−1)/(v·M) · T_c
+
+    def priced(op, size, shape):
+        return topology.collective(op=op, size_bytes=size, shape=shape, intra=cluster.intra,
+                                   inter=cluster.inter, algorithm=algorithm)
+
+    dp_shape = layout.shape("dp", g)
+    grad_bytes = mdl.params * nbytes / (tp * pp)
+    # ZeRO-1/2: reduce-scatter of the gradients + all-gather of the updated weights, the bytes
+    # and the cost of one all-reduce; ZeRO-3 gathers the weights again for the forward and the
+    # backward of every microbatch.
+    dp_coll = priced("all_reduce", grad_bytes, dp_shape)
+    dp_total = dp_coll.time_s
+    if work.zero_stage == 3 and dp > 1:
+        gather = priced("all_gather", grad_bytes, dp_shape).time_s
+        dp_total = priced("reduce_scatter", grad_bytes, dp_shape).time_s + 2 * m * gather
+    # the all-reduce can hide behind the backward of the last microbatch only (DDP's no_sync
+    # holds it back during accumulation); ZeRO-3's gathers prefetch during the whole step
+    forward = flops / 3
+    window = compute if work.zero_stage == 3 else compute * (hw_flops - forward) / hw_flops / m
+    dp_comm = dp_total - min(work.dp_overlap * dp_total, window)
+
+    tp_shape = layout.shape("tp", g)
+    per_layer = 6 if work.recompute == "full" else 4
+    tp_coll = priced("all_reduce", act_bytes, tp_shape)
+    tp_comm = m * per_layer * (mdl.num_layers / pp) * tp_coll.time_s if tp > 1 else 0.0
+
+    pp_shape = layout.shape("pp", g)
+    pp_link = cluster.intra if pp_shape.inside_one_node else cluster.inter
+    pp_comm = 2 * v * m * p2p_time(act_bytes, pp_link) if pp > 1 else 0.0
+    step = compute + bubble + dp_comm + tp_comm + pp_comm
+    return Prediction(
+        dp=dp, tp=tp, pp=pp, num_microbatches=m, schedule=layout.schedule, virtual_stages=v,
+        microbatch_size=b, compute_s=compute, bubble_s=bubble, dp_comm_s=dp_comm,
+        tp_comm_s=tp_comm, pp_comm_s=pp_comm, step_time_s=step,
+        bubble_fraction=_bubble(pp, m, v), scaling_efficiency=compute / step,
+        samples_per_s=work.global_batch_size / step,
+        tokens_per_s=work.global_batch_size * work.seq_len / step,
+        mfu=flops / (step * n * peak), memory=memory_per_gpu(work, layout),
+        memory_capacity_bytes=cluster.accelerator.memory_gb * 1e9,
+        dp_link=dp_coll.link, world_size=n, hfu=hw_flops / (step * n * peak),
+        dp_comm_total_s=dp_total, dp_overlap=work.dp_overlap, dp_algorithm=dp_coll.algorithm,
+        dp_ranks_per_node=dp_shape.ranks_per_node, dp_nodes=dp_shape.nodes,
+        tp_algorithm=tp_coll.algorithm if tp > 1 else "none", tp_link=tp_coll.link,
+        pp_link=pp_link.key if pp > 1 else "", placement=layout.placement,
+        zero_stage=work.zero_stage, recompute=work.recompute, model_flops=flops,
+        hardware_flops=hw_flops)
+
+
+def assumptions(work: Workload, cluster: Cluster, *, placement: str = topology.MEGATRON,
+                schedule: str = "1f1b", algorithm: str = "auto") -> list[str]:
+    """Every assumption a prediction rests on, one line each (the CLI's header).
+
+    >>> from labkit.perfmodel.catalog import model_preset
+    >>> lines = assumptions(Workload(model_preset("Llama-3-70B")), Cluster.from_catalog("DGX_H100", 32))
+    >>> lines[1]
+    'workload: global batch 256 sequences x seq_len 8192 tokens, precision bf16, efficiency 0.4 of peak'
+    """
+    mdl, acc = work.model, cluster.accelerator
+    moe = (f", mixture of {mdl.num_experts} experts ({mdl.experts_per_token} per token: "
+           f"{mdl.flop_params / 1e9:.1f} B active; expert parallelism not modelled)" if mdl.is_moe else "")
+    zero = {0: "off", 1: "1 (optimizer states over DP)", 2: "2 (+ gradients)",
+            3: "3 (+ weights, re-gathered per microbatch)"}[work.zero_stage]
+    return [
+        f"model: {mdl.key} ({mdl.params / 1e9:.1f} B parameters, {mdl.num_layers} layers, hidden "
+        f"{mdl.hidden_size}){moe}",
+        f"workload: global batch {work.global_batch_size} sequences x seq_len {work.seq_len} tokens, "
+        f"precision {work.precision}, efficiency {work.efficiency:g} of peak",
+        f"step: DP overlap with backward {work.dp_overlap:g}, ZeRO {zero}, recomputation "
+        f"{work.recompute}, flash attention {'on' if work.flash_attention else 'off'}, schedule "
+        f"{schedule}",
+        f"cluster: {cluster.name} = {cluster.world_size} x {acc.key} ({acc.peak(work.precision) / 1e12:.1f} "
+        f"TFLOP/s {work.precision}, {acc.memory_gb:g} GB), {cluster.intra.key} inside a node "
+        f"({cluster.intra.bandwidth_gb_per_s:g} GB/s, {cluster.intra.latency_us:g} us), "
+        f"{cluster.inter.key} between nodes ({cluster.inter.bandwidth_gb_per_s:g} GB/s per GPU, "
+        f"{cluster.inter.latency_us:g} us)",
+        f"placement: {placement} (innermost first); collectives: {algorithm}",
+    ]
+
+
+def run_cost(pred: Prediction, cluster: Cluster, steps: int = 1) -> dict:
+    """Wall time, GPU-hours and service units of ``steps`` steps on whole nodes.
+
+    gpu_hours = N · T · steps / 3600; SU = (cores + 2 · GPUs) · hours, Rivanna's rate
+    (:func:`labkit.metrics.service_units`).
+    """
+    from labkit.metrics import service_units
+
+    steps = _int("steps", steps)
+    wall = pred.step_time_s * steps
+    return {"steps": steps, "wall_time_s": wall, "gpu_hours": pred.world_size * wall / 3600,
+            "su": service_units(wall, cores=cluster.nodes * cluster.cpu_cores_per_node,
+                                gpus=pred.world_size)}
+
+
+# --- layout search --------------------------------------------------------------------------------
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def search(work: Workload, cluster: Cluster, microbatches=(1, 2, 4, 8, 16, 32, 64),
+           schedule: str = "1f1b", *, placement: str = topology.MEGATRON,
+           tp_across_nodes: bool = False, algorithm: str = "auto"):
+    """Every DP × TP × PP = N; the feasible ones ranked by throughput, the others explained.
+
+    For each (DP, TP, PP) the microbatch count with the highest throughput that fits in memory
+    is kept. A layout is rejected, with the reason in ``reason``, when a TP group would leave
+    its node (unless ``tp_across_nodes``), the layers do not split over PP, no M divides the
+    batch, or no M fits in memory. Returns a DataFrame: feasible rows first (``rank`` 1, 2,
+    ...), then rejected ones.
+    """
+    import pandas as pd
+
+    n, g = cluster.world_size, cluster.gpus_per_node
+    ms = sorted({_int("num_microbatches", m) for m in microbatches})
+    rows = []
+    for tp in _divisors(n):
+        for pp in _divisors(n // tp):
+            dp = n // (tp * pp)
+            base = {"dp": dp, "tp": tp, "pp": pp}
+            probe = Layout(dp, tp, pp, placement=placement, tp_across_nodes=True)
+            if not tp_across_nodes and not probe.shape("tp", g).inside_one_node:
+                why = (f"does not divide {g} GPUs per node" if g % tp
+                       else f"spans nodes with placement {probe.placement}")
+                rows.append({**base, "fits": False, "reason": f"TP={tp} {why} (TP would cross nodes)"})
+                continue
+            if work.model.num_layers % pp:
+                rows.append({**base, "fits": False, "reason": f"{work.model.num_layers} layers "
+                             f"do not split evenly over PP={pp} stages"})
+                continue
+            ok_ms = [m for m in ms if work.global_batch_size % (dp * m) == 0
+                     and not (schedule == "interleaved" and m % pp)]
+            v = 2 if schedule == "interleaved" and work.model.num_layers % (2 * pp) == 0 else 1
+            sched = schedule if v > 1 or schedule != "interleaved" else "1f1b"
+            preds = [predict(work, cluster, Layout(dp, tp, pp, m, sched, v, placement,
+                                                   tp_across_nodes), algorithm=algorithm)
+                     for m in ok_ms]
+            if not preds:
+                rows.append({**base, "fits": False, "reason": f"global batch {work.global_batch_size}"
+                             f" is not divisible by DP={dp} x M for any M in {ms}"})
+                continue
+            fitting = [p for p in preds if p.fits]
+            if fitting:
+                best = max(fitting, key=lambda p: (p.samples_per_s, -p.num_microbatches))
+                rows.append({**best.row(), "reason": best.verdict()})
+            else:
+                least = min(preds, key=lambda p: p.memory["total"])
+                rows.append({**least.row(), "reason": f"{least.verdict()} at best (M={least.num_microbatches})"})
+    df = pd.DataFrame(rows)
+    df["fits"] = df["fits"].astype(bool)
+    ok = df[df.fits].sort_values("samples_per_s", ascending=False)
+    ok.insert(0, "rank", range(1, len(ok) + 1))
+    out = pd.concat([ok, df[~df.fits]], ignore_index=True)
+    out["rank"] = out["rank"].astype("Int64")
+    return out
+
+
+def fabric_sweep(work: Workload, layout: Layout, fabrics, node: str = "DGX_H100", nodes: int = 32):
+    """The same layout on each inter-node fabric: one predicted row per fabric key."""
+    import pandas as pd
+
+    rows = []
+    for key in fabrics:
+        cl = Cluster.from_catalog(node, nodes, inter_fabric=key)
+        p = predict(work, cl, layout)
+        rows.append({"fabric": key, "bandwidth_gb_per_s": cl.inter.bandwidth_gb_per_s,
+                     "latency_us": cl.inter.latency_us, **p.row()})
+    return pd.DataFrame(rows)

@@ -1,0 +1,27 @@
+"""The pipeline lab: a stack of layers cut into P stages, one per rank, run with GPipe, 1F1B,
+interleaved 1F1B and zero bubble (ZB-H1) over M microbatches. Every forward and backward of
+every microbatch is timed on every rank; the timeline is split into compute, the fill/drain
+bubble (idle waiting for another rank's compute) and the rest, and set beside the formula
+(P−1)/(P−1+M) and the step (M + P − 1) × t_slot(M), every step checked against one process.
+
+Read in this order:
+
+* :mod:`~labkit.pipeline.formulas` (pure) -- the bubble in both conventions, the predicted
+  step, the timeline split;
+* :mod:`~labkit.pipeline.schedules` (pure) -- the ideal schedule each rank runs, simulated;
+* :mod:`~labkit.pipeline.config` (pure) -- what a sweep asks for, validated before any launch;
+* :mod:`~labkit.pipeline.worker` (rank side) -- one launch: every (schedule, M) at one P;
+* :mod:`~labkit.pipeline.run` (host side) -- :func:`run`, what notebook 06 and
+  ``labkit pipeline`` call;
+* :mod:`~labkit.pipeline.report`, :mod:`~labkit.pipeline.plots`, :mod:`~labkit.pipeline.cli`,
+  :mod:`~labkit.pipeline.widgets` (the bubbles explorer).
+
+``from labkit import pipeline; pipeline.run(pipeline.PipelineConfig(microbatches=(2, 4)))``.
+Importing this package imports nothing heavy (no torch).
+"""
+
+from labkit.pipeline import formulas, plots, report, schedules
+from labkit.pipeline.config import PipelineConfig
+from labkit.pipeline.run import run
+
+__all__ = ["PipelineConfig", "formulas", "plots", "report", "run", "schedules"]

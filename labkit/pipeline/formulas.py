@@ -1,0 +1,233 @@
+"""Pipeline bubbles: the formulas (pure, no torch).
+
+P stages (``num_stages``), M microbatches (``num_microbatches``), V virtual stages (model
+chunks) per rank for the interleaved schedule. The ideal schedules these formulas describe are
+simulated in :mod:`labkit.pipeline.schedules`.
+
+GPipe and 1F1B idle every stage for the same P−1 microbatch slots (fill and drain), so over a
+step of M + P − 1 slots the bubble is written two ways, both in use:
+
+* share of the step, :func:`bubble_fraction`: (P − 1) / (P − 1 + M);
+* time relative to the ideal (bubble-free) step, :func:`bubble_over_ideal`: (P − 1) / M, as the
+  Ultra-Scale Playbook and the zero-bubble paper write it (P = 4, M = 4: 0.75 against 3/7).
+
+Interleaving V chunks per rank makes the fill/drain slots V times shorter; the zero-bubble
+schedule ZB-H1 fills them with weight gradients, leaving about a third of them (forward,
+input-gradient and weight-gradient passes of equal length). 1F1B does not shrink the bubble;
+it caps the activations a stage holds at P microbatches instead of M.
+
+:func:`timeline_split` reads the bubble off a measured timeline instead: compute, the idle
+spent waiting for another rank's compute (fill and drain), and the rest (messages, scheduling).
+"""
+
+from __future__ import annotations
+
+from labkit.config import positive_int
+from labkit.errors import UsageError
+
+SCHEDULES = ("naive_gpipe", "gpipe", "1f1b", "interleaved", "zero_bubble")
+
+
+def _slots(num_stages, num_microbatches, schedule, virtual_stages) -> tuple[int, float]:
+    """(P − 1, the bubble-free step in fill/drain slots) for one schedule."""
+    if schedule not in SCHEDULES:
+        raise UsageError(f"unknown schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
+    p = positive_int("num_stages", num_stages)
+    m = positive_int("num_microbatches", num_microbatches)
+    if schedule == "interleaved":
+        return p - 1, positive_int("virtual_stages", virtual_stages) * m
+    return p - 1, (3 * m if schedule == "zero_bubble" else m)
+
+
+def bubble_fraction(*, num_stages: int, num_microbatches: int, schedule: str = "gpipe",
+                    virtual_stages: int = 1) -> float:
+    """The share of a step each stage idles, by schedule (P stages, M microbatches, V chunks):
+
+    * naive_gpipe, gpipe, 1f1b: (P−1)/(P−1+M) (1F1B idles as long as GPipe, with less memory);
+    * interleaved: (P−1)/(V·M+P−1) (the fill/drain slots are V times shorter);
+    * zero_bubble (ZB-H1): (P−1)/(P−1+3M) (forward, input and weight gradient equally long).
+
+    P = 8, M = 16: 7/23; P = 4, M = 8, V = 2 interleaved: 3/19.
+
+    >>> round(bubble_fraction(num_stages=8, num_microbatches=16), 4)
+    0.3043
+    >>> bubble_fraction(num_stages=4, num_microbatches=4, schedule="1f1b")
+    0.42857142857142855
+    >>> round(bubble_fraction(num_stages=4, num_microbatches=8, schedule="interleaved",
+    ...                       virtual_stages=2), 4)
+    0.1579
+    >>> bubble_fraction(num_stages=2, num_microbatches=3, schedule="zero_bubble")
+    0.1
+    """
+    idle, ideal = _slots(num_stages, num_microbatches, schedule, virtual_stages)
+    return idle / (ideal + idle)
+
+
+def bubble_over_ideal(*, num_stages: int, num_microbatches: int, schedule: str = "gpipe",
+                      virtual_stages: int = 1) -> float:
+    """Bubble time over the ideal step's time (the other convention): (P−1)/M for GPipe and
+    1F1B, (P−1)/(V·M) interleaved, (P−1)/(3M) for zero_bubble (ZB-H1). It is
+    b / (1 − b) of :func:`bubble_fraction`'s b, and exceeds 1 when M < P − 1.
+
+    >>> bubble_over_ideal(num_stages=4, num_microbatches=4)
+    0.75
+    >>> bubble_over_ideal(num_stages=2, num_microbatches=4, schedule="zero_bubble")
+    0.08333333333333333
+    """
+    idle, ideal = _slots(num_stages, num_microbatches, schedule, virtual_stages)
+    return idle / ideal
+
+
+def bubble_time(*, num_stages: int, num_microbatches: int, stage_compute_s: float) -> float:
+    """Idle time per step of one stage: (P−1)/M · T, with T = that stage's compute for the
+    whole batch (forward + backward of all M microbatches).
+
+    >>> bubble_time(num_stages=4, num_microbatches=8, stage_compute_s=1.0)
+    0.375
+    """
+    if stage_compute_s < 0:
+        raise UsageError(f"stage compute time must be >= 0, got {stage_compute_s}")
+    p = positive_int("num_stages", num_stages)
+    m = positive_int("num_microbatches", num_microbatches)
+    return (p - 1) / m * stage_compute_s
+
+
+def predicted_step_time(*, num_stages: int, num_microbatches: int, slot_s: float,
+                        schedule: str = "gpipe", virtual_stages: int = 1) -> float:
+    """The step a schedule takes when one microbatch's forward + backward on one stage takes
+    ``slot_s`` (t_slot, measured at this M) and messages cost nothing: M · t_slot / (1 − bubble),
+    that is (M + P − 1) · t_slot for GPipe and 1F1B.
+
+    >>> predicted_step_time(num_stages=2, num_microbatches=4, slot_s=0.01)
+    0.05
+    >>> round(predicted_step_time(num_stages=2, num_microbatches=4, slot_s=0.03,
+    ...                           schedule="zero_bubble"), 4)
+    0.13
+    """
+    if not slot_s >= 0:
+        raise UsageError(f"slot time must be >= 0, got {slot_s}")
+    idle, ideal = _slots(num_stages, num_microbatches, schedule, virtual_stages)
+    return num_microbatches * slot_s * (ideal + idle) / ideal
+
+
+def measured_bubble(busy_s_per_rank, step_time_s: float) -> float:
+    """bubble = 1 − Σ busy / (P × step time), step time = the slowest rank's.
+
+    >>> measured_bubble([0.5, 0.5], 1.0)
+    0.5
+    """
+    busy = [float(b) for b in busy_s_per_rank]
+    if not busy or step_time_s <= 0 or min(busy) < 0:
+        raise UsageError("need busy times >= 0 for at least one rank and a step time > 0")
+    return 1.0 - sum(busy) / (len(busy) * step_time_s)
+
+
+def _needs(kind: str, stage: int, microbatch: int, last_stage: int):
+    """The block whose result this block waits for: a forward the previous stage's forward, a
+    backward (input gradient) the next stage's, the last stage's backward its own forward, a
+    weight gradient its own input gradient."""
+    if kind == "F":
+        return ("F", stage - 1, microbatch) if stage > 0 else None
+    if kind == "B":
+        return ("B", stage + 1, microbatch) if stage < last_stage else ("F", stage, microbatch)
+    return ("B", stage, microbatch)
+
+
+def _merged(intervals) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, z in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], z)
+        else:
+            out.append([a, z])
+    return [(a, z) for a, z in out]
+
+
+def _overlap(a: float, z: float, intervals) -> float:
+    return sum(max(0.0, min(z, e) - max(a, s)) for s, e in intervals)
+
+
+def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | None = None) -> dict:
+    """Split a step of P ranks into compute, fill/drain bubble and the rest, from its blocks.
+
+    ``blocks``: dicts with ``rank, stage, kind ("F", "B" or "W"), microbatch, start_s, end_s``
+    on one clock (the worker's, or :func:`labkit.pipeline.schedules.simulate`'s). Each stretch
+    of a rank's idle time (step start to its first block, between blocks, its last block to
+    the step end) is split in two:
+
+    * **bubble** (fill and drain): the part while the rank waits for a result another rank
+      has not computed yet (a forward from the stage before, a gradient from the stage after;
+      after its last block, the end of the step) *and* another rank is computing. This is the
+      schedule's idle time: (P−1)/(P−1+M) of the step in the ideal schedule;
+    * **other**: the rest: the input was computed but is not here yet (a message on its way,
+      the scheduler's work), the input needs no other rank (the first stage's forwards), or
+      no rank computes at all (start-up, wind-down, a stall of the whole pipeline).
+
+    A delay cascades: a rank that starts late computes late, and a rank waiting for that
+    result counts the wait as bubble (it waits while the other computes).
+
+    Returns totals over ranks (``compute_s``, ``bubble_s``, ``other_s``), their shares of
+    P × the step (``compute_share``, ``bubble_share``, ``other_share``; they sum to 1), the
+    step (``step_s``) and ``per_rank``: the same seconds for each rank. ``step_end_s``: the
+    last block's end when not given.
+
+    GPipe, P = 2, M = 1 (forward 1 s, backward 2 s): rank 1 waits 1 s for the forward and 2 s
+    for rank 0's backward, rank 0 3 s for the gradient. With a 0.5 s message before rank 0's
+    backward, each rank idles 0.5 s more, and that is 'other':
+
+    >>> ideal = [dict(rank=0, stage=0, kind="F", microbatch=0, start_s=0, end_s=1),
+    ...          dict(rank=1, stage=1, kind="F", microbatch=0, start_s=1, end_s=2),
+    ...          dict(rank=1, stage=1, kind="B", microbatch=0, start_s=2, end_s=4),
+    ...          dict(rank=0, stage=0, kind="B", microbatch=0, start_s=4, end_s=6)]
+    >>> s = timeline_split(ideal)
+    >>> s["compute_s"], s["bubble_s"], s["other_s"], s["bubble_share"]
+    (6.0, 6.0, 0.0, 0.5)
+    >>> late = ideal[:3] + [dict(ideal[3], start_s=4.5, end_s=6.5)]
+    >>> s = timeline_split(late)
+    >>> s["bubble_s"], s["other_s"], [r["other_s"] for r in s["per_rank"]]
+    (6.0, 1.0, [0.5, 0.5])
+    """
+    blocks = [dict(b) for b in blocks]
+    if not blocks:
+        raise UsageError("timeline_split needs at least one block")
+    for b in blocks:
+        if b["kind"] not in ("F", "B", "W") or not b["end_s"] >= b["start_s"]:
+            raise UsageError(f"a block needs kind F, B or W and end_s >= start_s, got {b}")
+    start = float(step_start_s)
+    first = min(float(b["start_s"]) for b in blocks)
+    last = max(float(b["end_s"]) for b in blocks)
+    end = last if step_end_s is None else float(step_end_s)
+    if end < last or start > first:
+        raise UsageError(f"the step [{start}, {end}] must hold every block (they span "
+                         f"[{first}, {last}])")
+    last_stage = max(int(b["stage"]) for b in blocks)
+    done = {(b["kind"], int(b["stage"]), int(b["microbatch"])): float(b["end_s"]) for b in blocks}
+    ranks = sorted({int(b["rank"]) for b in blocks})
+    per_rank = []
+    for rank in ranks:
+        others = _merged((float(b["start_s"]), float(b["end_s"])) for b in blocks
+                         if int(b["rank"]) != rank)
+        mine = sorted((b for b in blocks if int(b["rank"]) == rank), key=lambda b: b["start_s"])
+        compute = bubble = other = 0.0
+        cursor = start
+        # (idle until, waiting for a result until) per idle stretch; the last waits for the end
+        for b in [*mine, None]:
+            if b is None:
+                until = ready = end
+            else:
+                until = float(b["start_s"])
+                need = _needs(b["kind"], int(b["stage"]), int(b["microbatch"]), last_stage)
+                ready = done.get(need, start) if need else start
+            if until > cursor:
+                wait = _overlap(cursor, min(until, ready), others)
+                bubble += wait
+                other += until - cursor - wait
+            if b is not None:
+                compute += max(0.0, float(b["end_s"]) - max(until, cursor))  # overlaps once
+                cursor = max(cursor, float(b["end_s"]))
+        per_rank.append({"rank": rank, "compute_s": compute, "bubble_s": bubble,
+                         "other_s": other})
+    total = len(per_rank) * (end - start)
+    out = {k: sum(r[k] for r in per_rank) for k in ("compute_s", "bubble_s", "other_s")}
+    shares = {k.replace("_s", "_share"): (v / total if total > 0 else 0.0) for k, v in out.items()}
+    return {**out, **shares, "step_s": end - start, "per_rank": per_rank}

@@ -1,0 +1,351 @@
+"""What a pipeline sweep's rows hold, and the tables made of them (pure: pandas only).
+
+:data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
+results file upserts by; :func:`bubble_table` the table ``labkit pipeline`` prints;
+:func:`series`, :func:`best_microbatches` and :func:`conventions` the selections notebook 06
+makes; :func:`bubble_sentence`, :func:`step_sentence` and :func:`best_m_sentence` the verdicts
+it prints, computed from the rows; :func:`bubble_laws`, :func:`step_laws`,
+:func:`best_m_laws` and :func:`over_ideal_laws` its law tables (:mod:`labkit.book.laws`);
+:func:`schedule_blocks` and :func:`ideal_blocks` the measured and the ideal forward and
+backward blocks of one row, for :func:`labkit.pipeline.plots.schedule_diagram`.
+"""
+
+from __future__ import annotations
+
+from labkit.results import Column, select_rows
+
+#: what makes a row a different measurement of the same point: the schedule, P, M, V, the
+#: model's size, the backend and node count
+KEY = ("schedule", "num_stages", "num_microbatches", "virtual_stages", "layers", "hidden",
+       "batch", "backend", "nnodes")
+
+#: how close the fill/drain bubble read off the timeline should come to the formula (absolute)
+BUBBLE_TOLERANCE = 0.05
+#: how close (M + P − 1) × t_slot(M) should come to the measured step (percent)
+STEP_TOLERANCE_PCT = 15.0
+
+COLUMNS = (
+    Column("schedule", "", "naive_gpipe, gpipe, 1f1b, interleaved or zero_bubble"),
+    Column("num_stages", "", "P: pipeline stages, one per rank"),
+    Column("num_microbatches", "", "M: microbatches per step"),
+    Column("virtual_stages", "", "V: model chunks per rank (1 unless interleaved)"),
+    Column("layers", "", "Linear+tanh blocks of the model"),
+    Column("hidden", "", "width of every layer"),
+    Column("batch", "", "samples per step"),
+    Column("microbatch_size", "", "samples per microbatch: batch / M"),
+    Column("steps", "", "timed steps"),
+    Column("step_time_s", "s", "step time, the slowest rank's, median over steps"),
+    Column("step_time_p10_s", "s", "10th percentile of the step times"),
+    Column("step_time_p90_s", "s", "90th percentile of the step times"),
+    Column("busy_time_s", "s", "time inside forward and backward, summed over ranks (median step)"),
+    Column("busy_per_microbatch_s", "s", "busy_time_s / (P x M): one stage's F + B of a microbatch"),
+    Column("forward_time_s", "s", "one stage's forward of one microbatch, median"),
+    Column("backward_time_s", "s", "one stage's backward of one microbatch, median (zero_bubble: "
+                                   "the input-gradient pass B; its first stage runs all of the "
+                                   "backward there)"),
+    Column("weight_time_s", "s", "zero_bubble: one stage's weight-gradient pass W of one "
+                                 "microbatch, median (None for the other schedules)"),
+    Column("bubble_measured", "", "1 - busy_time_s / (P x step_time_s), median over steps"),
+    Column("bubble_formula", "", "(P-1)/(P-1+M); interleaved (P-1)/(V M+P-1); zero_bubble "
+                                 "(P-1)/(P-1+3M)"),
+    Column("bubble_error", "", "bubble_measured - bubble_formula"),
+    Column("bubble_fill_drain", "", "share of P x step the ranks idle waiting for another rank's "
+                                    "compute (fill and drain), read off the timeline "
+                                    "(formulas.timeline_split), median over steps"),
+    Column("bubble_fill_drain_error", "", "bubble_fill_drain - bubble_formula"),
+    Column("idle_other", "", "share of P x step idle for other reasons: messages in flight, "
+                             "scheduling, waits the schedule does not need (median over steps)"),
+    Column("compute_share", "", "share of P x step inside forward and backward blocks (median)"),
+    Column("bubble_over_ideal_formula", "", "the other convention, bubble time / ideal step: "
+                                            "(P-1)/M; interleaved (P-1)/(V M); zero_bubble "
+                                            "(P-1)/(3M)"),
+    Column("bubble_over_ideal_measured", "", "fill/drain bubble time / compute time, read off "
+                                             "the timeline (median over steps)"),
+    Column("slot_time_s", "s", "t_slot(M): one stage's forward + backward (+ W) of one "
+                               "microbatch, mean over the step's P x M (median over steps)"),
+    Column("step_time_predicted_s", "s", "M t_slot / (1 - bubble_formula): (M+P-1) t_slot for "
+                                         "gpipe and 1f1b"),
+    Column("step_time_error_pct", "%", "100 (step_time_predicted_s - step_time_s) / step_time_s"),
+    Column("matches_single_process", "", "output and gradients equal one process running "
+                                          "every layer (absent with check off)"),
+    Column("max_output_diff", "", "largest |output - single-process output|"),
+    Column("max_grad_diff", "", "largest |gradient - single-process gradient|"),
+    Column("blocks", "", "the last timed step's F/B (and W) blocks on one clock from the step's "
+                         "start: rank, stage, kind, microbatch, start_s, end_s"),
+)
+
+#: the table ``labkit pipeline`` prints
+TABLE_COLUMNS = ("schedule", "num_stages", "num_microbatches", "microbatch_size", "step_ms",
+                 "predicted_ms", "step_error_pct", "slot_ms", "bubble_fill_drain",
+                 "bubble_formula", "idle_other", "bubble_measured", "matches_single_process",
+                 "oversubscribed")
+
+FORMULA_LINE = ("fill/drain bubble = idle waiting for another rank's compute, read off the "
+                "timeline; formula (P−1)/(P−1+M), interleaved (P−1)/(V·M+P−1), zero_bubble "
+                "(P−1)/(P−1+3M)\npredicted step = M·t_slot/(1 − formula) = (M+P−1)·t_slot; "
+                "bubble_measured = 1 − Σ busy / (P × step time)")
+
+OVERSUBSCRIBED_NOTE = ("note: oversubscribed (more rank-threads than cores): ranks take turns "
+                       "on cores, so idle time is not only the pipeline's bubble")
+
+
+def bubble_table(df) -> str:
+    """The table ``labkit pipeline`` prints: the formulas, one line per (schedule, P, M) with
+    the measured and predicted step, t_slot, the fill/drain bubble beside the formula, the rest
+    of the idle time, and per (schedule, P) which M gave the shortest step and why."""
+    import io
+
+    from labkit.cliargs import print_frame
+
+    out = io.StringIO()
+    shown = df.assign(step_ms=df.step_time_s * 1e3, predicted_ms=df.step_time_predicted_s * 1e3,
+                      step_error_pct=df.step_time_error_pct, slot_ms=df.slot_time_s * 1e3)
+    print(FORMULA_LINE, file=out)
+    print_frame(shown, TABLE_COLUMNS, file=out)
+    for (s, p), part in df.groupby(["schedule", "num_stages"], sort=False):
+        print(bubble_sentence(part, s, num_stages=p), file=out)
+        if part.num_microbatches.nunique() > 1:
+            print(best_m_sentence(part, s, num_stages=p), file=out)
+    return out.getvalue().rstrip("\n")
+
+
+def series(df, schedule: str, num_stages: int | None = None):
+    """The rows of one schedule (and P: the smallest in the rows when not given), by M.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"schedule": ["gpipe"] * 3, "num_stages": [2] * 3,
+    ...                    "num_microbatches": [4, 1, 2]})
+    >>> list(series(df, "gpipe").num_microbatches)
+    [1, 2, 4]
+    """
+    from labkit.errors import UsageError
+
+    part = select_rows(df, schedule=schedule)
+    if part.empty:
+        raise UsageError(f"no rows for schedule {schedule} (have {sorted(set(df.schedule))})")
+    p = int(part.num_stages.min()) if num_stages is None else num_stages
+    part = select_rows(part, num_stages=p)
+    if part.empty:
+        raise UsageError(f"no rows for {schedule} at P={p}")
+    return part.sort_values("num_microbatches", kind="stable")
+
+
+def _series_at(df, schedule: str, num_stages: int | None):
+    """:func:`series` and its P (what every sentence starts from)."""
+    part = series(df, schedule, num_stages)
+    return part, int(part.num_stages.iloc[0])
+
+
+def best_microbatches(df, schedule: str, num_stages: int | None = None):
+    """The row of the M with the shortest measured step (one schedule, one P)."""
+    part = series(df, schedule, num_stages)
+    return part.loc[part.step_time_s.idxmin()]
+
+
+def bubble_sentence(df, schedule: str, num_stages: int | None = None,
+                    tolerance: float = BUBBLE_TOLERANCE) -> str:
+    """Whether the fill/drain bubble read off the timeline falls with M, and whether it stays
+    within ``tolerance`` of the formula at every M, in one sentence from the rows.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": [1, 8],
+    ...                    "bubble_fill_drain": [0.49, 0.13], "bubble_formula": [0.5, 1 / 9],
+    ...                    "idle_other": [0.02, 0.04]})
+    >>> bubble_sentence(df, "gpipe")
+    'gpipe, P = 2: the fill/drain bubble read off the timeline falls from 0.49 at M = 1 to 0.13 at M = 8, within 0.05 of the formula at every M.'
+    """
+    part, p = _series_at(df, schedule, num_stages)
+    lo, hi = part.iloc[0], part.iloc[-1]
+    head = f"{schedule}, P = {p}: the fill/drain bubble read off the timeline "
+    if len(part) == 1:
+        head += f"is {lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches}"
+    elif hi.bubble_fill_drain < lo.bubble_fill_drain:
+        head += (f"falls from {lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches} to "
+                 f"{hi.bubble_fill_drain:.2f} at M = {hi.num_microbatches}")
+    else:
+        head += (f"does not fall: {lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches}, "
+                 f"{hi.bubble_fill_drain:.2f} at M = {hi.num_microbatches}")
+    err = part.bubble_fill_drain - part.bubble_formula
+    off = part[err.abs() > tolerance]
+    if off.empty:
+        return head + f", within {tolerance:g} of the formula at every M."
+    worst = off.loc[(off.bubble_fill_drain - off.bubble_formula).abs().idxmax()]
+    ms = ", ".join(str(m) for m in off.num_microbatches)
+    return (head + f"; it is more than {tolerance:g} from the formula at M = {ms} (worst "
+            f"{worst.bubble_fill_drain - worst.bubble_formula:+.3f} at M = "
+            f"{worst.num_microbatches}, where the rest of the idle time, messages and "
+            f"scheduling, is {worst.idle_other:.2f} of the step).")
+
+
+def step_sentence(df, schedule: str, num_stages: int | None = None,
+                  tolerance_pct: float = STEP_TOLERANCE_PCT) -> str:
+    """Whether (M + P − 1) × t_slot(M) predicts the measured step within ``tolerance_pct``.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"schedule": "1f1b", "num_stages": 2, "num_microbatches": [2, 4],
+    ...                    "step_time_error_pct": [-3.0, -21.0]})
+    >>> step_sentence(df, "1f1b")
+    '1f1b, P = 2: the predicted step is off by more than 15% at M = 4 (worst -21% at M = 4): idle time the schedule does not explain (messages, scheduling, other jobs on the cores).'
+    """
+    part, p = _series_at(df, schedule, num_stages)
+    worst = part.loc[part.step_time_error_pct.abs().idxmax()]
+    off = part[part.step_time_error_pct.abs() > tolerance_pct]
+    where = f"worst {worst.step_time_error_pct:+.0f}% at M = {worst.num_microbatches}"
+    if off.empty:
+        return (f"{schedule}, P = {p}: (M + P − 1) × t_slot(M) predicts the measured step "
+                f"within {tolerance_pct:g}% at every M ({where}).")
+    ms = ", ".join(str(m) for m in off.num_microbatches)
+    return (f"{schedule}, P = {p}: the predicted step is off by more than {tolerance_pct:g}% at "
+            f"M = {ms} ({where}): idle time the schedule does not explain (messages, "
+            f"scheduling, other jobs on the cores).")
+
+
+def best_m_sentence(df, schedule: str, num_stages: int | None = None) -> str:
+    """Which M gave the shortest step, and why it is (or is not) the largest M: the bubble
+    shrinks while each smaller microbatch costs more per sample.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": [2, 8],
+    ...                    "microbatch_size": [64, 16], "step_time_s": [0.09, 0.1],
+    ...                    "slot_time_s": [0.03, 0.011], "bubble_fill_drain": [0.33, 0.12]})
+    >>> best_m_sentence(df, "gpipe")[:75]
+    'gpipe, P = 2: the shortest step is at M = 2 (90.0 ms), not at the largest M'
+    """
+    part, p = _series_at(df, schedule, num_stages)
+    best, top = best_microbatches(part, schedule, p), part.iloc[-1]
+    if best.num_microbatches == top.num_microbatches:
+        lo = part.iloc[0]
+        c_lo, c_top = (r.num_microbatches * r.slot_time_s * 1e3 for r in (lo, top))
+        bubble = (f"({lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches} -> "
+                  f"{top.bubble_fill_drain:.2f})")
+        compute = f"(compute per stage M × t_slot {c_lo:.1f} -> {c_top:.1f} ms)"
+        if top.bubble_fill_drain >= lo.bubble_fill_drain:
+            why = (f"the fill/drain bubble does not fall {bubble}, compute per stage goes "
+                   f"{c_lo:.1f} -> {c_top:.1f} ms: the other idle time decides")
+        elif c_top > c_lo:
+            why = f"the fill/drain bubble's fall {bubble} outweighs the slower small microbatches {compute}"
+        else:
+            why = f"the fill/drain bubble falls {bubble} and small microbatches cost no more here {compute}"
+        return (f"{schedule}, P = {p}: the shortest step is at the largest M = "
+                f"{top.num_microbatches} ({top.step_time_s * 1e3:.1f} ms): {why}.")
+    per = {r.num_microbatches: r.slot_time_s / r.microbatch_size * 1e3 for r in (best, top)}
+    compute = {r.num_microbatches: r.num_microbatches * r.slot_time_s * 1e3 for r in (best, top)}
+    bubble = ("shrinks" if top.bubble_fill_drain < best.bubble_fill_drain
+              else "does not shrink here")
+    grows = "grows" if compute[top.num_microbatches] > compute[best.num_microbatches] else "changes"
+    return (f"{schedule}, P = {p}: the shortest step is at M = {best.num_microbatches} "
+            f"({best.step_time_s * 1e3:.1f} ms), not at the largest M = {top.num_microbatches} "
+            f"({top.step_time_s * 1e3:.1f} ms): from M = {best.num_microbatches} to "
+            f"{top.num_microbatches} the fill/drain bubble {bubble} ({best.bubble_fill_drain:.2f}"
+            f" -> {top.bubble_fill_drain:.2f} of the step), and each stage's compute per step "
+            f"(M × t_slot) {grows} from {compute[best.num_microbatches]:.1f} to "
+            f"{compute[top.num_microbatches]:.1f} ms: a microbatch of {top.microbatch_size} "
+            f"samples costs {per[top.num_microbatches]:.3f} ms per sample against "
+            f"{per[best.num_microbatches]:.3f} at {best.microbatch_size}.")
+
+
+def conventions(df):
+    """The two ways of writing the bubble side by side, formula and measured, per row: share
+    of the step ((P−1)/(P−1+M)) and time over the ideal step ((P−1)/M)."""
+    cols = ["schedule", "num_stages", "num_microbatches", "bubble_formula", "bubble_fill_drain",
+            "bubble_over_ideal_formula", "bubble_over_ideal_measured"]
+    return df[cols].rename(columns={
+        "bubble_formula": "share (P-1)/(P-1+M)", "bubble_fill_drain": "share measured",
+        "bubble_over_ideal_formula": "over ideal (P-1)/M",
+        "bubble_over_ideal_measured": "over ideal measured"})
+
+
+def _formula_name(schedule: str) -> str:
+    return {"interleaved": "(P−1)/(V·M+P−1)", "zero_bubble": "(P−1)/(P−1+3M)"}.get(
+        schedule, "(P−1)/(P−1+M)")
+
+
+def bubble_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
+    """One law-table row per (schedule, M): the bubble formula against the fill/drain bubble
+    read off the timeline; the absolute ``tolerance`` is stated as a percentage of the formula.
+    """
+    from labkit.book import laws
+
+    return [laws.check(
+        f"bubble {_formula_name(r.schedule)}, {r.schedule} P={r.num_stages} "
+        f"M={r.num_microbatches}", predicted=r.bubble_formula, measured=r.bubble_fill_drain,
+        tolerance_pct=100 * tolerance / r.bubble_formula,
+        note=f"fill/drain share of the step, within {tolerance:g} absolute")
+        for r in select_rows(df, schedule=schedules).itertuples()]
+
+
+def over_ideal_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
+    """The (P−1)/M convention per (schedule, M): bubble time over compute time; the tolerance
+    is the share's ``tolerance`` carried over (d[b/(1−b)] = db/(1−b)²)."""
+    from labkit.book import laws
+
+    return [laws.check(
+        f"bubble over ideal, {r.schedule} P={r.num_stages} M={r.num_microbatches}",
+        predicted=r.bubble_over_ideal_formula, measured=r.bubble_over_ideal_measured,
+        tolerance_pct=100 * tolerance / (r.bubble_formula * (1 - r.bubble_formula)),
+        note=f"share within {tolerance:g} absolute, carried over")
+        for r in select_rows(df, schedule=schedules).itertuples()]
+
+
+def step_laws(df, schedules=None, tolerance_pct: float = STEP_TOLERANCE_PCT) -> list[dict]:
+    """One law-table row per (schedule, M): the step predicted from t_slot(M) against the
+    measured step."""
+    from labkit.book import laws
+
+    return [laws.check(f"step M·t_slot/(1−bubble), {r.schedule} P={r.num_stages} "
+                       f"M={r.num_microbatches}", predicted=r.step_time_predicted_s * 1e3,
+                       measured=r.step_time_s * 1e3, unit="ms", tolerance_pct=tolerance_pct)
+            for r in select_rows(df, schedule=schedules).itertuples()]
+
+
+def best_m_laws(df, schedules=None) -> list[dict]:
+    """Per (schedule, P): the M with the shortest predicted step against the M with the
+    shortest measured step (holds only when they are the same M)."""
+    from labkit.book import laws
+
+    rows = []
+    for (s, p), part in select_rows(df, schedule=schedules).groupby(["schedule", "num_stages"],
+                                                                    sort=False):
+        if part.num_microbatches.nunique() < 2:
+            continue
+        predicted = int(part.loc[part.step_time_predicted_s.idxmin()].num_microbatches)
+        measured = int(part.loc[part.step_time_s.idxmin()].num_microbatches)
+        rows.append(laws.check(f"M with the shortest step, {s} P={p}", predicted=predicted,
+                               measured=measured, tolerance_pct=0,
+                               note="argmin over M of (M+P−1)·t_slot(M) vs the measured step"))
+    return rows
+
+
+def schedule_blocks(df, schedule: str, num_stages: int, num_microbatches: int):
+    """The F/B blocks of one (schedule, P, M) row as a DataFrame (rank, stage, kind,
+    microbatch, start_s, end_s), for :func:`labkit.pipeline.plots.schedule_diagram`."""
+    import pandas as pd
+
+    return pd.DataFrame(_row(df, schedule, num_stages, num_microbatches)["blocks"])
+
+
+def ideal_blocks(df, schedule: str, num_stages: int, num_microbatches: int):
+    """The ideal schedule of one row (:func:`labkit.pipeline.schedules.simulate`) with that
+    row's forward time and t_slot (backward, and W, the rest of t_slot), in seconds: what the
+    measured blocks would be with free messages, equal stages and steady compute."""
+    import pandas as pd
+
+    from labkit.pipeline.schedules import simulate
+
+    r = _row(df, schedule, num_stages, num_microbatches)
+    v = int(r.virtual_stages)
+    forward = r.forward_time_s * v  # one microbatch through a rank's V chunks
+    return pd.DataFrame(simulate(schedule, num_stages, num_microbatches, virtual_stages=v,
+                                 forward_s=forward,
+                                 backward_s=max(r.slot_time_s - forward, 0.0)))
+
+
+def _row(df, schedule, num_stages, num_microbatches):
+    from labkit.errors import UsageError
+
+    sel = select_rows(df, schedule=schedule, num_stages=num_stages,
+                      num_microbatches=num_microbatches)
+    if sel.empty:
+        have = sorted({(r.schedule, r.num_stages, r.num_microbatches) for r in df.itertuples()})
+        raise UsageError(f"no row for {schedule} P={num_stages} M={num_microbatches} (have {have})")
+    return sel.iloc[-1]

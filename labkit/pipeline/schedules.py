@@ -1,0 +1,130 @@
+"""The ideal pipeline schedule (pure, no torch): who runs which forward and backward when.
+
+:func:`simulate` plays the order each rank runs (``_order``, the order of
+``torch.distributed.pipelining``'s schedules) with equal stages and no communication cost; its
+idle fraction is the formula's (:func:`labkit.pipeline.formulas.bubble_fraction`), and
+:func:`labkit.pipeline.plots.schedule_diagram` draws it beside a measured step.
+:func:`stage_layers` is how the lab splits the layers into stages.
+"""
+
+from __future__ import annotations
+
+from labkit.config import positive_int
+from labkit.errors import UsageError
+from labkit.pipeline.formulas import SCHEDULES
+
+
+def _order(schedule: str, p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
+    """The (kind, microbatch, chunk) order one rank runs, as the torch schedules do."""
+    if schedule in ("naive_gpipe", "gpipe"):
+        return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
+    if schedule == "zero_bubble":
+        return _zero_bubble_order(p, m, rank)
+    if schedule == "1f1b":
+        warm = min(m, p - 1 - rank)
+        out = [("F", i, 0) for i in range(warm)]
+        for i in range(m - warm):
+            out += [("F", warm + i, 0), ("B", i, 0)]
+        return out + [("B", i, 0) for i in range(m - warm, m)]
+    # interleaved (Megatron order): forwards sweep the chunks in groups of P microbatches
+    fw = [(i // (p * v) * p + i % p, i // p % v) for i in range(m * v)]
+    bw = [(mb, v - 1 - c) for mb, c in fw]
+    warm = min(m * v, (v - 1) * p + 2 * (p - 1 - rank))
+    out = [("F", mb, c) for mb, c in fw[:warm]]
+    for i in range(m * v - warm):
+        out += [("F", *fw[warm + i]), ("B", *bw[i])]
+    return out + [("B", mb, c) for mb, c in bw[m * v - warm:]]
+
+
+def _zero_bubble_order(p: int, m: int, rank: int) -> list[tuple[str, int, int]]:
+    """ZB-H1 (torch's ScheduleInterleavedZeroBubble with one stage per rank): 1F1B whose
+    backward is split into B (input gradient, sent on at once) and W (weight gradient); rank r
+    holds back r weight gradients and runs them in the drain, where 1F1B would idle."""
+    warm = min(p - 1 - rank, m)
+    out = [("F", i, 0) for i in range(warm)]
+    w = 0
+    for k in range(m):  # k-th input gradient, with the next forward while there is one
+        if warm + k < m:
+            out.append(("F", warm + k, 0))
+        out.append(("B", k, 0))
+        if k >= rank:
+            out.append(("W", w, 0))
+            w += 1
+    return out + [("W", i, 0) for i in range(w, m)]
+
+
+def simulate(schedule: str, num_stages: int, num_microbatches: int, *, virtual_stages: int = 1,
+             forward_s: float = 1.0, backward_s: float = 2.0) -> list[dict]:
+    """Blocks of an ideal run (no communication cost, equal stages): one dict per forward or
+    backward of a microbatch on a rank, with ``rank, stage, kind, microbatch, start_s, end_s``.
+
+    A chunk's forward waits for the previous stage's forward of that microbatch; its backward
+    for the next stage's backward. With V chunks per rank each takes 1/V of the time.
+    ``zero_bubble`` splits each backward into B (input gradient) and W (weight gradient), each
+    half of ``backward_s``; W waits for its own B only.
+
+    GPipe on 2 stages with 1 microbatch: each rank works 3 of 6 slots, the bubble is 1/2.
+
+    >>> from labkit.pipeline.formulas import measured_bubble
+    >>> b = simulate("gpipe", 2, 1)
+    >>> step = max(x["end_s"] for x in b)
+    >>> busy = [sum(x["end_s"] - x["start_s"] for x in b if x["rank"] == r) for r in (0, 1)]
+    >>> step, measured_bubble(busy, step)
+    (6.0, 0.5)
+
+    Zero bubble on 2 stages with 4 microbatches: 13 slots instead of 1F1B's 15.
+
+    >>> max(x["end_s"] for x in simulate("zero_bubble", 2, 4))
+    13.0
+    """
+    p = positive_int("num_stages", num_stages)
+    m = positive_int("num_microbatches", num_microbatches)
+    v = positive_int("virtual_stages", virtual_stages) if schedule == "interleaved" else 1
+    if schedule not in SCHEDULES:
+        raise UsageError(f"unknown schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
+    if schedule == "interleaved" and m % p:
+        raise UsageError(f"the interleaved schedule needs M a multiple of P (M={m}, P={p})")
+    n = p * v
+    split = schedule == "zero_bubble"
+    duration = {"F": forward_s, "B": backward_s / 2 if split else backward_s, "W": backward_s / 2}
+    todo = {r: _order(schedule, p, m, v, r) for r in range(p)}
+    free = dict.fromkeys(range(p), 0.0)
+    done: dict[tuple, float] = {}
+    blocks: list[dict] = []
+    while any(todo.values()):
+        progressed = False
+        for r in range(p):
+            while todo[r]:
+                kind, mb, chunk = todo[r][0]
+                stage = chunk * p + r
+                if kind == "F":
+                    dep = ("F", stage - 1, mb) if stage > 0 else None
+                elif kind == "B":
+                    dep = ("B", stage + 1, mb) if stage < n - 1 else ("F", stage, mb)
+                else:
+                    dep = ("B", stage, mb)
+                if dep is not None and dep not in done:
+                    break
+                start = max(free[r], done.get(dep, 0.0))
+                end = start + duration[kind] / v
+                done[(kind, stage, mb)] = free[r] = end
+                blocks.append({"rank": r, "stage": stage, "kind": kind, "microbatch": mb,
+                               "start_s": start, "end_s": end})
+                todo[r].pop(0)
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"schedule {schedule} P={p} M={m} V={v} deadlocks")  # a bug here
+    return blocks
+
+
+def stage_layers(num_layers: int, num_chunks: int) -> list[range]:
+    """Split layers 0..L−1 into contiguous, near-equal stages (the first ones take the extra).
+
+    >>> stage_layers(10, 4)
+    [range(0, 3), range(3, 6), range(6, 8), range(8, 10)]
+    """
+    n, c = positive_int("layers", num_layers), positive_int("stages", num_chunks)
+    if n < c:
+        raise UsageError(f"{n} layers cannot fill {c} stages")
+    bounds = [k * (n // c) + min(k, n % c) for k in range(c + 1)]
+    return [range(bounds[k], bounds[k + 1]) for k in range(c)]

@@ -1,0 +1,342 @@
+"""Pipeline parallelism on P ranks: measured bubbles of GPipe, 1F1B and interleaved 1F1B.
+
+Run by hand (``labkit pipeline`` builds the same command, one launch per P)::
+
+    torchrun --standalone --nproc-per-node=2 -m labkit.pipeline.worker \\
+        --config '{"schedules": ["naive_gpipe", "gpipe", "1f1b"], "microbatches": [2, 4]}'
+
+A stack of ``layers`` Linear+tanh blocks is split into P stages, one per rank (P·V chunks,
+looped over the ranks, for ``interleaved``). ``naive_gpipe`` is the teaching version: all
+forwards with blocking send/recv, then all backwards. ``gpipe``, ``1f1b``, ``interleaved`` and
+``zero_bubble`` are ``torch.distributed.pipelining``'s ScheduleGPipe, Schedule1F1B,
+ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble with one stage per rank (ZB-H1:
+the backward split into an input-gradient pass B and a weight-gradient pass W).
+
+Every stage module is wrapped so that each forward and backward of a microbatch (and each W)
+records its start and end on this rank's clock, relative to the step's start (after a
+barrier); ranks on one host are put on one clock (``time.perf_counter`` is the machine's
+monotonic clock). Per step: busy = Σ (forward + backward) on a rank, step time = the slowest
+rank's, bubble = 1 − Σ_ranks busy / (P × step time), and the timeline's split into compute,
+fill/drain bubble and the rest (:func:`labkit.pipeline.formulas.timeline_split`). Known:
+pipelining on gloo can hang; the launcher's timeout ends such a run.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import socket
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from labkit import runtime
+from labkit.harness import worker_main
+from labkit.pipeline.config import PipelineConfig
+from labkit.pipeline.formulas import (
+    bubble_fraction,
+    bubble_over_ideal,
+    measured_bubble,
+    predicted_step_time,
+    timeline_split,
+)
+from labkit.pipeline.schedules import stage_layers
+
+
+class _Mark(torch.autograd.Function):
+    """Identity whose backward calls ``cb``: marks where a stage's backward starts or ends."""
+
+    @staticmethod
+    def forward(ctx, x, anchor, cb):
+        ctx.cb = cb
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.cb()
+        return grad, None, None
+
+
+class Timed(nn.Module):
+    """A stage's layers, recording (kind, microbatch, start_s, end_s) of each F and B (and W,
+    through :meth:`timed_weight`)."""
+
+    def __init__(self, layers: nn.Module, stage: int):
+        super().__init__()
+        self.layers, self.stage = layers, stage
+        # requires grad so the input mark's backward runs even on stage 0 (input is data)
+        self._anchor = torch.zeros((), requires_grad=True)
+        self.reset(time.perf_counter())
+
+    def reset(self, origin: float) -> None:
+        self.origin, self.records, self._fwd, self._bwd_start = origin, [], 0, {}
+
+    def _start_backward(self, mb: int) -> None:
+        self._bwd_start[mb] = time.perf_counter()
+
+    def _end_backward(self, mb: int) -> None:
+        self._record("B", mb, self._bwd_start.pop(mb), time.perf_counter())
+
+    def _record(self, kind, mb, t0, t1) -> None:
+        self.records.append({"stage": self.stage, "kind": kind, "microbatch": mb,
+                             "start_s": t0 - self.origin, "end_s": t1 - self.origin})
+
+    def forward(self, x):
+        mb, t0 = self._fwd, time.perf_counter()
+        self._fwd += 1
+        x = _Mark.apply(x, self._anchor, functools.partial(self._end_backward, mb))
+        y = self.layers(x)
+        # a hook, not a mark: the stage output must not be a view (the zero-bubble schedule
+        # detaches it in place); the hook runs when the output's gradient arrives
+        y.register_hook(functools.partial(self._backward_hook, mb))
+        self._record("F", mb, t0, time.perf_counter())
+        return y
+
+    def _backward_hook(self, mb: int, grad) -> None:
+        self._start_backward(mb)
+
+    def timed_weight(self, weight_pass):
+        """``PipelineStage.backward_weight_one_chunk`` that records a W block. On the first
+        stage the schedule runs the whole backward there: W starts where that B ends."""
+        def run(mb: int, *args, **kwargs):
+            n, t0 = len(self.records), time.perf_counter() - self.origin
+            out = weight_pass(mb, *args, **kwargs)
+            t1 = time.perf_counter() - self.origin
+            inner = [r["end_s"] for r in self.records[n:] if r["kind"] == "B"]
+            self.records.append({"stage": self.stage, "kind": "W", "microbatch": mb,
+                                 "start_s": max([t0, *inner]), "end_s": t1})
+            return out
+        return run
+
+
+def build_model(cfg: PipelineConfig) -> nn.Sequential:
+    torch.manual_seed(cfg.seed)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.Tanh())
+                           for _ in range(cfg.layers)])
+
+
+def naive_gpipe_step(stage: Timed, rank: int, p: int, m: int, x, target):
+    """GPipe by hand: all M forwards (recv, compute, send), then all M backwards."""
+    mb = x.shape[0] // m
+    ins, outs = [], []
+    for i in range(m):
+        if rank == 0:
+            a = x[i * mb:(i + 1) * mb]
+        else:
+            a = torch.empty(mb, x.shape[1])
+            dist.recv(a, src=rank - 1)
+            a.requires_grad_()
+        y = stage(a)
+        if rank < p - 1:
+            dist.send(y.detach(), dst=rank + 1)
+        ins.append(a)
+        outs.append(y)
+    for i in range(m):
+        if rank == p - 1:
+            # loss per microbatch / M: the gradient of the full-batch mean loss
+            (F.mse_loss(outs[i], target[i * mb:(i + 1) * mb]) / m).backward()
+        else:
+            g = torch.empty_like(outs[i])
+            dist.recv(g, src=rank + 1)
+            outs[i].backward(g)
+        if rank > 0:
+            dist.send(ins[i].grad, dst=rank - 1)
+    return torch.cat([o.detach() for o in outs]) if rank == p - 1 else None
+
+
+def make_runner(schedule: str, m: int, mods: list[Timed], rt, cfg: PipelineConfig, chunks: int):
+    """A function step(x, target) -> output on the last rank (None elsewhere)."""
+    p, rank = rt.world_size, rt.rank
+    if schedule == "naive_gpipe":
+        return functools.partial(naive_gpipe_step, mods[0], rank, p, m)
+    from torch.distributed import pipelining as pp
+
+    def example(stage: int):
+        # shapes given up front skip the shape-inference exchange (one less place to hang);
+        # a stage's input must require grad, or no gradient is sent back to the stage before
+        return torch.empty(cfg.batch // m, cfg.hidden, requires_grad=stage > 0)
+
+    stages = [pp.PipelineStage(mod, mod.stage, chunks, rt.device, input_args=example(mod.stage),
+                               output_args=example(chunks)) for mod in mods]
+    if schedule == "interleaved":
+        sched = pp.ScheduleInterleaved1F1B(stages, n_microbatches=m, loss_fn=F.mse_loss)
+    elif schedule == "zero_bubble":
+        for stage, mod in zip(stages, mods):
+            stage.backward_weight_one_chunk = mod.timed_weight(stage.backward_weight_one_chunk)
+        # one stage per rank: ZB-H1. ScheduleZBVZeroBubble and ScheduleDualPipeV need two
+        # stages per rank in a V; the looped ZB schedule is the one that fits this lab's stages
+        sched = pp.ScheduleInterleavedZeroBubble(stages, n_microbatches=m, loss_fn=F.mse_loss)
+    else:
+        cls = pp.ScheduleGPipe if schedule == "gpipe" else pp.Schedule1F1B
+        sched = cls(stages[0], n_microbatches=m, loss_fn=F.mse_loss)
+
+    def step(x, target):
+        args = (x,) if rank == 0 else ()
+        kw = {"target": target, "losses": []} if rank == p - 1 else {}
+        out = sched.step(*args, **kw)
+        return out.detach() if rank == p - 1 else None
+    return step
+
+
+def one_step(runner, mods: list[Timed], x, target):
+    """Zero grads, barrier, one step; (this rank's step seconds, output, records, the step's
+    start on this machine's monotonic clock)."""
+    for mod in mods:
+        mod.layers.zero_grad(set_to_none=True)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for mod in mods:
+        mod.reset(t0)
+    out = runner(x, target)
+    return time.perf_counter() - t0, out, [r for mod in mods for r in mod.records], t0
+
+
+def one_clock(gathered, same_host: bool) -> list[tuple[float, list[dict]]]:
+    """Per step: (step end, every rank's blocks) on one clock that starts at the first rank's
+    step start. ``gathered[r]`` = rank r's (step seconds, records, starts) of every step. On
+    one host the ranks' monotonic clocks are the same clock; across hosts the barrier's exit
+    is the common start."""
+    out = []
+    for k in range(len(gathered[0][0])):
+        t0 = [g[2][k] for g in gathered]
+        shift = [t - min(t0) if same_host else 0.0 for t in t0]
+        blocks = [{"rank": r, **b, "start_s": b["start_s"] + shift[r],
+                   "end_s": b["end_s"] + shift[r]}
+                  for r, g in enumerate(gathered) for b in g[1][k]]
+        out.append((max(shift[r] + g[0][k] for r, g in enumerate(gathered)), blocks))
+    return out
+
+
+def check(runner, mods, rt, x, target, reference) -> dict:
+    """Output and gradients of one pipelined step against one process running every layer."""
+    _, out, _, _ = one_step(runner, mods, x, target)
+    grads = {f"{mod.stage}.{name}": prm.grad.clone()
+             for mod in mods for name, prm in mod.layers.named_parameters()}
+    parts = [None] * rt.world_size
+    dist.all_gather_object(parts, (out, grads))
+    if rt.rank != 0:
+        return {}
+    ref_out, ref_grads = reference
+    got_out = parts[-1][0]
+    got = {k: v for _, g in parts for k, v in g.items()}
+    out_diff = float((got_out - ref_out).abs().max())
+    grad_diff = max(float((got[k] - ref_grads[k]).abs().max()) for k in ref_grads)
+    ok = (set(got) == set(ref_grads) and torch.allclose(got_out, ref_out, rtol=1e-4, atol=1e-6)
+          and all(torch.allclose(got[k], ref_grads[k], rtol=1e-4, atol=1e-6) for k in ref_grads))
+    return {"matches_single_process": bool(ok), "max_output_diff": out_diff,
+            "max_grad_diff": grad_diff}
+
+
+def reference_run(model: nn.Sequential, x, target):
+    """Single process, whole batch, every layer: the output and each layer's gradients. The
+    weights never change (no optimizer step), so one reference serves every (schedule, M)."""
+    model = copy.deepcopy(model)
+    model.zero_grad(set_to_none=True)  # the copy carries the last measured step's gradients
+    out = model(x)
+    F.mse_loss(out, target).backward()
+    return out.detach(), [{n: prm.grad.clone() for n, prm in layer.named_parameters()}
+                          for layer in model]
+
+
+def stage_keyed(reference, spans):
+    """The reference's gradients keyed like the stages' parameters ("stage.layer.name")."""
+    out, layers = reference
+    return out, {f"{stage}.{j}.{n}": g for stage, span in enumerate(spans)
+                 for j, i in enumerate(span) for n, g in layers[i].items()}
+
+
+def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
+            reference=None) -> dict | None:
+    p, rank = rt.world_size, rt.rank
+    v = cfg.virtual_stages if schedule == "interleaved" else 1
+    spans = stage_layers(cfg.layers, p * v)
+    mine = list(range(rank, p * v, p))  # looped placement: rank r holds stages r, r+P, ...
+    mods = [Timed(nn.Sequential(*[model[i] for i in spans[s]]), s) for s in mine]
+    runner = make_runner(schedule, m, mods, rt, cfg, p * v)
+    row = {}
+    if cfg.check:
+        ref = stage_keyed(reference, spans) if rank == 0 else None
+        row.update(check(runner, mods, rt, x, target, ref))
+    for _ in range(cfg.warmup):
+        one_step(runner, mods, x, target)
+    kinds = 3 if schedule == "zero_bubble" else 2  # F, B (and W)
+    steps, recs_per_step, starts = [], [], []
+    for _ in range(cfg.steps):
+        t, _, recs, t0 = one_step(runner, mods, x, target)
+        if len(recs) != kinds * m * len(mods):
+            raise RuntimeError(f"{schedule}: expected {kinds * m * len(mods)} block records, "
+                               f"got {len(recs)}")
+        steps.append(t)
+        recs_per_step.append(recs)
+        starts.append(t0)
+    gathered = [None] * p
+    dist.all_gather_object(gathered, (steps, recs_per_step, starts, socket.gethostname()))
+    if rank != 0:
+        return None
+    timeline = one_clock(gathered, same_host=len({g[3] for g in gathered}) == 1)
+    splits = [timeline_split(blocks, step_start_s=0.0, step_end_s=end) for end, blocks in timeline]
+    step_all = np.array([g[0] for g in gathered])  # (P, steps)
+    busy_all = np.array([[sum(b["end_s"] - b["start_s"] for b in recs) for recs in g[1]]
+                         for g in gathered])
+    slowest = step_all.max(axis=0)
+    bubbles = [measured_bubble(busy_all[:, k], slowest[k]) for k in range(cfg.steps)]
+    last = timeline[-1][1]
+
+    def median_of(kind):
+        times = [b["end_s"] - b["start_s"] for _, blocks in timeline for b in blocks
+                 if b["kind"] == kind]
+        return float(np.median(times)) if times else None
+
+    # t_slot(M): one stage's forward + backward (+ W) of one microbatch, averaged over the
+    # step's P x M of them (V chunks of a rank count as one stage)
+    slot = float(np.median([sp["compute_s"] for sp in splits])) / (p * m)
+    kw = dict(num_stages=p, num_microbatches=m, schedule=schedule, virtual_stages=v)
+    return {
+        **row, "schedule": schedule, "num_stages": p, "num_microbatches": m,
+        "virtual_stages": v, "layers": cfg.layers, "hidden": cfg.hidden, "batch": cfg.batch,
+        "microbatch_size": cfg.batch // m, "steps": cfg.steps,
+        "step_time_s": float(np.median(slowest)),
+        "step_time_p10_s": float(np.percentile(slowest, 10)),
+        "step_time_p90_s": float(np.percentile(slowest, 90)),
+        "busy_time_s": float(np.median(busy_all.sum(axis=0))),
+        "busy_per_microbatch_s": float(np.median(busy_all.sum(axis=0))) / (p * m),
+        "forward_time_s": median_of("F"), "backward_time_s": median_of("B"),
+        "weight_time_s": median_of("W"),
+        "bubble_measured": float(np.median(bubbles)),
+        "bubble_formula": bubble_fraction(**kw),
+        "bubble_fill_drain": float(np.median([sp["bubble_share"] for sp in splits])),
+        "idle_other": float(np.median([sp["other_share"] for sp in splits])),
+        "compute_share": float(np.median([sp["compute_share"] for sp in splits])),
+        "bubble_over_ideal_formula": bubble_over_ideal(**kw),
+        "bubble_over_ideal_measured": float(np.median(
+            [sp["bubble_s"] / sp["compute_s"] for sp in splits])),
+        "slot_time_s": slot,
+        "step_time_predicted_s": predicted_step_time(slot_s=slot, **kw),
+        "blocks": last,
+    }
+
+
+def run(rt: runtime.Runtime, cfg: PipelineConfig) -> dict:
+    cfg.check_world_size(rt.world_size)
+    model = build_model(cfg)
+    torch.manual_seed(cfg.seed + 1)
+    x, target = torch.randn(cfg.batch, cfg.hidden), torch.randn(cfg.batch, cfg.hidden)
+    reference = reference_run(model, x, target) if cfg.check and rt.rank == 0 else None
+    rows = []
+    for schedule, m in cfg.runnable(rt.world_size):
+        row = measure(schedule, m, model, rt, cfg, x, target, reference)
+        if row is not None:
+            rows.append(row)
+            runtime.print0(f"{schedule} P={rt.world_size} M={m}: step "
+                           f"{row['step_time_s'] * 1e3:.1f} ms, fill/drain bubble "
+                           f"{row['bubble_fill_drain']:.3f} (formula {row['bubble_formula']:.3f}),"
+                           f" predicted step {row['step_time_predicted_s'] * 1e3:.1f} ms")
+    return {"rows": rows}
+
+
+if __name__ == "__main__":
+    worker_main(run, PipelineConfig)

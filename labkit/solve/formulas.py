@@ -1,0 +1,260 @@
+"""The solve lab's arithmetic: bytes per iteration, the bandwidth floor, speedup and efficiency
+columns (pure: no torch).
+
+**Bytes per iteration** is a lower bound on memory traffic: every array an iteration touches is
+read or written exactly once per use (the STREAM/HPCG convention). One local SpMV streams
+``nnz (8 + i) + (rows + 1) i + 8 (rows + halo) + 8 rows`` bytes for ``i``-byte indices (values,
+column indices, row pointers, input, output); vector updates and local dot products stream
+``VECTOR_STREAMS[method] * 8 * rows`` bytes (``x += a p`` is 3 streams: read x, read p, write x).
+The **bandwidth floor** is bytes per iteration / copy bandwidth measured in the same launch on a
+buffer of the same size (so cache effects are the same), and the **bandwidth fraction** is
+floor / measured time per iteration (1.0: as fast as copying those bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from labkit.metrics import speedup, strong_efficiency, throughput_efficiency, weak_efficiency
+
+#: vector streams of n_owned doubles per iteration (see each method in labkit.solve.krylov)
+VECTOR_STREAMS = {
+    "cg": 15,        # p, s: 3 + 3; x, r: 3 + 3; dots (r, r) + (w, r): 1 + 2
+    "pipecg": 21,    # z, s, p, x, r, w: 6 x 3; dots (r, r) + (w, r): 1 + 2
+    "pcg": 20,       # cg + u = r / diag: 3; dots (r, u), (w, u), (r, r): 2 + 2 + 1
+    "bicgstab": 27,  # p: 6; s: 3; x: 6; r: 3; dots: 2 + 4 + 3
+    "minres": 22,    # v: 2; y: 3 + 3; w: 3 + 3 + 2; x: 3; dots (v, y) + (r2, r2): 2 + 1
+}
+#: with the fused kernels (labkit.solve.fused): the four updates in one pass (x, p, s, r, w read
+#: once; x, p, s, r written once: 9), the two dots as before ((r, r): 1, (w, r): 2)
+FUSED_VECTOR_STREAMS = {"cg": 12}
+#: the fewest vector streams a correct iteration of the method must move besides its SpMV: every
+#: vector the recurrences update is read and written once, the others read once, and the dot
+#: products ride on passes that happen anyway (a fused SpMV can sum (r, r) and (w, r) as it
+#: writes w). CG (Chronopoulos-Gear): read x, p, s, r, w, write x, p, s, r.
+MINIMAL_VECTOR_STREAMS = {"cg": 9, "pcg": 11, "pipecg": 13}
+SPMVS_PER_ITERATION = {"cg": 1, "pipecg": 1, "pcg": 1, "bicgstab": 2, "gmres": 1, "minres": 1}
+
+
+def vector_streams(method: str, restart: int = 30, iterations: int | None = None) -> float:
+    """Vector streams per iteration. GMRES(m), CGS2: step j reads the j+1 basis vectors four
+    times (two projections, two updates) plus ~9 streams, on average ``2 (m + 1) + 9`` over a
+    cycle of ``m = min(restart, iterations)`` steps, plus ~1 for the solution update.
+
+    >>> vector_streams("cg"), vector_streams("gmres", restart=30)
+    (15, 72)
+    """
+    if method == "gmres":
+        m = min(restart, iterations) if iterations else restart
+        return 2 * (m + 1) + 10
+    return VECTOR_STREAMS[method]
+
+
+def spmv_bytes(nnz: int, rows: int, halo: int, index_bytes: int = 4, word: int = 8) -> int:
+    """Bytes one local SpMV streams at least (see the module docstring).
+
+    5-point 3x3 grid, one rank (nnz 33, 9 rows), int32 indices:
+    33 * 12 + 10 * 4 + 9 * 8 + 9 * 8 = 580.
+
+    >>> spmv_bytes(33, 9, 0)
+    580
+    """
+    return nnz * (word + index_bytes) + (rows + 1) * index_bytes + (rows + halo) * word + rows * word
+
+
+def bytes_per_iteration(method: str, spmv: int, rows: int, *, restart: int = 30,
+                        iterations: int | None = None, word: int = 8,
+                        fused: bool = False) -> float:
+    """One rank's bytes per iteration as this implementation moves them: SpMVs plus vector
+    streams (the fused kernels' count with ``fused``).
+
+    >>> bytes_per_iteration("cg", 580, 9), bytes_per_iteration("cg", 580, 9, fused=True)
+    (1660, 1444)
+    """
+    streams = (FUSED_VECTOR_STREAMS[method] if fused and method in FUSED_VECTOR_STREAMS
+               else vector_streams(method, restart, iterations))
+    return SPMVS_PER_ITERATION[method] * spmv + streams * word * rows
+
+
+def minimal_bytes_per_iteration(method: str, spmv: int, rows: int, *,
+                                word: int = 8) -> float | None:
+    """The fewest bytes a correct iteration of ``method`` must move on one rank: its SpMVs plus
+    :data:`MINIMAL_VECTOR_STREAMS` (None for the methods it does not cover). A floor built on
+    it is a limit no implementation can beat, unlike one built on this implementation's bytes.
+
+    5-point 3x3 grid, one rank: 580 + 9 x 8 x 9 = 1228 bytes, where the textbook loop moves 1660.
+
+    >>> minimal_bytes_per_iteration("cg", 580, 9)
+    1228
+    """
+    if method not in MINIMAL_VECTOR_STREAMS:
+        return None
+    return SPMVS_PER_ITERATION[method] * spmv + MINIMAL_VECTOR_STREAMS[method] * word * rows
+
+
+def bandwidth_columns(bytes_per_iteration_total: float, time_per_iteration_s: float,
+                      copy_gb_per_s: float) -> dict:
+    """Achieved GB/s, the floor time per iteration and the fraction of the copy bandwidth.
+
+    ``achieved = bytes / t``; ``floor = bytes / copy bandwidth``; ``fraction = floor / t``.
+
+    >>> c = bandwidth_columns(80e6, 0.01, 10.0)
+    >>> c["achieved_gb_per_s"], c["bandwidth_floor_s"], c["bandwidth_fraction"]
+    (8.0, 0.008, 0.8)
+    """
+    achieved = bytes_per_iteration_total / time_per_iteration_s / 1e9
+    floor = bytes_per_iteration_total / (copy_gb_per_s * 1e9)
+    return {"achieved_gb_per_s": achieved, "bandwidth_floor_s": floor,
+            "bandwidth_fraction": floor / time_per_iteration_s}
+
+
+#: rows in one scaling series share these; the 1-rank row of a series is its baseline
+SERIES = ("mode", "dim", "dof_requested", "partitioner", "method", "rhs", "engine", "kernels",
+          "fixed_iterations")
+
+
+def _series(row: dict) -> tuple:
+    return tuple(row.get(k) for k in SERIES)
+
+
+def add_scaling_columns(rows: Sequence[dict], baselines: Sequence[dict] = ()) -> list[dict]:
+    """Speedup and efficiency of each row against the 1-rank row of its series.
+
+    ``rows`` are the new rows; ``baselines`` older rows (from the results file) consulted when
+    a series has no 1-rank row among ``rows``. Rows that failed the gate get no efficiency and
+    are never a baseline. Per mode, with t = solve_time_s, thr = throughput_dof_per_s:
+
+    * strong: speedup s = t1 / tN, efficiency E = s / N;
+    * weak: efficiency E = t1 / tN (ideal: flat time), speedup = N t1 / tN (scaled speedup);
+    * throughput: speedup = thrN / thr1, efficiency E = (thrN / N) / thr1.
+
+    ``efficiency_per_iteration`` repeats the formula on time per iteration: in weak mode CG
+    needs more iterations on the bigger grid, which is the algorithm, not the parallel code.
+
+    >>> rows = [{"mode": "strong", "world_size": n, "solve_time_s": t, "time_per_iteration_s": t,
+    ...          "throughput_dof_per_s": 1 / t, "gate_passed": True} for n, t in ((1, 2.0), (2, 1.25))]
+    >>> [round(r["efficiency"], 2) for r in add_scaling_columns(rows)]
+    [1.0, 0.8]
+    """
+    base: dict[tuple, dict] = {}
+    for row in list(baselines) + list(rows):
+        if row.get("world_size") == 1 and row.get("gate_passed"):
+            base[_series(row)] = row
+    out = []
+    for row in rows:
+        row = dict(row)
+        b = base.get(_series(row))
+        row.update(speedup=None, efficiency=None, efficiency_per_iteration=None)
+        if b is not None and row.get("gate_passed"):
+            n, mode = int(row["world_size"]), row["mode"]
+            t1, tn = b["solve_time_s"], row["solve_time_s"]
+            i1, i_n = b.get("time_per_iteration_s"), row.get("time_per_iteration_s")
+            per_it = i1 is not None and i_n is not None  # torch-sla reports no iterations
+            if mode == "strong":
+                row.update(speedup=speedup(t1, tn), efficiency=strong_efficiency(t1, tn, n),
+                           efficiency_per_iteration=strong_efficiency(i1, i_n, n) if per_it else None)
+            elif mode == "weak":
+                row.update(speedup=n * speedup(t1, tn), efficiency=weak_efficiency(t1, tn),
+                           efficiency_per_iteration=weak_efficiency(i1, i_n) if per_it else None)
+            else:
+                thr1, thrn = b["throughput_dof_per_s"], row["throughput_dof_per_s"]
+                row.update(speedup=thrn / thr1, efficiency=throughput_efficiency(thr1, thrn, n),
+                           efficiency_per_iteration=weak_efficiency(i1, i_n) if per_it else None)
+        out.append(row)
+    return out
+
+
+def memory_bytes_per_rank(dof_global: int, world_size: int, *, dim: int = 2,
+                          partitioned: bool = False, krylov_vectors: int = 12) -> float:
+    """Bytes one rank holds at its peak, estimated before a launch (checked against the machine).
+
+    ``n = dof_global / P`` rows per rank, ``nnz = (2 dim + 1) n``. The rank builds its CSR rows
+    with int64 indices and float64 values, with up to three copies alive while it converts
+    (``3 nnz (8 + 8)``), keeps ``krylov_vectors`` vectors of n doubles (CG's x, r, p, w, ...;
+    GMRES adds its basis), and with a coordinate or METIS partition every rank holds the owner of
+    every row (``8 dof_global``). Python, torch and gloo add ~0.4 GB, counted once.
+
+    1M DOF on 2 ranks, 2-D: 0.4e9 + 3 x 2.5e6 x 16 + 12 x 8 x 5e5 = 0.568 GB.
+
+    >>> round(memory_bytes_per_rank(1_000_000, 2) / 1e9, 3)
+    0.568
+    """
+    n = dof_global / world_size
+    nnz = (2 * dim + 1) * n
+    return 0.4e9 + 3 * nnz * 16 + krylov_vectors * 8 * n + (8 * dof_global if partitioned else 0)
+
+
+# -- when do more ranks pay? -----------------------------------------------------------------
+# One rank's CG iteration costs t1 = c + k N: k seconds per DOF (the memory traffic), and c a
+# fixed cost per iteration (a dozen torch calls, the Python loop) that no rank count divides.
+# P ranks split the k N part and add messages: tP = c + k N / P + t_msg, with t_msg one halo
+# exchange and one (fused) all-reduce per iteration, measured on their own by the transport
+# check. More ranks pay once k N (1 - 1/P) > t_msg.
+
+def predicted_speedup(*, seconds_per_iteration_1: float, ranks: int, message_s: float,
+                      fixed_s: float = 0.0) -> float:
+    """s = t1 / (c + (t1 − c) / P + t_msg), with c = ``fixed_s``.
+
+    1 ms per iteration on one rank, 2 ranks, 100 µs of messages per iteration:
+    1 / (0.5 + 0.1) = 1.667; with 100 µs of it a fixed cost: 1 / (0.1 + 0.45 + 0.1) = 1.538.
+
+    >>> round(predicted_speedup(seconds_per_iteration_1=1e-3, ranks=2, message_s=1e-4), 3)
+    1.667
+    >>> round(predicted_speedup(seconds_per_iteration_1=1e-3, ranks=2, message_s=1e-4,
+    ...                         fixed_s=1e-4), 3)
+    1.538
+    """
+    t1, c = seconds_per_iteration_1, min(fixed_s, seconds_per_iteration_1)
+    return t1 / (c + (t1 - c) / ranks + message_s)
+
+
+def fit_iteration_time(dofs, seconds) -> tuple[float, float]:
+    """Least-squares (c, k) of t1 = c + k N over 1-rank sizes, in relative error (each size
+    counts alike: the largest, out of cache, would otherwise decide k alone); c >= 0.
+
+    >>> c, k = fit_iteration_time([1e4, 1e5, 1e6], [20e-6 + 5e-9 * n for n in (1e4, 1e5, 1e6)])
+    >>> round(c * 1e6, 3), round(k * 1e9, 3)
+    (20.0, 5.0)
+    """
+    import numpy as np
+
+    n, t = np.asarray(dofs, dtype=float), np.asarray(seconds, dtype=float)
+    a = np.column_stack([np.ones_like(n), n]) / t[:, None]
+    (c, k), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if c < 0:  # no fixed cost: refit through the origin
+        c, k = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
+    return float(c), float(k)
+
+
+def crossover_dof(*, seconds_per_dof_iteration: float, ranks: int, message_s: float) -> float:
+    """The size N* where P ranks tie with one: k N (1 − 1/P) = t_msg, N* = t_msg / (k (1 − 1/P)).
+
+    k = 4 ns per DOF per iteration, 2 ranks, 40 µs of messages: N* = 40e-6 / (4e-9 / 2) = 20,000.
+
+    >>> round(crossover_dof(seconds_per_dof_iteration=4e-9, ranks=2, message_s=40e-6))
+    20000
+    """
+    if ranks < 2:
+        raise ValueError("a crossover needs at least 2 ranks")
+    return message_s / (seconds_per_dof_iteration * (1 - 1 / ranks))
+
+
+def measured_crossover(dofs, speedups) -> float | None:
+    """Where measured speedups cross 1, interpolated linearly in log(DOF) between the two
+    sizes around the first crossing; None when every size loses or every size wins.
+
+    0.6 at 10k, 1.2 at 40k: 1 is 2/3 of the way, 10k x 4^(2/3) = 25,198.
+
+    >>> round(measured_crossover([10_000, 40_000, 160_000], [0.6, 1.2, 1.7]))
+    25198
+    >>> measured_crossover([10_000, 40_000], [1.3, 1.5]) is None
+    True
+    """
+    import math
+
+    pts = sorted(zip(dofs, speedups))
+    for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
+        if s0 < 1 <= s1:
+            f = (1 - s0) / (s1 - s0)
+            return math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))
+    return None

@@ -1,0 +1,238 @@
+"""What a solve sweep's rows hold, and the tables made of them (pure: pandas only).
+
+:data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
+results file upserts by; :func:`passed` the gate filter every table and figure uses;
+:func:`series` the selection notebooks make; :func:`print_tables` the table ``labkit solve``
+prints.
+"""
+
+from __future__ import annotations
+
+from labkit.results import Column, select_rows
+
+#: what makes a row a different measurement of the same point: the mode and world size, the
+#: problem (dimension, size, right-hand side), the partitioner, method, engine and transport
+KEY = ("mode", "world_size", "dof_per_rank", "partitioner", "method", "dim", "rhs", "engine",
+       "transport", "kernels", "fixed_iterations")
+
+COLUMNS = (
+    Column("mode", "", "weak (DOF per rank fixed), strong (total DOF fixed) or throughput"),
+    Column("dim", "", "2: 5-point Poisson, 3: 7-point Poisson"),
+    Column("grid", "", "interior grid points per side"),
+    Column("dof_global", "", "unknowns of the whole system"),
+    Column("dof_per_rank", "", "unknowns per rank (rounded)"),
+    Column("dof_requested", "", "the size asked for: total DOF (strong) or DOF per rank"),
+    Column("partitioner", "", "who owns which row: simple, coordinate or metis"),
+    Column("method", "", "the Krylov method"),
+    Column("engine", "", "labkit, or torch-sla for comparison"),
+    Column("transport", "", "what carried halos and all-reduces: shm or torch (None at 1 rank)"),
+    Column("rhs", "", "right-hand side: random, ones or manufactured"),
+    Column("rhs_is_eigenvector", "", "the manufactured rhs is an eigenvector: CG takes 1 iteration"),
+    Column("rtol", "", "stopping tolerance on the relative residual"),
+    Column("restart", "", "GMRES restart length (None for other methods)"),
+    Column("warmup", "", "untimed solves per point"),
+    Column("repeat", "", "timed solves per point"),
+    Column("owned_rows_per_rank", "", "rows each rank owns"),
+    Column("halo_values_per_rank", "", "values each rank receives per SpMV"),
+    Column("halo_values", "", "values all ranks receive per SpMV"),
+    Column("edge_cut", "", "matrix couplings between rows of different ranks"),
+    Column("load_imbalance", "", "max rows per rank / mean rows per rank (1 is balanced)"),
+    Column("global_nnz", "", "non-zeros of the whole matrix"),
+    Column("iterations", "", "iterations to rtol (median over repeats)"),
+    Column("iterations_per_repeat", "", "iterations of each timed solve"),
+    Column("converged", "", "every timed solve reached rtol"),
+    Column("solve_time_s", "s", "solve time, median over repeats of the slowest rank"),
+    Column("solve_time_min_s", "s", "fastest repeat"),
+    Column("solve_time_cv", "", "coefficient of variation of the repeats"),
+    Column("solve_time_rank_spread", "", "(slowest - fastest rank) / slowest, median repeat"),
+    Column("time_per_iteration_s", "s", "solve_time_s / iterations"),
+    Column("spmv_time_s", "s", "local matrix-vector products, mean over ranks"),
+    Column("halo_time_s", "s", "halo exchange waits, mean over ranks"),
+    Column("allreduce_time_s", "s", "all-reduce waits (dot products), mean over ranks"),
+    Column("vector_time_s", "s", "vector updates and local dots, mean over ranks"),
+    Column("other_time_s", "s", "solve time not in the four parts above"),
+    Column("bytes_per_iteration", "bytes", "bytes an iteration streams, all ranks"),
+    Column("halo_bytes_per_iteration", "bytes", "halo bytes received per iteration, all ranks"),
+    Column("copy_bandwidth_gb_per_s", "GB/s", "copy bandwidth of all ranks at once, same size"),
+    Column("achieved_gb_per_s", "GB/s", "bytes_per_iteration / time_per_iteration_s"),
+    Column("bandwidth_floor_s", "s", "bytes_per_iteration / copy bandwidth: the fastest iteration"),
+    Column("bandwidth_fraction", "", "bandwidth_floor_s / time_per_iteration_s (1: at the floor)"),
+    Column("throughput_dof_per_s", "DOF/s", "dof_global / solve_time_s"),
+    Column("dof_iterations_per_s", "DOF/s", "dof_global x iterations / solve_time_s"),
+    Column("rel_residual", "", "||b - Ax|| / ||b|| from a fresh SpMV (worst repeat)"),
+    Column("gate_tol", "", "gate_factor x rtol: the residual a row must reach to pass"),
+    Column("gate_passed", "", "rel_residual <= gate_tol (failed rows get no speedup)"),
+    Column("maxiter", "", "iteration cap"),
+    Column("kernels", "", "how CG's vector updates ran: plain (one pass each) or fused (one pass)"),
+    Column("kernels_requested", "", "the kernels asked for (fused falls back to plain)"),
+    Column("kernels_notice", "", "why fused kernels were not available, if they were not"),
+    Column("compile_time_s", "s", "compiling the fused kernels, once per launch, never timed"),
+    Column("fixed_iterations", "", "HPCG-style: exactly this many iterations (no convergence claim)"),
+    Column("minimal_bytes_per_iteration", "bytes",
+           "the fewest bytes a correct iteration of the method must move, all ranks"),
+    Column("minimal_floor_s", "s", "minimal_bytes_per_iteration / copy bandwidth: a true limit"),
+    Column("minimal_bandwidth_fraction", "",
+           "minimal_floor_s / time_per_iteration_s (1: no implementation can be faster)"),
+    Column("copy_bandwidth_alone_gb_per_s", "GB/s",
+           "one rank's copy bandwidth with the others idle (mean over ranks), same size"),
+    Column("speedup", "", "strong: t1/tN; weak: N t1/tN; throughput: thrN/thr1"),
+    Column("efficiency", "", "strong: t1/(N tN); weak: t1/tN; throughput: thrN/(N thr1)"),
+    Column("efficiency_per_iteration", "", "efficiency on time per iteration"),
+)
+
+#: the table ``labkit solve`` prints, one per mode (the seed's columns plus iterations and time
+#: per iteration, bandwidth fraction, gate)
+TABLE_COLUMNS = ("ranks", "DOF(global)", "DOF/rank", "engine", "transport", "partitioner",
+                 "method", "time(s)", "iterations", "ms/it", "rel.res", "DOF/s", "efficiency",
+                 "bw.frac", "gate")
+
+#: the parts of a solve's time, in the order the figure stacks them
+TIME_SPLIT = ("spmv_time_s", "halo_time_s", "allreduce_time_s", "vector_time_s", "other_time_s")
+
+TRAP_NOTE = (
+    "note: --rhs manufactured is f = sin(pi x) sin(pi y), an exact eigenvector of the discrete "
+    "Laplacian: the Krylov space has dimension 1, so CG converges in 1 iteration and these times "
+    "measure overhead, not a solve. Use --rhs random (default) or ones.")
+
+
+def passed(df):
+    """Rows that passed the gate: the only ones efficiency, tables and figures use."""
+    if df.empty or "gate_passed" not in df:
+        return df
+    return df[df["gate_passed"].astype(bool)]
+
+
+def gate_failures(df):
+    """Rows whose fresh residual ||b - A x|| / ||b|| was over the gate (``gate_passed`` false)."""
+    if df.empty or "gate_passed" not in df:
+        return df.iloc[:0]
+    return df[~df["gate_passed"].astype(bool)]
+
+
+def series(df, mode: str, **equal):
+    """The passed rows of one mode (and any ``column=value`` given), sorted by world size.
+
+    ``series(df, "strong", partitioner="simple")`` is a strong-scaling series.
+    """
+    return select_rows(passed(df), mode=mode, **equal).sort_values("world_size")
+
+
+def gate_message(bad) -> str:
+    """One line naming the points that failed the gate."""
+    pts = ", ".join(f"{r.mode}/P={r.world_size}/{r.partitioner}/{r.method} "
+                    f"(rel.res {r.rel_residual:.2e} > {r.gate_tol:.1e})" for r in bad.itertuples())
+    return f"gate failed for {len(bad)} point(s): {pts}"
+
+
+def print_tables(df, file=None) -> None:
+    """The seed's table, one per mode: ranks, DOF, time, iterations, time/iteration, rel.res,
+    DOF/s, efficiency (plus partitioner/method/gate when there are several)."""
+    from labkit.cliargs import print_frame
+
+    for mode in ("weak", "strong", "throughput"):
+        part = select_rows(df, mode=mode).sort_values(["partitioner", "method", "world_size"])
+        if part.empty:
+            continue
+        part = part.copy()
+        for col in ("time_per_iteration_s", "bandwidth_fraction", "iterations"):
+            if col not in part:  # torch-sla rows have no per-iteration columns
+                part[col] = None
+        t = part.drop(columns=["efficiency"]).assign(
+            ranks=part["world_size"], time_s=part["solve_time_s"].round(4),
+            ms_per_it=(part["time_per_iteration_s"].astype(float) * 1e3).round(3),
+            rel_res=part["rel_residual"].map(lambda v: f"{v:.2e}"),
+            dof_per_s=part["throughput_dof_per_s"].map(lambda v: f"{v:,.0f}"),
+            dof_g=part["dof_global"].map(lambda v: f"{v:,}"),
+            dof_r=part["dof_per_rank"].map(lambda v: f"{v:,}"),
+            eff=part["efficiency"].map(lambda v: "-" if v is None or v != v else f"{100 * v:.1f}%"),
+            bw=part["bandwidth_fraction"].astype(float).round(2),
+            gate=part["gate_passed"].map(lambda v: "ok" if v else "FAILED"),
+            transport=part["transport"].map(lambda v: v if isinstance(v, str) else "-")
+            if "transport" in part else "-")
+        t = t.rename(columns={"dof_g": "DOF(global)", "dof_r": "DOF/rank", "time_s": "time(s)",
+                              "ms_per_it": "ms/it", "rel_res": "rel.res", "dof_per_s": "DOF/s",
+                              "eff": "efficiency", "bw": "bw.frac"})
+        print("=" * 78, file=file)
+        print(f"{mode.upper()} SCALING", file=file)
+        print("=" * 78, file=file)
+        print_frame(t, TABLE_COLUMNS, file=file)
+
+
+def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
+              partitioner: str | None = None):
+    """Strong scaling at several sizes against the model of
+    :func:`labkit.solve.formulas.predicted_speedup`: one row per size (``dof_global``,
+    ``t1_per_iteration_s``, ``tp_per_iteration_s``, ``speedup`` of the solve,
+    ``speedup_per_iteration``, ``predicted_speedup``, ``error_pct``), and a summary dict:
+    ``seconds_per_dof_iteration`` and ``fixed_s`` (k and c of the fit t1 = c + k N,
+    :func:`~labkit.solve.formulas.fit_iteration_time`), ``message_s``,
+    ``predicted_crossover_dof`` (:func:`~labkit.solve.formulas.crossover_dof`),
+    ``measured_crossover_dof`` (:func:`~labkit.solve.formulas.measured_crossover`, None when
+    no size of the sweep loses or none wins).
+
+    A sweep of one size has no crossover: UsageError.
+    """
+    import pandas as pd
+
+    from labkit.collectives.formulas import model_error_pct
+    from labkit.errors import UsageError
+    from labkit.solve.formulas import (
+        crossover_dof,
+        fit_iteration_time,
+        measured_crossover,
+        predicted_speedup,
+    )
+
+    sel = select_rows(passed(df), mode="strong", method=method, partitioner=partitioner)
+    one = select_rows(sel, world_size=1).set_index("dof_requested")
+    many = select_rows(sel, world_size=ranks).set_index("dof_requested")
+    sizes = sorted(set(one.index) & set(many.index))
+    if len(sizes) < 2:
+        raise UsageError(f"a crossover needs strong rows at 1 and {ranks} ranks for at least two "
+                         f"sizes (--total-dof N1 N2 ...); have {len(sizes)}")
+    c, k = fit_iteration_time([float(one.loc[[n]].iloc[0]["dof_global"]) for n in sizes],
+                              [float(one.loc[[n]].iloc[0]["time_per_iteration_s"]) for n in sizes])
+    rows = []
+    for size in sizes:
+        a, b = one.loc[[size]].iloc[0], many.loc[[size]].iloc[0]
+        t1, tp = float(a["time_per_iteration_s"]), float(b["time_per_iteration_s"])
+        pred = predicted_speedup(seconds_per_iteration_1=t1, ranks=ranks, message_s=message_s,
+                                 fixed_s=c)
+        meas = t1 / tp
+        rows.append({"dof_global": int(a["dof_global"]), "t1_per_iteration_s": t1,
+                     "tp_per_iteration_s": tp, "speedup": float(b["speedup"]),
+                     "speedup_per_iteration": meas, "predicted_speedup": pred,
+                     "error_pct": model_error_pct(model_s=pred, measured_s=meas)})
+    table = pd.DataFrame(rows)
+    summary = {"seconds_per_dof_iteration": k, "fixed_s": c, "message_s": message_s,
+               "ranks": ranks,
+               "predicted_crossover_dof": crossover_dof(seconds_per_dof_iteration=float(k),
+                                                        ranks=ranks, message_s=message_s),
+               "measured_crossover_dof": measured_crossover(table["dof_global"],
+                                                            table["speedup_per_iteration"])}
+    return table, summary
+
+
+def crossover_sentence(summary: dict, table) -> str:
+    """What the sweep says about when more ranks pay, computed from its numbers.
+
+    >>> import pandas as pd
+    >>> t = pd.DataFrame({"dof_global": [10_000, 40_000], "speedup_per_iteration": [0.8, 1.3]})
+    >>> crossover_sentence({"ranks": 2, "predicted_crossover_dof": 20_000.0,
+    ...                     "measured_crossover_dof": 18_000.0}, t)
+    '2 ranks start to pay at about 18,000 DOF (predicted 20,000: 1.11x off).'
+    >>> crossover_sentence({"ranks": 2, "predicted_crossover_dof": 5_000.0,
+    ...                     "measured_crossover_dof": None}, t.assign(speedup_per_iteration=[1.2, 1.5]))
+    '2 ranks already pay at the smallest size, 10,000 DOF (predicted crossover 5,000).'
+    """
+    p, pred, meas = summary["ranks"], summary["predicted_crossover_dof"], summary["measured_crossover_dof"]
+    if meas is not None:
+        return (f"{p} ranks start to pay at about {meas:,.0f} DOF (predicted {pred:,.0f}: "
+                f"{max(pred, meas) / min(pred, meas):.2f}x off).")
+    lo = table.sort_values("dof_global").iloc[0]
+    hi = table.sort_values("dof_global").iloc[-1]
+    if lo["speedup_per_iteration"] >= 1:
+        return (f"{p} ranks already pay at the smallest size, {lo['dof_global']:,.0f} DOF "
+                f"(predicted crossover {pred:,.0f}).")
+    return (f"{p} ranks do not pay up to the largest size, {hi['dof_global']:,.0f} DOF "
+            f"(predicted crossover {pred:,.0f}).")

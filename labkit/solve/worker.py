@@ -1,0 +1,257 @@
+"""Worker of the solve-scaling lab: every (mode, partitioner, method) point at one world size.
+
+Run by hand (``labkit solve`` and :func:`labkit.solve.run.run` build this for you)::
+
+    OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 -m labkit.solve.worker \\
+        --config '{"modes": ["strong"], "total_dof": 250000}'
+
+For each point: build this rank's rows of the Poisson matrix and its part of ``b``, measure the
+copy bandwidth on a buffer of the same size (all ranks at once), run ``warmup`` untimed solves,
+then ``repeat`` timed ones (each starts with a barrier; a repeat takes as long as its slowest
+rank), and check every solve with a fresh distributed SpMV: ``||b - A x|| / ||b||``. Points
+that share a grid (weak and throughput at the same DOF per rank) are measured once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from labkit import runtime
+from labkit.harness import worker_main
+from labkit.solve import krylov
+from labkit.solve.config import SolveConfig, points
+from labkit.solve.formulas import (
+    SPMVS_PER_ITERATION,
+    bandwidth_columns,
+    bytes_per_iteration,
+    minimal_bytes_per_iteration,
+)
+from labkit.solve.fused import make_kernels
+from labkit.solve.operator import DistOperator
+from labkit.solve.partition import Partition, make_partition, summarize_locals
+from labkit.solve.problems import local_system
+from labkit.solve.transport import make_transport
+from labkit.timing import summarize
+
+BUCKETS = ("spmv", "halo", "allreduce", "vector")
+
+
+def build_partition(rt: runtime.Runtime, kind: str, dims: tuple) -> Partition:
+    """coordinate is deterministic on every rank; metis runs on rank 0 and is broadcast."""
+    if kind != "metis" or rt.world_size == 1:
+        return make_partition(kind, dims, rt.world_size)
+    parts = torch.empty(math.prod(dims), dtype=torch.int64)
+    if rt.rank == 0:
+        parts.copy_(torch.from_numpy(make_partition(kind, dims, rt.world_size).parts))
+    dist.broadcast(parts, src=0)
+    return Partition(kind, dims, rt.world_size, parts.numpy())
+
+
+def copy_bandwidth(rt: runtime.Runtime, nbytes: float, repeat: int = 10,
+                   alone: bool = False) -> float:
+    """This rank's copy bandwidth (GB/s, read + write counted) on a buffer of ``nbytes / 2``
+    (the working set's size, so caches help it as much as they help the solve), with every rank
+    copying at the same time (they share the memory bus) or, with ``alone``, each rank in turn
+    while the others wait (what one process gets of the machine)."""
+    n = max(int(nbytes // 16), 1 << 14)
+    src = torch.rand(n, dtype=torch.float64, device=rt.device)
+    dst = torch.empty_like(src)
+    turns = range(rt.world_size) if alone else [None]
+    times = []
+    for turn in turns:
+        for i in range(repeat + 2):
+            if rt.world_size > 1:
+                dist.barrier()
+            if turn is not None and turn != rt.rank:
+                continue
+            runtime.sync(rt.device)
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            runtime.sync(rt.device)
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+    return 2 * n * 8 / float(np.median(times)) / 1e9
+
+
+def _sum(rt, values) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    if rt.world_size > 1:
+        dist.all_reduce(t)
+    return t.tolist()
+
+
+def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str,
+            n_global: int, sla=None) -> dict:
+    maxiter = cfg.maxiter or 10 * n_global
+    rtol = cfg.rtol
+    if cfg.iterations is not None:  # HPCG-style: exactly N iterations, no convergence test
+        maxiter, rtol = cfg.iterations, 0.0
+
+    def solve():
+        if sla is not None:  # torch-sla: same matrix and b; no iteration count comes back
+            return krylov.Solution(sla.solve(method, cfg.rtol, maxiter, cfg.restart), None,
+                                   True, float("nan"))
+        return krylov.solve(method, op, b, rtol=rtol, maxiter=maxiter, restart=cfg.restart)
+
+    for _ in range(cfg.warmup):
+        solve()
+    samples, iterations, splits, residuals, converged, estimates = [], [], [], [], [], []
+    for _ in range(cfg.repeat):
+        if rt.world_size > 1:
+            dist.barrier()
+        op.sw.reset()
+        t0 = time.perf_counter()
+        sol = solve()
+        samples.append(time.perf_counter() - t0)
+        splits.append([op.sw.totals.get(k, 0.0) for k in BUCKETS])
+        iterations.append(sol.iterations)
+        converged.append(sol.converged)
+        residuals.append(op.residual_norm(sol.x, b))  # the gate: a fresh distributed SpMV
+        estimates.append(sol.residual_estimate)
+    times = summarize(samples, "solve_time")
+    t = times["solve_time_p50_s"]
+    if sla is not None:
+        return _sla_row(rt, cfg, times, residuals, n_global, maxiter), sol.x
+    its = int(np.median(iterations))
+    # the split: each rank's median over repeats, averaged over ranks
+    split = [v / rt.world_size for v in _sum(rt, np.median(np.array(splits), axis=0).tolist())]
+    fused = getattr(op, "fused", None) is not None and method == "cg"
+    local_bytes = bytes_per_iteration(method, op.spmv_bytes(), op.n_owned,
+                                      restart=cfg.restart, iterations=its, fused=fused)
+    local_min = minimal_bytes_per_iteration(method, op.spmv_bytes(), op.n_owned)
+    bw = copy_bandwidth(rt, local_bytes)
+    bw_alone = copy_bandwidth(rt, local_bytes, alone=True)
+    total_bytes, total_bw, halo, total_min, total_alone = _sum(
+        rt, [local_bytes, bw, op.n_halo, local_min or 0.0, bw_alone])
+    row = {
+        "iterations": its,
+        "iterations_per_repeat": iterations,
+        "converged": all(converged),
+        "solve_time_s": t,
+        "solve_time_min_s": times["solve_time_min_s"],
+        "solve_time_cv": times["solve_time_cv"],
+        "solve_time_rank_spread": times["solve_time_rank_spread"],
+        "time_per_iteration_s": t / max(its, 1),
+        **{f"{k}_time_s": v for k, v in zip(BUCKETS, split)},
+        "other_time_s": max(t - sum(split), 0.0),
+        "bytes_per_iteration": total_bytes,
+        "halo_bytes_per_iteration": 8 * halo * SPMVS_PER_ITERATION[method],
+        "copy_bandwidth_gb_per_s": total_bw,
+        **bandwidth_columns(total_bytes, t / max(its, 1), total_bw),
+        "throughput_dof_per_s": n_global / t,
+        "dof_iterations_per_s": n_global * its / t,
+        "rel_residual": max(residuals),
+        "gate_tol": cfg.gate_factor * cfg.rtol,
+        "maxiter": maxiter,
+        "kernels": "fused" if fused else "plain",
+        "fixed_iterations": cfg.iterations,
+        "copy_bandwidth_alone_gb_per_s": total_alone / rt.world_size,
+    }
+    if local_min is not None:
+        floor = total_min / (total_bw * 1e9)
+        row.update(minimal_bytes_per_iteration=total_min, minimal_floor_s=floor,
+                   minimal_bandwidth_fraction=floor / (t / max(its, 1)))
+    if cfg.iterations is not None:
+        # no convergence claim: the gate checks that the true residual is the one the method
+        # reports (a solve that went wrong drifts away from its own recurrence)
+        row["gate_tol"] = cfg.gate_factor * max(max(estimates), 1e-14)
+    row["gate_passed"] = bool(row["rel_residual"] <= row["gate_tol"])
+    return row, sol.x
+
+
+def _sla_row(rt, cfg, times, residuals, n_global, maxiter) -> dict:
+    t = times["solve_time_p50_s"]
+    row = {"iterations": None, "converged": None, "solve_time_s": t,
+           "solve_time_min_s": times["solve_time_min_s"], "solve_time_cv": times["solve_time_cv"],
+           "solve_time_rank_spread": times["solve_time_rank_spread"],
+           "time_per_iteration_s": None, "throughput_dof_per_s": n_global / t,
+           "rel_residual": max(residuals), "gate_tol": cfg.gate_factor * cfg.rtol,
+           "maxiter": maxiter}
+    row["gate_passed"] = bool(row["rel_residual"] <= row["gate_tol"])
+    return row
+
+
+def gather_global(rt, op: DistOperator, x: torch.Tensor) -> list | None:
+    """The global solution on rank 0 (global row order), for tests; None elsewhere."""
+    pieces = [None] * rt.world_size
+    dist.all_gather_object(pieces, (op.local.owned.tolist(), x.tolist()))
+    if rt.rank != 0:
+        return None
+    out = np.zeros(sum(len(g) for g, _ in pieces))
+    for gids, vals in pieces:
+        out[gids] = vals
+    return out.tolist()
+
+
+def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
+    cfg.check_world_size(rt.world_size)
+    rows, measured, problems, solutions = [], {}, {}, {}
+    kernels, notice, compile_s = None, None, None
+    if cfg.kernels == "fused" and "cg" in cfg.methods:
+        # compiled before anything is timed; the cost is in the rows, not in a solve
+        kernels, notice = make_kernels(rt.device)
+        compile_s = kernels.compile_time_s if kernels else None
+        if notice:
+            runtime.print0(f"[solve] fused kernels unavailable, plain ones used: {notice}")
+    for mode, requested, dims in points(cfg, rt.world_size):
+        n_global = math.prod(dims)
+        for kind in cfg.partitioners:
+            # on one rank every partitioner owns everything: one problem, each method measured once
+            same = kind if rt.world_size > 1 else "-"
+            if (dims, same) not in problems:
+                sla = None
+                if cfg.engine == "torch-sla":
+                    from labkit.solve.sla import SlaProblem
+
+                    sla = SlaProblem(dims, kind, rt.world_size, cfg.rhs, cfg.seed)
+                    part = sla.partition  # torch-sla's ownership, labkit's gate and halo count
+                else:
+                    part = build_partition(rt, kind, dims)
+                local, (indptr, cols, vals), b = local_system(dims, part, rt.rank, cfg.rhs, cfg.seed)
+                comm = make_transport(
+                    cfg.transport if cfg.engine == "labkit" else "torch", rt,
+                    {q: len(local.send[q]) for q in local.neighbours},
+                    dict(zip(local.neighbours, local.recv_counts)),
+                    max_reduce=max(16, cfg.restart + 2))
+                op = DistOperator(local, indptr, cols, vals, world_size=rt.world_size,
+                                  device=rt.device, transport=comm)
+                op.fused = kernels  # read by krylov.cg only
+                stats = [None] * rt.world_size
+                dist.all_gather_object(stats, (local.n_owned, local.n_halo, local.cut_edges,
+                                               op.nnz))
+                pstats = summarize_locals(*[[s[i] for s in stats] for i in range(3)])
+                pstats["global_nnz"] = int(sum(s[3] for s in stats))
+                problems[(dims, same)] = (op, torch.from_numpy(b).to(rt.device), pstats, sla)
+            op, b, pstats, sla = problems[(dims, same)]
+            for method in cfg.methods:
+                point = (dims, same, method)
+                if point not in measured:
+                    runtime.print0(f"[solve] {mode} P={rt.world_size} grid={dims} {kind} {method}")
+                    measured[point], x = measure(rt, cfg, op, b, method, n_global, sla)
+                    if cfg.keep_solution:
+                        solutions[f"{mode}/{kind}/{method}"] = gather_global(rt, op, x)
+                rows.append({
+                    "mode": mode, "dim": cfg.dim, "grid": list(dims),
+                    "dof_global": n_global,
+                    "dof_per_rank": int(round(n_global / rt.world_size)),
+                    "dof_requested": requested,
+                    "partitioner": kind, "method": method, "engine": cfg.engine,
+                    # what carried the halos and all-reduces: shm or torch (gloo / nccl)
+                    "transport": op.comm.name if rt.world_size > 1 else None,
+                    "rhs": cfg.rhs, "rhs_is_eigenvector": cfg.rhs == "manufactured",
+                    "rtol": cfg.rtol, "restart": cfg.restart if method == "gmres" else None,
+                    "warmup": cfg.warmup, "repeat": cfg.repeat,
+                    "kernels_requested": cfg.kernels, "kernels_notice": notice,
+                    "compile_time_s": compile_s,
+                    **pstats, **measured[point],
+                })
+    return {"rows": rows, "solutions": solutions} if cfg.keep_solution else {"rows": rows}
+
+
+if __name__ == "__main__":
+    worker_main(run, SolveConfig)

@@ -1,0 +1,28 @@
+"""The tensor-parallel lab: a stack of Megatron transformer layers split across P ranks, the
+attention by heads and the MLP by its 4h units, first by hand (the f and g all-reduces as
+autograd functions: the teaching version) then by ``torch.distributed.tensor.parallel``. Each
+launch checks both against one process, counts their all-reduces against 4 L b·s·h, and puts
+the step time beside a prediction from the compute rate and α–β measured in the same launch.
+
+Read in this order:
+
+* :mod:`~labkit.tp.config` (pure) -- what a benchmark asks for, validated before any launch;
+* :mod:`~labkit.tp.formulas` (pure) -- parameters, FLOPs, all-reduced bytes, the step time,
+  and when TP pays (the break-even hidden size);
+* :mod:`~labkit.tp.models` (rank side) -- the layer whole, the teaching version with f and g,
+  the library version with ColwiseParallel / RowwiseParallel;
+* :mod:`~labkit.tp.measure` (rank side) -- collectives counted, α–β and compute rate measured
+  (the FSDP lab uses it too);
+* :mod:`~labkit.tp.worker` (rank side) -- one launch: reference, checks, counts, timings;
+* :mod:`~labkit.tp.run` (host side) -- :func:`run`, what notebook 08 and ``labkit tp`` call;
+* :mod:`~labkit.tp.report`, :mod:`~labkit.tp.plots`, :mod:`~labkit.tp.cli`.
+
+``from labkit import tp; tp.run(tp.TPConfig(hidden=256), ...)``. Importing this package
+imports nothing heavy (no torch).
+"""
+
+from labkit.tp import formulas, plots, report
+from labkit.tp.config import TPConfig
+from labkit.tp.run import run
+
+__all__ = ["TPConfig", "formulas", "plots", "report", "run"]

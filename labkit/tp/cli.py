@@ -1,0 +1,44 @@
+"""labkit tp: tensor parallelism of a transformer layer, hand-written and torch's, measured.
+
+The flags are :class:`~labkit.tp.config.TPConfig`'s fields and the shared launch flags; the
+command builds the config, runs :func:`labkit.tp.run.run` and prints
+:func:`labkit.tp.report.summary_frame`. Exit code 1 when a split model does not match one
+process.
+"""
+
+from __future__ import annotations
+
+from labkit.cliargs import (
+    add_lab_command,
+    config_from_args,
+    launch_options,
+    mismatch_exit,
+    say_stored,
+)
+from labkit.tp.config import TPConfig
+
+
+def register(sub) -> None:
+    add_lab_command(
+        sub, "tp", TPConfig, cmd_tp,
+        help="tensor parallelism: a Megatron layer split over ranks, by hand and by torch",
+        description="One torchrun launch per --nproc value, one thread per rank unless "
+                    "--threads-per-rank says otherwise (each rank is one device); every "
+                    "variant is checked against one process, its all-reduces counted against "
+                    "4 L b s h, and its step time predicted from the measured compute rate "
+                    "and α–β.")
+
+
+def cmd_tp(args) -> int:
+    from labkit.cliargs import print_frame
+    from labkit.tp import report
+    from labkit.tp.run import run
+
+    # validate everything before anything launches or is written
+    config = config_from_args(TPConfig, args)
+    df = run(config, launch=launch_options(args), store=args.json)
+    print_frame(report.summary_frame(df), floatfmt="{:.3g}")
+    print(report.SUMMARY_LEGEND)
+    say_stored(args.json, df)
+    return mismatch_exit(df, "labkit tp: a split model differs from one process "
+                             "(column matches)")

@@ -1,0 +1,195 @@
+"""Tensor parallelism by the numbers: parameters, FLOPs, all-reduced bytes, and the step time
+predicted from a measured compute rate and a measured α–β fit (pure: no torch).
+
+Notation: ``b`` sequences of ``s`` tokens, hidden size ``h``, ``a`` heads, ``L`` layers, ``P``
+tensor-parallel ranks, 4 bytes per value (the lab computes in fp32).
+
+A layer is Megatron's: ``x + Attn(LN(x))`` then ``x + MLP(LN(x))``. In each of the two blocks
+the first linear layers are split by columns (q, k, v by heads; the MLP's first layer by its
+4h outputs) and the last by rows (the attention output projection; the MLP's second layer),
+so a block needs exactly two collectives:
+
+* **f** before the block: identity forward, all-reduce of the input gradient (b·s·h values)
+  backward;
+* **g** after the block: all-reduce of the partial outputs (b·s·h values) forward, identity
+  backward.
+
+Per layer and training step that is **4 all-reduces of b·s·h values**: 2 forward (g after
+attention, g after the MLP) and 2 backward (f before attention, f before the MLP). The lab
+counts every one (:mod:`labkit.tp.models` in f and g, :class:`labkit.tp.measure.CommCounter`
+for the library version) against :func:`allreduce_count` and :func:`allreduce_bytes`.
+
+The step-time prediction (nothing overlapped: TP's all-reduces sit on the critical path)::
+
+    T = F / R + 4 L · t_ar(b·s·h·4 bytes, P)        F = 3 · L · (24 b s h² + 4 b s² h) / P
+
+with R the measured FLOP/s of one rank and t_ar the ring all-reduce of
+:func:`labkit.collectives.formulas.allreduce_time` with the α and β fitted in the same launch.
+"""
+
+from __future__ import annotations
+
+import math
+
+from labkit.collectives.formulas import allreduce_time, model_error_pct
+from labkit.config import positive_int, positive_number
+
+#: bytes per value: the lab's weights, activations and gradients are fp32
+BYTES_PER_VALUE = 4
+
+
+def param_count(*, hidden: int, num_layers: int) -> int:
+    """Parameters of the lab's model: per layer q, k, v, o (4h² + 4h), the MLP h→4h→h
+    (8h² + 5h) and two LayerNorms (4h): ``L·(12h² + 13h)``.
+
+    >>> param_count(hidden=256, num_layers=2)
+    1579520
+    """
+    h = positive_int("hidden", hidden)
+    return positive_int("num_layers", num_layers) * (12 * h * h + 13 * h)
+
+
+def params_per_rank(*, hidden: int, num_layers: int, world_size: int) -> float:
+    """Parameters one TP rank holds: the split weights and biases (12h² + 7h per layer) over P,
+    plus what every rank keeps whole (the two row-parallel biases and the LayerNorms, 6h).
+
+    >>> params_per_rank(hidden=256, num_layers=2, world_size=2)
+    791296.0
+    """
+    h, n = positive_int("hidden", hidden), positive_int("world_size", world_size)
+    return num_layers * ((12 * h * h + 7 * h) / n + 6 * h)
+
+
+def allreduce_count(*, num_layers: int, world_size: int) -> int:
+    """All-reduces per training step: 4 per layer (2 forward, 2 backward), none on one rank.
+
+    >>> allreduce_count(num_layers=2, world_size=2), allreduce_count(num_layers=2, world_size=1)
+    (8, 0)
+    """
+    positive_int("world_size", world_size)
+    return 4 * positive_int("num_layers", num_layers) if world_size > 1 else 0
+
+
+def allreduce_bytes(*, batch_size: int, seq_len: int, hidden: int, num_layers: int,
+                    world_size: int, bytes_per_value: int = BYTES_PER_VALUE) -> int:
+    """Bytes all-reduced per training step (the sum of the all-reduce buffers, nccl-tests' S):
+    ``4 L · b·s·h · bytes``. A ring moves 2(P−1)/P of each buffer over every rank's link.
+
+    b = 8, s = 32, h = 256, L = 2 on 2 ranks: 8 all-reduces of 256 KiB.
+
+    >>> allreduce_bytes(batch_size=8, seq_len=32, hidden=256, num_layers=2, world_size=2)
+    2097152
+    """
+    each = (positive_int("batch_size", batch_size) * positive_int("seq_len", seq_len)
+            * positive_int("hidden", hidden) * bytes_per_value)
+    return allreduce_count(num_layers=num_layers, world_size=world_size) * each
+
+
+def flops_per_rank(*, batch_size: int, seq_len: int, hidden: int, num_layers: int,
+                   world_size: int = 1) -> float:
+    """Training FLOPs of one rank per step: ``3 · L · (24 b s h² + 4 b s² h) / P``.
+
+    Forward per layer: q, k, v, o 4·2bsh², the MLP 2·2bsh·4h, scores and their weighted sum
+    2·2bs²h; backward twice the forward. Everything but LayerNorm, softmax and GELU.
+
+    >>> flops_per_rank(batch_size=8, seq_len=32, hidden=256, num_layers=2, world_size=2)
+    1233125376.0
+    """
+    b, s, h = batch_size, seq_len, hidden
+    fwd = 24 * b * s * h * h + 4 * b * s * s * h
+    return 3.0 * positive_int("num_layers", num_layers) * fwd / positive_int("world_size",
+                                                                              world_size)
+
+
+def activation_bytes(*, batch_size: int, seq_len: int, hidden: int, num_heads: int,
+                     num_layers: int, bytes_per_value: int = BYTES_PER_VALUE) -> float:
+    """Bytes the backward pass keeps, about ``L · (16 b s h + a b s²)`` values (layer inputs,
+    norms, q, k, v, attention weights, the MLP's 4h-wide activations); a memory estimate.
+
+    >>> activation_bytes(batch_size=8, seq_len=32, hidden=256, num_heads=8, num_layers=2)
+    8912896.0
+    """
+    b, s, h = batch_size, seq_len, hidden
+    return float(num_layers * (16 * b * s * h + num_heads * b * s * s) * bytes_per_value)
+
+
+def predict_step(*, flops: float, compute_flop_per_s: float, allreduces: int,
+                 allreduce_bytes_each: float, ranks: int, alpha_s: float,
+                 beta_bytes_per_s: float) -> dict:
+    """Predicted step: compute ``F / R`` plus ``allreduces`` ring all-reduces of
+    ``allreduce_bytes_each`` (nothing overlapped). Returns ``compute_s``, ``comm_s``, ``step_s``.
+
+    1.23 GFLOP at 40 GFLOP/s, 8 all-reduces of 256 KiB on 2 ranks, α = 100 µs, β = 1 GB/s:
+    30.8 ms of compute, 8 · (2·100 µs + 262144 / 1e9 s) = 3.70 ms of communication.
+
+    >>> p = predict_step(flops=1.233e9, compute_flop_per_s=40e9, allreduces=8,
+    ...                  allreduce_bytes_each=262144, ranks=2, alpha_s=100e-6, beta_bytes_per_s=1e9)
+    >>> round(p["compute_s"] * 1e3, 2), round(p["comm_s"] * 1e3, 2), round(p["step_s"] * 1e3, 2)
+    (30.83, 3.7, 34.52)
+    """
+    compute = float(flops) / positive_number("compute rate", compute_flop_per_s)
+    comm = 0.0
+    if allreduces and ranks > 1:
+        comm = allreduces * allreduce_time(size_bytes=allreduce_bytes_each, ranks=ranks,
+                                           alpha_s=alpha_s, beta_bytes_per_s=beta_bytes_per_s)
+    return {"compute_s": compute, "comm_s": float(comm), "step_s": compute + float(comm)}
+
+
+def prediction_error_pct(*, predicted_s: float, measured_s: float) -> float:
+    """100 · (predicted − measured) / measured (:func:`labkit.collectives.formulas.model_error_pct`).
+
+    >>> round(prediction_error_pct(predicted_s=0.03, measured_s=0.025), 6)
+    20.0
+    """
+    return model_error_pct(model_s=predicted_s, measured_s=measured_s)
+
+
+def tp_speedup(*, batch_size: int, seq_len: int, hidden: int, num_layers: int, ranks: int,
+               compute_flop_per_s: float, alpha_s: float, beta_bytes_per_s: float) -> float:
+    """Predicted speedup of P tensor-parallel ranks over one, when each rank brings a device
+    of rate R of its own (a GPU each): ``T(1) / T(P)`` from :func:`predict_step`.
+
+    h = 4096, b·s = 8192 tokens, 8 H100s at 400 TFLOP/s over NVLink (1 µs, 450 GB/s): one
+    GPU computes a layer in 33.0 ms, eight in 4.1 ms plus 2.1 ms of all-reduces.
+
+    >>> round(tp_speedup(batch_size=1, seq_len=8192, hidden=4096, num_layers=1, ranks=8,
+    ...                  compute_flop_per_s=400e12, alpha_s=1e-6, beta_bytes_per_s=450e9), 2)
+    5.26
+    """
+    kw = dict(batch_size=batch_size, seq_len=seq_len, hidden=hidden, num_layers=num_layers)
+    one = flops_per_rank(**kw, world_size=1) / positive_number("compute rate", compute_flop_per_s)
+    many = predict_step(flops=flops_per_rank(**kw, world_size=ranks),
+                        compute_flop_per_s=compute_flop_per_s,
+                        allreduces=allreduce_count(num_layers=num_layers, world_size=ranks),
+                        allreduce_bytes_each=batch_size * seq_len * hidden * BYTES_PER_VALUE,
+                        ranks=ranks, alpha_s=alpha_s, beta_bytes_per_s=beta_bytes_per_s)
+    return one / many["step_s"]
+
+
+def breakeven_hidden(*, batch_size: int, seq_len: int, ranks: int, compute_flop_per_s: float,
+                     alpha_s: float, beta_bytes_per_s: float) -> float:
+    """The hidden size above which P tensor-parallel ranks (a device each, rate R) beat one.
+
+    Per layer TP saves ``(1 − 1/P) · 3(24 b s h² + 4 b s² h) / R`` of compute and pays
+    ``4 · (2(P−1) α + 2(P−1)/P · 4 b s h / β)`` of all-reduces; both sides are a quadratic in h
+    with one positive root. Compute grows as h², the all-reduced activations as h: a wide
+    enough model always pays, a slow link or a fast device pushes the threshold up.
+
+    b·s = 256 tokens on 2 ranks at 40 GFLOP/s, α = 100 µs, β = 1 GB/s (CPU cores over gloo):
+    at h = 65 a layer saves 1.05 ms of compute and pays 1.07 ms of all-reduces.
+
+    >>> round(breakeven_hidden(batch_size=8, seq_len=32, ranks=2, compute_flop_per_s=40e9,
+    ...                        alpha_s=100e-6, beta_bytes_per_s=1e9))
+    65
+    """
+    p = positive_int("ranks", ranks)
+    if p == 1:
+        return math.inf
+    b, s = batch_size, seq_len
+    r = positive_number("compute rate", compute_flop_per_s)
+    beta = positive_number("beta", beta_bytes_per_s)
+    keep = 1 - 1 / p
+    qa = keep * 72 * b * s / r
+    qb = keep * 12 * b * s * s / r - 4 * 2 * (p - 1) / p * 4 * b * s / beta
+    qc = 4 * 2 * (p - 1) * alpha_s
+    return (-qb + math.sqrt(qb * qb + 4 * qa * qc)) / (2 * qa)

@@ -1,0 +1,193 @@
+"""What a tensor-parallel row holds, and the tables made of TP rows (pure: pandas only).
+
+:data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
+results file upserts by; :func:`select` and :func:`one` the selections notebooks make;
+:func:`summary_frame` the table ``labkit tp`` prints; :func:`laws_frame` each law beside what
+was measured (law, predicted, measured, error). :func:`prediction_fields` and
+:func:`add_compute_time` build the fields of a row that this lab's worker and the FSDP lab's
+(same model, same prediction) share.
+"""
+
+from __future__ import annotations
+
+import math
+
+from labkit.results import Column, ms, one_row, select_rows, timed_columns
+
+#: what makes a row a different measurement: the variant, the world size, the model and
+#: batch, and the device
+KEY = ("variant", "world_size", "hidden", "num_heads", "seq_len", "batch_size", "num_layers",
+       "device")
+
+
+#: every field a row can carry (launch fields and provenance are declared elsewhere)
+COLUMNS = (
+    Column("variant", "", "naive (f and g written by hand) or library "
+                          "(torch.distributed.tensor.parallel)"),
+    Column("hidden", "", "hidden size h; the MLP is 4h wide"),
+    Column("num_heads", "", "attention heads, split across the ranks"),
+    Column("seq_len", "", "tokens per sequence s"),
+    Column("batch_size", "", "sequences per step b; every rank sees all of them"),
+    Column("num_layers", "", "transformer layers (attention block + MLP block each)"),
+    Column("steps", "", "training steps per variant, warm-up included"),
+    Column("warmup", "", "untimed first steps"),
+    Column("measured_steps", "", "timed steps: steps - warmup"),
+    Column("lr", "", "SGD learning rate"),
+    Column("seed", "", "seed of the weights and the data"),
+    Column("num_params", "", "parameters of the whole model, counted"),
+    Column("num_params_formula", "", "L (12 h^2 + 13 h)"),
+    Column("params_per_rank", "", "parameters one rank holds, counted from its local shards"),
+    Column("params_per_rank_formula", "", "L ((12 h^2 + 7 h) / P + 6 h)"),
+    Column("matches_single_process", "",
+           "output, input gradient and every weight-gradient slice equal one process's, "
+           "within tolerance (checked before timing)"),
+    Column("max_rel_error", "", "largest |TP - one process| / max|one process| over those "
+                                "tensors, worst rank"),
+    Column("tolerance", "", "max_rel_error at or below which a run matches"),
+    Column("allreduce_calls_measured", "", "all-reduces in one training step, counted"),
+    Column("allreduce_calls_formula", "", "4 L: per layer 2 forward (g), 2 backward (f); "
+                                          "0 on one rank"),
+    Column("comm_bytes_measured", "bytes",
+           "bytes all-reduced in one training step (sum of the buffers), counted"),
+    Column("comm_bytes_formula", "bytes", "4 L b s h x 4 bytes"),
+    Column("bytes_per_allreduce", "bytes", "one all-reduced activation: b s h x 4 bytes"),
+    Column("other_collective_calls", "", "collectives other than all-reduce in one step "
+                                         "(0 expected)"),
+    *timed_columns("step_time", "training step"),
+    Column("step_times_s", "s", "every timed step's time, slowest rank (a list)"),
+    *timed_columns("compute_time", "the same step with f and g off (no communication)"),
+    Column("comm_time_s", "s", "step_time_p50_s - compute_time_p50_s (at least 0): what "
+                               "communication, and the library's bookkeeping, add"),
+    Column("allreduce_time_in_step_s", "s",
+           "naive: time inside f's and g's all-reduces per step, mean over timed steps, "
+           "slowest rank (NaN for library)"),
+    Column("alpha_s", "s", "per-message latency α, fitted to an all-reduce sweep in the launch"),
+    Column("beta_gb_per_s", "GB/s", "link bandwidth β, same fit"),
+    Column("link_sweep", "", "the sweep behind α and β: size_bytes and time_p50_s per size"),
+    Column("compute_flop_per_s", "FLOP/s",
+           "forward + backward FLOP/s of one whole layer on one rank, slowest rank "
+           "(measured in the launch)"),
+    Column("flops_per_rank", "FLOP", "3 L (24 b s h^2 + 4 b s^2 h) / P"),
+    Column("predicted_compute_s", "s", "flops_per_rank / compute_flop_per_s"),
+    Column("predicted_comm_s", "s", "4 L ring all-reduces of b s h x 4 bytes (α, β)"),
+    Column("predicted_step_s", "s", "predicted_compute_s + predicted_comm_s"),
+    Column("prediction_error_pct", "%", "100 (predicted_step_s - step_time_p50_s) / "
+                                        "step_time_p50_s"),
+    Column("speedup_vs_1_rank", "", "step_time_p50_s of the 1-rank run of the same variant / "
+                                    "this one's (NaN without a 1-rank run)"),
+)
+
+
+def select(df, variant: str | None = None, **equal):
+    """The rows of ``variant`` (None: all) with the given ``column=value``s, by world size."""
+    return select_rows(df, variant=variant, **equal).sort_values(
+        ["variant", "world_size"]).reset_index(drop=True)
+
+
+def one(df, variant: str, **equal):
+    """The one row of ``variant`` with the given ``column=value``s (a pandas Series);
+    none or several: UsageError."""
+    return one_row(df, variant=variant, **equal)
+
+
+def summary_frame(df):
+    """One line per run: the check, the all-reduces counted against the formula, and where the
+    step's time goes (ms) beside the prediction."""
+    import pandas as pd
+
+    out = []
+    for _, r in select(df).iterrows():
+        out.append({
+            "variant": r["variant"], "ranks": int(r["world_size"]),
+            "matches": bool(r["matches_single_process"]),
+            "allreduces": f"{int(r['allreduce_calls_measured'])}/"
+                          f"{int(r['allreduce_calls_formula'])}",
+            "MB_measured": r["comm_bytes_measured"] / 1e6,
+            "MB_formula": r["comm_bytes_formula"] / 1e6,
+            "step_ms": ms(r["step_time_p50_s"]),
+            "compute_ms": ms(r["compute_time_p50_s"]),
+            "comm_ms": ms(r["comm_time_s"]),
+            "predicted_ms": ms(r["predicted_step_s"]),
+            "error_pct": r["prediction_error_pct"],
+            "speedup_vs_1": r.get("speedup_vs_1_rank", math.nan),
+        })
+    return pd.DataFrame(out)
+
+
+SUMMARY_LEGEND = (
+    "allreduces = counted/formula (4 per layer: g after attention and after the MLP forward, "
+    "f before each backward)\n"
+    "compute = the same step with f and g off; comm = step - compute; predicted = F/R + 4L "
+    "ring all-reduces (α, β fitted in the launch)")
+
+
+def law_error_pct(predicted, measured) -> float:
+    """100 (predicted - measured) / measured, for a law's number beside the measured one: 0
+    when both are 0 (a law of nothing, nothing seen), NaN when only the measurement is 0 or
+    missing.
+
+    >>> law_error_pct(12, 10), law_error_pct(0, 0), law_error_pct(3, 0)
+    (20.0, 0.0, nan)
+    """
+    if not (isinstance(measured, (int, float)) and measured):
+        return 0.0 if predicted == measured else math.nan
+    return 100.0 * (predicted - measured) / measured
+
+
+def prediction_fields(*, link: dict, compute_flop_per_s: float, flops_per_rank: float,
+                      predicted: dict) -> dict:
+    """The fields a row carries about its step's prediction: the α–β fit of the launch
+    (``link``, :func:`labkit.tp.measure.fit_link`), the measured compute rate, one rank's
+    FLOPs and the predicted times (``predicted``: ``compute_s``, ``comm_s``, ``step_s``).
+
+    >>> f = prediction_fields(link={"alpha_s": 1e-5, "beta_bytes_per_s": 2e9, "sweep": []},
+    ...                       compute_flop_per_s=1e10, flops_per_rank=1e8,
+    ...                       predicted={"compute_s": 0.01, "comm_s": 0.002, "step_s": 0.012})
+    >>> f["beta_gb_per_s"], f["predicted_step_s"]
+    (2.0, 0.012)
+    """
+    return {"alpha_s": link["alpha_s"],
+            "beta_gb_per_s": link["beta_bytes_per_s"] / 1e9,
+            "link_sweep": link["sweep"],
+            "compute_flop_per_s": compute_flop_per_s,
+            "flops_per_rank": flops_per_rank,
+            "predicted_compute_s": predicted["compute_s"],
+            "predicted_comm_s": predicted["comm_s"],
+            "predicted_step_s": predicted["step_s"]}
+
+
+def add_compute_time(rows: list[dict], compute: dict) -> None:
+    """Put the compute-only timings (``compute_time_*``) on every row, and ``comm_time_s``:
+    the p50 step time less the compute-only p50 (at least 0).
+
+    >>> rows = [{"step_time_p50_s": 0.05}, {"step_time_p50_s": 0.02}]
+    >>> add_compute_time(rows, {"compute_time_p50_s": 0.03})
+    >>> [round(r["comm_time_s"], 6) for r in rows]
+    [0.02, 0.0]
+    """
+    for row in rows:
+        row.update(compute)
+        row["comm_time_s"] = max(0.0, row["step_time_p50_s"] - compute["compute_time_p50_s"])
+
+
+def laws_frame(row):
+    """Each law of :mod:`labkit.tp.formulas` with its numbers, beside what the run measured:
+    ``quantity, law, predicted, measured, error_pct`` (one row of :func:`labkit.tp.run.run`)."""
+    import pandas as pd
+
+    r = row
+    L, b, s, h, p = (int(r[k]) for k in ("num_layers", "batch_size", "seq_len", "hidden",
+                                         "world_size"))
+    lines = [
+        ("all-reduces per step", f"4 L = 4 x {L}" if p > 1 else "0 on one rank",
+         r["allreduce_calls_formula"], r["allreduce_calls_measured"]),
+        ("bytes all-reduced per step", f"4 L b s h x 4 B = 4 x {L} x {b} x {s} x {h} x 4",
+         r["comm_bytes_formula"], r["comm_bytes_measured"]),
+        ("parameters per rank", f"L ((12 h^2 + 7 h)/P + 6 h), P = {p}",
+         r["params_per_rank_formula"], r["params_per_rank"]),
+        ("step time (s)", "F/R + 4 L t_ar(b s h x 4 B)", r["predicted_step_s"],
+         r["step_time_p50_s"]),
+    ]
+    return pd.DataFrame([{"quantity": q, "law": law, "predicted": pred, "measured": meas,
+                          "error_pct": law_error_pct(pred, meas)}
+                         for q, law, pred, meas in lines])

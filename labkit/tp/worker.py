@@ -1,0 +1,192 @@
+"""Tensor-parallel lab, rank side: one launch of P ranks runs every variant of the config.
+
+Run by hand (``labkit tp`` / :func:`labkit.tp.run.run` build the same command, one launch
+per world size)::
+
+    torchrun --standalone --nproc-per-node=2 -m labkit.tp.worker \\
+        --config '{"hidden": 256, "num_heads": 8, "variants": ["naive", "library"]}' --out tp.json
+
+What one launch does, every rank on the same seeded batch (TP splits weights, not data):
+
+1. **the single-process reference**: every rank builds the whole model from the seed and runs
+   one forward and backward on the whole batch: output, input gradient, every weight gradient;
+2. **the link and the device**, measured now, under the same load as the steps: α and β from a
+   short all-reduce sweep (:func:`labkit.tp.measure.fit_link`), and the FLOP/s of one rank on
+   one whole (unsplit) layer (:func:`labkit.tp.measure.compute_rate`): the prediction then
+   assumes a split layer computes at that rate;
+3. per variant (``naive``, ``library``): **correctness first** -- one forward and backward
+   compared with the reference (the output, the input gradient, every local slice of every
+   weight gradient; ``matches_single_process``); one step with every all-reduce counted (in f
+   and g, or by :class:`labkit.tp.measure.CommCounter`); then ``steps`` SGD steps, the first
+   ``warmup`` untimed, each timed on every rank, the slowest rank's time taken
+   (:func:`labkit.timing.summarize`); the prediction of :mod:`labkit.tp.formulas` beside it;
+4. **compute only**, last: the teaching version with f and g switched off (each rank's
+   slices, no all-reduce: the arithmetic of a TP step without its communication), timed.
+"""
+
+from __future__ import annotations
+
+import math
+
+from labkit import runtime
+from labkit.harness import worker_main
+from labkit.tp import formulas
+from labkit.tp.config import TPConfig
+from labkit.tp.measure import (
+    CommCounter,
+    compute_rate,
+    fit_link,
+    max_rel_error,
+    timed_steps,
+    worst_over_ranks,
+)
+from labkit.tp.models import (
+    Comm,
+    build_model,
+    library_tp_model,
+    local_slice,
+    local_tensor,
+    loss_fn,
+    make_optimizer,
+    make_step,
+    naive_tp_model,
+    shard_dim,
+    synthetic_batch,
+)
+from labkit.tp.report import add_compute_time, prediction_fields
+
+
+def _reference(full, x, y) -> dict:
+    """One process, the whole model and batch: what every split must reproduce."""
+    xr = x.detach().clone().requires_grad_(True)
+    out = full(xr)
+    loss_fn(out, y).backward()
+    ref = {"out": out.detach(), "x_grad": xr.grad.detach(),
+           "grads": {n: p.grad.detach().clone() for n, p in full.named_parameters()}}
+    full.zero_grad(set_to_none=True)
+    return ref
+
+
+def _placement_dim(name: str, p) -> int | None:
+    """The dimension a parameter is split along: a DTensor says so, the teaching version's
+    table (:data:`labkit.tp.models.SHARD_DIM`) otherwise."""
+    placements = getattr(p, "placements", None)
+    if placements is None:
+        return shard_dim(name)
+    pl = placements[0]
+    return pl.dim if pl.is_shard() else None
+
+
+def check(model, ref: dict, x, y, rank: int, world_size: int) -> float:
+    """Largest relative difference between ``model`` and the reference over the output, the
+    input gradient and this rank's slice of every weight gradient (one forward + backward;
+    weight gradients relative to the largest of them, see
+    :func:`labkit.tp.measure.max_rel_error`)."""
+    xv = x.detach().clone().requires_grad_(True)
+    out = model(xv)
+    loss_fn(out, y).backward()
+    grads = []
+    for name, p in model.named_parameters():
+        want = local_slice(ref["grads"][name], _placement_dim(name, p), rank, world_size)
+        grads.append((local_tensor(p.grad), want))
+    model.zero_grad(set_to_none=True)
+    scale = max(float(g.abs().max()) for g in ref["grads"].values())
+    return max(max_rel_error([(out, ref["out"]), (xv.grad, ref["x_grad"])]),
+               max_rel_error(grads, scale=scale))
+
+
+def run(rt: runtime.Runtime, cfg: TPConfig) -> dict:
+    p, dev = rt.world_size, rt.device
+    b, s, h = cfg.batch_size, cfg.seq_len, cfg.hidden
+    full = build_model(hidden=h, num_heads=cfg.num_heads, num_layers=cfg.num_layers,
+                       seed=cfg.seed, device=dev)
+    x, y = synthetic_batch(batch_size=b, seq_len=s, hidden=h, seed=cfg.seed, device=dev)
+    ref = _reference(full, x, y)
+
+    each = b * s * h * formulas.BYTES_PER_VALUE  # one all-reduced activation
+    link = fit_link(rt, max_bytes=4 * each)
+    rate = compute_rate(rt, hidden=h, num_heads=cfg.num_heads, batch_size=b, seq_len=s)
+
+    flops = formulas.flops_per_rank(batch_size=b, seq_len=s, hidden=h,
+                                    num_layers=cfg.num_layers, world_size=p)
+    n_ar = formulas.allreduce_count(num_layers=cfg.num_layers, world_size=p)
+    pred = formulas.predict_step(flops=flops, compute_flop_per_s=rate, allreduces=n_ar,
+                                 allreduce_bytes_each=each, ranks=p, alpha_s=link["alpha_s"],
+                                 beta_bytes_per_s=link["beta_bytes_per_s"])
+    common = {
+        **cfg.describe(),
+        "num_params": sum(t.numel() for t in full.parameters()),
+        "num_params_formula": formulas.param_count(hidden=h, num_layers=cfg.num_layers),
+        "params_per_rank_formula": formulas.params_per_rank(hidden=h, num_layers=cfg.num_layers,
+                                                            world_size=p),
+        "tolerance": cfg.tolerance,
+        "allreduce_calls_formula": n_ar,
+        "comm_bytes_formula": formulas.allreduce_bytes(batch_size=b, seq_len=s, hidden=h,
+                                                       num_layers=cfg.num_layers, world_size=p),
+        "bytes_per_allreduce": each,
+        **prediction_fields(link=link, compute_flop_per_s=rate, flops_per_rank=flops,
+                            predicted=pred),
+    }
+    mesh = None
+    rows = []
+    for variant in cfg.variants:
+        comm = None
+        if variant == "naive":
+            comm = Comm(p, dev)
+            model = naive_tp_model(full, rt.rank, p, comm)
+        else:
+            if mesh is None:
+                from torch.distributed.device_mesh import init_device_mesh
+
+                mesh = init_device_mesh(dev.type, (p,))
+            model = library_tp_model(full, mesh)
+        err = worst_over_ranks(rt, check(model, ref, x, y, rt.rank, p))  # before any timing
+        step = make_step(model, make_optimizer(model, cfg.lr), x, y)
+        counter = CommCounter()
+        if comm is not None:
+            comm.reset()
+            step()
+            calls, nbytes, others = comm.calls, comm.bytes, 0
+        else:
+            with counter:
+                step()
+            calls, nbytes = counter.calls["all_reduce"], counter.bytes["all_reduce"]
+            others = sum(n for op, n in counter.calls.items() if op != "all_reduce")
+        for _ in range(max(0, cfg.warmup - 1)):  # the counted step was the first warm-up step
+            step()
+        if comm is not None:
+            comm.reset()
+        stats, slowest = timed_steps(step, rt, repeat=cfg.measured_steps)
+        inside = (worst_over_ranks(rt, comm.seconds / cfg.measured_steps)
+                  if comm is not None and p > 1 else math.nan)
+        t = stats["step_time_p50_s"]
+        rows.append({
+            **common,
+            "variant": variant,
+            "world_size": p,
+            "params_per_rank": sum(local_tensor(q).numel() for q in model.parameters()),
+            "matches_single_process": bool(err <= cfg.tolerance),
+            "max_rel_error": err,
+            "allreduce_calls_measured": calls,
+            "comm_bytes_measured": nbytes,
+            "other_collective_calls": others,
+            **stats,
+            "step_times_s": slowest,
+            "allreduce_time_in_step_s": inside,
+            "prediction_error_pct": formulas.prediction_error_pct(
+                predicted_s=common["predicted_step_s"], measured_s=t),
+        })
+        del model, step
+    # compute only: the same slices and arithmetic, f and g as identities (timed last, when
+    # allocator and caches are as warm as for the variants)
+    bare = naive_tp_model(full, rt.rank, p, Comm(1))
+    bare_step = make_step(bare, make_optimizer(bare, cfg.lr), x, y)
+    for _ in range(cfg.warmup):
+        bare_step()
+    compute, _ = timed_steps(bare_step, rt, repeat=cfg.measured_steps, prefix="compute_time")
+    add_compute_time(rows, compute)
+    return {"rows": rows} if rt.rank == 0 else {}
+
+
+if __name__ == "__main__":
+    worker_main(run, TPConfig)
