@@ -23,8 +23,8 @@ A ``labkit ...`` command gets the same settings through its launch flags (``--nn
   nodes print one line saying where they are and exit 0 (``--kill-on-bad-exit`` stays safe).
 
 Cost if the job runs to its time limit: GPU-hours = nodes · G · hours, core-hours = nodes ·
-cores per task · hours, and service units SU = (cores + 2 · GPUs) · hours (the Rivanna rate of
-seed 001, :func:`labkit.metrics.service_units`).
+cores per task · hours, and service units SU = (cores + 2 · GPUs) · hours (the rate of UVA's
+Rivanna cluster, :func:`labkit.metrics.service_units`).
 """
 
 from __future__ import annotations
