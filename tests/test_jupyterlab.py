@@ -30,13 +30,10 @@ import pytest
 from labkit.book.lab import jupyterlab_command
 from labkit.book.notebooks import NOTEBOOK_DIR, REPO_ROOT
 from labkit.orphans import kill_marked, processes_of
+from tests._browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, block_offsite
 
 from ._notebook_runs import load_test_params
 
-ARTIFACTS = REPO_ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 MARK = "LABKIT_TEST_JUPYTERLAB"  # every process of the server (kernels, their launches) has it
 NOTEBOOK = NOTEBOOK_DIR / "02_speedup.ipynb"
 # JupyterLab shows an error output (the traceback) as stderr text
@@ -246,15 +243,7 @@ def check_notebook_in_jupyterlab(notebook: Path, tmp_path: Path, parameters: dic
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-
-            def offline(route):
-                if route.request.url.startswith((base + "/", "data:", "blob:")):
-                    route.continue_()
-                else:
-                    seen["blocked"].append(route.request.url)
-                    route.abort()
-
-            ctx.route("**/*", offline)
+            block_offsite(ctx, base, seen["blocked"])
             page = ctx.new_page()
             page.on("pageerror", lambda e: seen["page_errors"].append(str(e)))
             # what `labkit notebook NOTEBOOK` opens: the server's default page is the notebook

@@ -24,13 +24,10 @@ import pytest
 from labkit.book.notebooks import REPO_ROOT, list_notebooks
 from labkit.book.site import FRONT_FIGURE, MARKER, QUARTO_LIBS, quarto_available, render_quarto
 from labkit.cli import main
+from tests._browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, block_offsite
 
 from ._notebook_runs import NOTEBOOKS, executed_dir, run
 
-ARTIFACTS = REPO_ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 _skip_without_quarto = pytest.mark.skipif(
@@ -265,15 +262,7 @@ def check_site_in_chromium(site: Path, executed: Path, base: str) -> dict:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             ctx = browser.new_context(viewport={"width": 1280, "height": 1000})
-
-            def offline(route):
-                if route.request.url.startswith((base + "/", "data:", "blob:")):
-                    route.continue_()
-                else:
-                    report["blocked"].append(route.request.url)
-                    route.abort()
-
-            ctx.route("**/*", offline)
+            block_offsite(ctx, base, report["blocked"])
             page = ctx.new_page()
             page.on("pageerror", lambda e: report["errors"].append(f"{page.url}: {e}"))
             page.on("response", lambda r: report["failed"].append(f"{r.status} {r.url}")
