@@ -14,6 +14,7 @@ import math
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.sparse.linalg as spla
 import torch
@@ -251,6 +252,56 @@ def test_bytes_model_and_scaling_columns():
     out = add_scaling_columns(rows)
     assert out[1]["speedup"] == pytest.approx(1.6) and out[1]["efficiency"] == pytest.approx(0.8)
     assert out[2]["efficiency"] is None  # a failed gate never counts
+
+
+def _strong_rows(sizes, *, c, k, c_p, ranks=2):
+    """Strong rows of a machine that follows the model exactly: t1 = c + k N, tP = c_P + k N / P."""
+    rows = []
+    for n in sizes:
+        for p, t in ((1, c + k * n), (ranks, c_p + k * n / ranks)):
+            rows.append({"mode": "strong", "method": "cg", "partitioner": "simple",
+                         "world_size": p, "dof_requested": n, "dof_global": n,
+                         "time_per_iteration_s": t, "solve_time_s": 100 * t,
+                         "speedup": (c + k * n) / t, "gate_passed": True})
+    return pd.DataFrame(rows)
+
+
+def test_crossover_recovers_the_model_on_synthetic_rows():
+    from labkit.solve import report
+
+    # c = 30 us, k = 5 ns/DOF, c_2 = 130 us: N* = 100 us / 2.5 ns = 40,000 DOF; messages 40 us
+    df = _strong_rows([2_000, 10_000, 25_000, 50_000, 100_000, 250_000], c=30e-6, k=5e-9, c_p=130e-6)
+    table, summary = report.crossover(df, message_s=40e-6, ranks=2)
+    assert summary["fixed_s"] == pytest.approx(30e-6) and summary["seconds_per_dof_iteration"] == pytest.approx(5e-9)
+    assert summary["fixed_p_s"] == pytest.approx(130e-6)
+    assert summary["other_s"] == pytest.approx(60e-6)
+    assert summary["predicted_crossover_dof"] == pytest.approx(40_000)
+    assert summary["naive_crossover_dof"] == pytest.approx(16_000)  # messages only: too small
+    # the machine follows the model: every prediction is exact, the measured crossover lies
+    # between the sizes around 40,000 (log interpolation of a curve, not a line)
+    assert np.allclose(table["predicted_speedup"], table["speedup_per_iteration"])
+    assert table["calibration"].tolist() == [True] + [False] * 5
+    assert 25_000 < summary["measured_crossover_dof"] < 50_000
+    assert abs(math.log(summary["measured_crossover_dof"] / 40_000)) < math.log(1.1)
+    assert "start to pay at about" in report.crossover_sentence(summary, table)
+
+
+@pytest.mark.parametrize("c_p, words", [(31e-6, "already pay at the smallest size"),
+                                        (10e-3, "do not pay up to the largest size"),
+                                        (130e-6, "start to pay at about")])
+def test_crossover_sentence_flips_with_the_numbers(c_p, words):
+    from labkit.solve import report
+
+    table, summary = report.crossover(_strong_rows([2_000, 50_000, 250_000], c=30e-6, k=5e-9, c_p=c_p),
+                                      message_s=40e-6)
+    assert words in report.crossover_sentence(summary, table)
+
+
+def test_crossover_needs_two_sizes():
+    from labkit.solve import report
+
+    with pytest.raises(UsageError, match="at least two sizes"):
+        report.crossover(_strong_rows([50_000], c=30e-6, k=5e-9, c_p=130e-6), message_s=40e-6)
 
 
 # -- launches ------------------------------------------------------------------------------------

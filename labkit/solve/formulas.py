@@ -187,25 +187,40 @@ def memory_bytes_per_rank(dof_global: int, world_size: int, *, dim: int = 2,
 # -- when do more ranks pay? -----------------------------------------------------------------
 # One rank's CG iteration costs t1 = c + k N: k seconds per DOF (the memory traffic), and c a
 # fixed cost per iteration (a dozen torch calls, the Python loop) that no rank count divides.
-# P ranks split the k N part and add messages: tP = c + k N / P + t_msg, with t_msg one halo
-# exchange and one (fused) all-reduce per iteration, measured on their own by the transport
-# check. More ranks pay once k N (1 - 1/P) > t_msg.
+# P ranks split the k N part and pay a larger fixed cost c_P: c plus one halo exchange and one
+# (fused) all-reduce per iteration (t_msg, timed on their own by the transport check) plus what
+# else a rank of many does per iteration (the split SpMV's second call, packing the halo, ranks
+# waiting for each other). tP = c_P + k N / P, and more ranks pay once k N (1 - 1/P) > c_P - c.
+# The naive model takes c_P = c + t_msg; the full one reads c_P off the smallest size, where
+# k N / P is small.
 
-def predicted_speedup(*, seconds_per_iteration_1: float, ranks: int, message_s: float,
-                      fixed_s: float = 0.0) -> float:
-    """s = t1 / (c + (t1 − c) / P + t_msg), with c = ``fixed_s``.
+def predicted_speedup(*, seconds_per_iteration_1: float, ranks: int, fixed_s: float,
+                      fixed_p_s: float) -> float:
+    """s = t1 / (c_P + (t1 − c) / P), with c = ``fixed_s`` (one rank) and c_P = ``fixed_p_s``
+    (P ranks).
 
-    1 ms per iteration on one rank, 2 ranks, 100 µs of messages per iteration:
-    1 / (0.5 + 0.1) = 1.667; with 100 µs of it a fixed cost: 1 / (0.1 + 0.45 + 0.1) = 1.538.
+    1 ms per iteration on one rank, 100 µs of it fixed, 2 ranks with 300 µs fixed:
+    1 / (0.3 + 0.9 / 2) = 1.333.
 
-    >>> round(predicted_speedup(seconds_per_iteration_1=1e-3, ranks=2, message_s=1e-4), 3)
-    1.667
-    >>> round(predicted_speedup(seconds_per_iteration_1=1e-3, ranks=2, message_s=1e-4,
-    ...                         fixed_s=1e-4), 3)
-    1.538
+    >>> round(predicted_speedup(seconds_per_iteration_1=1e-3, ranks=2, fixed_s=1e-4,
+    ...                         fixed_p_s=3e-4), 3)
+    1.333
     """
     t1, c = seconds_per_iteration_1, min(fixed_s, seconds_per_iteration_1)
-    return t1 / (c + (t1 - c) / ranks + message_s)
+    return t1 / (fixed_p_s + (t1 - c) / ranks)
+
+
+def fixed_cost_at(*, seconds_per_iteration: float, dof: float, ranks: int,
+                  seconds_per_dof_iteration: float) -> float:
+    """c_P = t_P − k N / P: the part of a P-rank iteration that does not shrink with the size.
+
+    130 µs per iteration at 2,000 DOF on 2 ranks, k = 5 ns: 130 − 5 = 125 µs.
+
+    >>> round(fixed_cost_at(seconds_per_iteration=130e-6, dof=2_000, ranks=2,
+    ...                     seconds_per_dof_iteration=5e-9) * 1e6, 3)
+    125.0
+    """
+    return seconds_per_iteration - seconds_per_dof_iteration * dof / ranks
 
 
 def fit_iteration_time(dofs, seconds) -> tuple[float, float]:
@@ -226,26 +241,32 @@ def fit_iteration_time(dofs, seconds) -> tuple[float, float]:
     return float(c), float(k)
 
 
-def crossover_dof(*, seconds_per_dof_iteration: float, ranks: int, message_s: float) -> float:
-    """The size N* where P ranks tie with one: k N (1 − 1/P) = t_msg, N* = t_msg / (k (1 − 1/P)).
+def crossover_dof(*, seconds_per_dof_iteration: float, ranks: int, added_s: float) -> float:
+    """The size N* where P ranks tie with one: k N (1 − 1/P) = c_P − c, so
+    N* = (c_P − c) / (k (1 − 1/P)), with ``added_s`` = c_P − c the fixed cost per iteration
+    that P ranks add.
 
-    k = 4 ns per DOF per iteration, 2 ranks, 40 µs of messages: N* = 40e-6 / (4e-9 / 2) = 20,000.
+    k = 4 ns per DOF per iteration, 2 ranks adding 40 µs: N* = 40e-6 / (4e-9 / 2) = 20,000.
 
-    >>> round(crossover_dof(seconds_per_dof_iteration=4e-9, ranks=2, message_s=40e-6))
+    >>> round(crossover_dof(seconds_per_dof_iteration=4e-9, ranks=2, added_s=40e-6))
     20000
     """
     if ranks < 2:
         raise ValueError("a crossover needs at least 2 ranks")
-    return message_s / (seconds_per_dof_iteration * (1 - 1 / ranks))
+    return added_s / (seconds_per_dof_iteration * (1 - 1 / ranks))
 
 
 def measured_crossover(dofs, speedups) -> float | None:
-    """Where measured speedups cross 1, interpolated linearly in log(DOF) between the two
-    sizes around the first crossing; None when every size loses or every size wins.
+    """The size from which on more ranks pay: between the largest size that loses and the next
+    one (which wins), where the speedup crosses 1, interpolated linearly in log(DOF); None when
+    every size loses or every size wins. (A noisy win below a loss does not count as the
+    crossover: the sizes past N* must all win.)
 
     0.6 at 10k, 1.2 at 40k: 1 is 2/3 of the way, 10k x 4^(2/3) = 25,198.
 
     >>> round(measured_crossover([10_000, 40_000, 160_000], [0.6, 1.2, 1.7]))
+    25198
+    >>> round(measured_crossover([5_000, 10_000, 40_000], [1.05, 0.6, 1.2]))
     25198
     >>> measured_crossover([10_000, 40_000], [1.3, 1.5]) is None
     True
@@ -253,8 +274,9 @@ def measured_crossover(dofs, speedups) -> float | None:
     import math
 
     pts = sorted(zip(dofs, speedups))
-    for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
-        if s0 < 1 <= s1:
-            f = (1 - s0) / (s1 - s0)
-            return math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))
-    return None
+    losing = [i for i, (_, s) in enumerate(pts) if s < 1]
+    if not losing or losing[-1] == len(pts) - 1:
+        return None
+    (n0, s0), (n1, s1) = pts[losing[-1]], pts[losing[-1] + 1]
+    f = (1 - s0) / (s1 - s0)
+    return math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))

@@ -97,15 +97,18 @@ def halo_figure(df):
 
 def crossover_figure(table, summary):
     """Speedup at P ranks against the problem size: measured (per iteration and per solve), the
-    model t1 / (t1 / P + t_msg) through the measured 1-rank times, and both crossovers."""
+    naive model (messages only) and the full one, t1 / (c_P + (t1 − c) / P), through the measured
+    1-rank times, and both crossovers."""
     fig, axes = new_figure(1, 1, width=6)
     ax = axes[0][0]
     t = table.sort_values("dof_global")
     p = summary["ranks"]
     ax.plot(t["dof_global"], t["speedup_per_iteration"], "o-", label="measured (per iteration)")
     ax.plot(t["dof_global"], t["speedup"], "s:", alpha=0.7, label="measured (solve time)")
+    ax.plot(t["dof_global"], t["naive_speedup"], ":", color="grey",
+            label=f"naive: c_P = c + t_msg ({summary['message_s'] * 1e6:.0f} µs)")
     ax.plot(t["dof_global"], t["predicted_speedup"], "k--",
-            label=f"model t1 / (t1/{p} + t_msg), t_msg = {summary['message_s'] * 1e6:.0f} µs")
+            label=f"model t1 / (c_P + (t1 − c)/{p}), c_P = {summary['fixed_p_s'] * 1e6:.0f} µs")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.axhline(p, color="grey", lw=0.8, ls=":")
     pred = summary["predicted_crossover_dof"]

@@ -9,6 +9,7 @@ prints.
 from __future__ import annotations
 
 from labkit.results import Column, select_rows
+from labkit.errors import UsageError
 
 #: what makes a row a different measurement of the same point: the mode and world size, the
 #: problem (dimension, size, right-hand side), the partitioner, method, engine and transport
@@ -158,27 +159,51 @@ def print_tables(df, file=None) -> None:
         print_frame(t, TABLE_COLUMNS, file=file)
 
 
+def iteration_exponent(df) -> float:
+    """The measured growth of CG's iteration count with the problem size: the slope of
+    log(iterations) against log(DOF) over every size of the run (passed rows, one per size;
+    the count does not depend on the rank count). Theory: 1/dim (iterations ∝ the grid side).
+
+    >>> import pandas as pd
+    >>> rows = pd.DataFrame({"dof_global": [1_000, 10_000, 100_000], "iterations": [50, 158, 500]})
+    >>> round(iteration_exponent(rows), 2)
+    0.5
+    """
+    import numpy as np
+
+    sizes = passed(df).drop_duplicates("dof_global")
+    if len(sizes) < 2:
+        raise UsageError("the iteration growth needs at least two sizes")
+    return float(np.polyfit(np.log(sizes["dof_global"].astype(float)),
+                            np.log(sizes["iterations"].astype(float)), 1)[0])
+
+
 def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
               partitioner: str | None = None):
     """Strong scaling at several sizes against the model of
     :func:`labkit.solve.formulas.predicted_speedup`: one row per size (``dof_global``,
     ``t1_per_iteration_s``, ``tp_per_iteration_s``, ``speedup`` of the solve,
-    ``speedup_per_iteration``, ``predicted_speedup``, ``error_pct``), and a summary dict:
-    ``seconds_per_dof_iteration`` and ``fixed_s`` (k and c of the fit t1 = c + k N,
-    :func:`~labkit.solve.formulas.fit_iteration_time`), ``message_s``,
-    ``predicted_crossover_dof`` (:func:`~labkit.solve.formulas.crossover_dof`),
-    ``measured_crossover_dof`` (:func:`~labkit.solve.formulas.measured_crossover`, None when
-    no size of the sweep loses or none wins).
+    ``speedup_per_iteration``, ``naive_speedup`` (messages only), ``predicted_speedup``,
+    ``error_pct``, ``calibration``: True for the smallest size, which the model's c_P is read
+    from, so its prediction is not a test), and a summary dict: ``seconds_per_dof_iteration``
+    and ``fixed_s`` (k and c of the fit t1 = c + k N,
+    :func:`~labkit.solve.formulas.fit_iteration_time`), ``message_s`` (t_msg, given),
+    ``fixed_p_s`` (c_P at the smallest size, :func:`~labkit.solve.formulas.fixed_cost_at`),
+    ``other_s`` (c_P − c − t_msg: what P ranks add besides the messages),
+    ``naive_crossover_dof`` (c_P = c + t_msg) and ``predicted_crossover_dof``
+    (:func:`~labkit.solve.formulas.crossover_dof`), ``measured_crossover_dof``
+    (:func:`~labkit.solve.formulas.measured_crossover`, None when no size of the sweep loses or
+    none wins).
 
     A sweep of one size has no crossover: UsageError.
     """
     import pandas as pd
 
     from labkit.collectives.formulas import model_error_pct
-    from labkit.errors import UsageError
     from labkit.solve.formulas import (
         crossover_dof,
         fit_iteration_time,
+        fixed_cost_at,
         measured_crossover,
         predicted_speedup,
     )
@@ -192,22 +217,30 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
                          f"sizes (--total-dof N1 N2 ...); have {len(sizes)}")
     c, k = fit_iteration_time([float(one.loc[[n]].iloc[0]["dof_global"]) for n in sizes],
                               [float(one.loc[[n]].iloc[0]["time_per_iteration_s"]) for n in sizes])
+    smallest = many.loc[[sizes[0]]].iloc[0]
+    c_p = fixed_cost_at(seconds_per_iteration=float(smallest["time_per_iteration_s"]),
+                        dof=float(smallest["dof_global"]), ranks=ranks, seconds_per_dof_iteration=k)
     rows = []
     for size in sizes:
         a, b = one.loc[[size]].iloc[0], many.loc[[size]].iloc[0]
         t1, tp = float(a["time_per_iteration_s"]), float(b["time_per_iteration_s"])
-        pred = predicted_speedup(seconds_per_iteration_1=t1, ranks=ranks, message_s=message_s,
-                                 fixed_s=c)
+        pred = predicted_speedup(seconds_per_iteration_1=t1, ranks=ranks, fixed_s=c, fixed_p_s=c_p)
         meas = t1 / tp
         rows.append({"dof_global": int(a["dof_global"]), "t1_per_iteration_s": t1,
                      "tp_per_iteration_s": tp, "speedup": float(b["speedup"]),
-                     "speedup_per_iteration": meas, "predicted_speedup": pred,
-                     "error_pct": model_error_pct(model_s=pred, measured_s=meas)})
+                     "speedup_per_iteration": meas,
+                     "naive_speedup": predicted_speedup(seconds_per_iteration_1=t1, ranks=ranks,
+                                                        fixed_s=c, fixed_p_s=c + message_s),
+                     "predicted_speedup": pred,
+                     "error_pct": model_error_pct(model_s=pred, measured_s=meas),
+                     "calibration": size == sizes[0]})
     table = pd.DataFrame(rows)
     summary = {"seconds_per_dof_iteration": k, "fixed_s": c, "message_s": message_s,
-               "ranks": ranks,
-               "predicted_crossover_dof": crossover_dof(seconds_per_dof_iteration=float(k),
-                                                        ranks=ranks, message_s=message_s),
+               "fixed_p_s": c_p, "other_s": c_p - c - message_s, "ranks": ranks,
+               "naive_crossover_dof": crossover_dof(seconds_per_dof_iteration=k, ranks=ranks,
+                                                    added_s=message_s),
+               "predicted_crossover_dof": crossover_dof(seconds_per_dof_iteration=k, ranks=ranks,
+                                                        added_s=c_p - c),
                "measured_crossover_dof": measured_crossover(table["dof_global"],
                                                             table["speedup_per_iteration"])}
     return table, summary
