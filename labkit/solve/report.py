@@ -8,8 +8,8 @@ prints.
 
 from __future__ import annotations
 
-from labkit.results import Column, select_rows
 from labkit.errors import UsageError
+from labkit.results import Column, select_rows
 
 #: what makes a row a different measurement of the same point: the mode and world size, the
 #: problem (dimension, size, right-hand side), the partitioner, method, engine and transport
