@@ -439,12 +439,22 @@ def test_minimal_bytes_on_a_small_grid_equal_a_hand_count():
 
 
 @pytest.mark.slow
-def test_fused_cg_equals_the_textbook_loop_on_one_rank():
+@functools.cache
+def _kernels():
     from labkit.solve.fused import make_kernels
 
-    kernels, why = make_kernels(torch.device("cpu"))
+    return make_kernels(torch.device("cpu"))
+
+
+@pytest.mark.parametrize("dots_in_one_pass", [False, True])
+def test_fused_cg_equals_the_textbook_loop_on_one_rank(dots_in_one_pass, monkeypatch):
+    from labkit.solve import fused as fused_module
+
+    kernels, why = _kernels()
     if kernels is None:
         pytest.skip(f"no fused kernels here: {why}")
+    # the compiled dots serve large vectors only; a small threshold runs them on this grid
+    monkeypatch.setattr(fused_module, "FUSED_DOTS_MIN_ROWS", 1 if dots_in_one_pass else 10**9)
     op, b = one_rank((60, 70))
     plain = krylov.cg(op, b, 1e-10, 10_000)
     op.fused = kernels
@@ -452,6 +462,20 @@ def test_fused_cg_equals_the_textbook_loop_on_one_rank():
     assert fused.iterations == plain.iterations
     scale = float(plain.x.abs().max())
     assert float((fused.x - plain.x).abs().max()) <= 1e-10 * scale
+
+
+def test_fused_dots_equal_torch_dot_above_the_threshold():
+    from labkit.solve.formulas import FUSED_DOTS_MIN_ROWS
+
+    kernels, why = _kernels()
+    if kernels is None:
+        pytest.skip(f"no fused kernels here: {why}")
+    gen = torch.Generator().manual_seed(0)
+    r, w = (torch.rand(FUSED_DOTS_MIN_ROWS + 3, dtype=torch.float64, generator=gen) for _ in range(2))
+    want = torch.stack([torch.dot(r, r), torch.dot(w, r)])
+    assert torch.allclose(kernels.dots(r, w), want, rtol=1e-12, atol=0)
+    assert torch.equal(kernels.dots(r[:100], w[:100]), want.new_tensor(
+        [torch.dot(r[:100], r[:100]), torch.dot(w[:100], r[:100])]))
 
 
 @pytest.mark.slow

@@ -26,8 +26,13 @@ VECTOR_STREAMS = {
     "minres": 22,    # v: 2; y: 3 + 3; w: 3 + 3 + 2; x: 3; dots (v, y) + (r2, r2): 2 + 1
 }
 #: with the fused kernels (labkit.solve.fused): the four updates in one pass (x, p, s, r, w read
-#: once; x, p, s, r written once: 9), the two dots as before ((r, r): 1, (w, r): 2)
+#: once; x, p, s, r written once: 9), the two dots as before ((r, r): 1, (w, r): 2) below
+#: FUSED_DOTS_MIN_ROWS rows, in one pass over r and w (2) from there on
 FUSED_VECTOR_STREAMS = {"cg": 12}
+#: from this many rows on the fused kernels take both dots in one compiled pass: the compiled call
+#: costs ~45 us more than two torch.dot calls here, one stream of 8 bytes per row less pays it
+#: back from ~400,000 rows (2M rows: 2.42 ms -> 1.50 ms, 1 thread)
+FUSED_DOTS_MIN_ROWS = 400_000
 #: the fewest vector streams a correct iteration of the method must move besides its SpMV: every
 #: vector the recurrences update is read and written once, the others read once, and the dot
 #: products ride on passes that happen anyway (a fused SpMV can sum (r, r) and (w, r) as it
@@ -70,9 +75,13 @@ def bytes_per_iteration(method: str, spmv: int, rows: int, *, restart: int = 30,
 
     >>> bytes_per_iteration("cg", 580, 9), bytes_per_iteration("cg", 580, 9, fused=True)
     (1660, 1444)
+    >>> bytes_per_iteration("cg", 0, 400_000, fused=True) == 11 * 8 * 400_000
+    True
     """
-    streams = (FUSED_VECTOR_STREAMS[method] if fused and method in FUSED_VECTOR_STREAMS
-               else vector_streams(method, restart, iterations))
+    if fused and method in FUSED_VECTOR_STREAMS:
+        streams = FUSED_VECTOR_STREAMS[method] - (rows >= FUSED_DOTS_MIN_ROWS)
+    else:
+        streams = vector_streams(method, restart, iterations)
     return SPMVS_PER_ITERATION[method] * spmv + streams * word * rows
 
 

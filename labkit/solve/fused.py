@@ -6,8 +6,9 @@ pass: ``p = u + beta p``, ``s = w + beta s``, ``r -= alpha s``, ``x += alpha p``
 their vectors separately (12 streams), and the two dot products read theirs again (3). Done
 element by element in one loop, as HPCG's and PETSc's fused kernels do, the same updates read
 x, p, s, r, w once and write x, p, s, r once: 9 streams, 12 per iteration with the dots instead
-of 15. (The dots stay plain torch: a compiled call costs ~0.1 ms of guards and dispatch here,
-more than two dots of a small vector; the update pays it back only on large vectors.)
+of 15. The two dot products, (r, r) and (w, r), read r twice as two torch.dot calls; one compiled
+pass reads r and w once (11 streams). A compiled call costs ~45 us more than a torch.dot here, so
+the compiled dots are used from :data:`~labkit.solve.formulas.FUSED_DOTS_MIN_ROWS` rows on only.
 
 Python cannot write that loop fast, so :func:`make_kernels` hands the update to
 ``torch.compile`` (Inductor writes and compiles the C++ loop, or a Triton kernel on a GPU). It
@@ -23,14 +24,24 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit.solve.formulas import FUSED_DOTS_MIN_ROWS
+
 
 @dataclass
 class Kernels:
     """The compiled update and dots, and what compiling them cost."""
 
     update: object  # (x, p, s, r, u, w, coef) -> None, in place; coef = [alpha_old, alpha, beta]
+    dots_pass: object  # (r, w) -> tensor([(r, r), (w, r)]), one pass
     compile_time_s: float
     device: torch.device
+
+    def dots(self, r, w) -> torch.Tensor:
+        """[(r, r), (w, r)]: one compiled pass from FUSED_DOTS_MIN_ROWS rows on, two torch.dot
+        calls below (where the compiled call costs more than the stream it saves)."""
+        if len(r) >= FUSED_DOTS_MIN_ROWS:
+            return self.dots_pass(r, w)
+        return torch.stack([torch.dot(r, r), torch.dot(w, r)])
 
     def step(self, x, p, s, r, u, w, alpha_old: float, alpha: float, beta: float) -> None:
         # the scalars travel as one tensor: compiled code would otherwise be specialised to,
@@ -49,6 +60,11 @@ def _update(x, p, s, r, u, w, coef):
     r.sub_(alpha * s)
 
 
+def _dots(r, w):
+    # both reductions in one loop over r and w (Inductor fuses reductions over one range)
+    return torch.stack([torch.sum(r * r), torch.sum(w * r)])
+
+
 def make_kernels(device: torch.device) -> tuple[Kernels | None, str | None]:
     """Compile the fused update for ``device``; (kernels, None) or (None, reason)."""
     t0 = time.perf_counter()
@@ -57,11 +73,13 @@ def make_kernels(device: torch.device) -> tuple[Kernels | None, str | None]:
 
         inductor.compile_threads = 1  # one rank, one core: no compile worker pool
         update = torch.compile(_update, dynamic=True, fullgraph=True)
+        dots = torch.compile(_dots, dynamic=True, fullgraph=True)
         for n in (4096, 4099):  # two sizes: one dynamic-shape kernel serves every size
             v = [torch.rand(n, dtype=torch.float64, device=device) for _ in range(6)]
             update(*v, torch.tensor([0.5, 0.25, 0.125], dtype=torch.float64, device=device))
+            dots(v[0], v[1])
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as e:  # noqa: BLE001 - no compiler, an unsupported platform: plain kernels
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-    return Kernels(update, time.perf_counter() - t0, device), None
+    return Kernels(update, dots, time.perf_counter() - t0, device), None
