@@ -183,9 +183,9 @@ def step_sentence(df, schedule: str, num_stages: int | None = None,
 
     >>> import pandas as pd
     >>> df = pd.DataFrame({"schedule": "1f1b", "num_stages": 2, "num_microbatches": [2, 4],
-    ...                    "step_time_error_pct": [-3.0, -21.0]})
-    >>> step_sentence(df, "1f1b")
-    '1f1b, P = 2: the predicted step is off by more than 15% at M = 4 (worst -21% at M = 4): idle time the schedule does not explain (messages, scheduling, other jobs on the cores).'
+    ...                    "step_time_error_pct": [-3.0, -21.0], "idle_other": [0.03, 0.12]})
+    >>> print(step_sentence(df, "1f1b"))
+    1f1b, P = 2: the predicted step is off by more than 15% at M = 4 (worst -21% at M = 4): the model counts compute and the fill/drain bubble only, and at M = 4 the rest of the idle time (messages waiting for a core, the schedule's own work, other jobs) is 0.12 of the step.
     """
     part, p = _series_at(df, schedule, num_stages)
     worst = part.loc[part.step_time_error_pct.abs().idxmax()]
@@ -196,8 +196,9 @@ def step_sentence(df, schedule: str, num_stages: int | None = None,
                 f"within {tolerance_pct:g}% at every M ({where}).")
     ms = ", ".join(str(m) for m in off.num_microbatches)
     return (f"{schedule}, P = {p}: the predicted step is off by more than {tolerance_pct:g}% at "
-            f"M = {ms} ({where}): idle time the schedule does not explain (messages, "
-            f"scheduling, other jobs on the cores).")
+            f"M = {ms} ({where}): the model counts compute and the fill/drain bubble only, and "
+            f"at M = {worst.num_microbatches} the rest of the idle time (messages waiting for a "
+            f"core, the schedule's own work, other jobs) is {worst.idle_other:.2f} of the step.")
 
 
 def best_m_sentence(df, schedule: str, num_stages: int | None = None) -> str:
