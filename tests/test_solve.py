@@ -297,6 +297,19 @@ def test_crossover_sentence_flips_with_the_numbers(c_p, words):
     assert words in report.crossover_sentence(summary, table)
 
 
+def test_print_crossover_reads_the_messages_off_the_smallest_size(capsys):
+    from labkit.solve import report
+
+    df = _strong_rows([2_000, 50_000, 250_000], c=30e-6, k=5e-9, c_p=130e-6).assign(
+        iterations=100, halo_time_s=100 * 15e-6, allreduce_time_s=100 * 25e-6)
+    report.print_crossover(df)
+    out = capsys.readouterr().out
+    assert "CROSSOVER, 2 ranks, cg, simple" in out and "exposed messages there 40.0 us" in out
+    assert "c_2 = 130.0 us" in out and "predicted 40,000" in out
+    report.print_crossover(df[df["dof_requested"] == 50_000])  # one size: nothing to say
+    assert capsys.readouterr().out == ""
+
+
 def test_crossover_needs_two_sizes():
     from labkit.solve import report
 

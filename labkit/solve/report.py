@@ -246,6 +246,41 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
     return table, summary
 
 
+def print_crossover(df, file=None) -> None:
+    """The crossover of a strong sweep over several sizes, printed the way ``labkit solve``
+    ends: the model's terms, each size's measured and predicted speedup, and the sentence. For
+    t_msg (the naive model's messages) the command has no transport check of its own, so it
+    takes the exposed halo and all-reduce waits of the P-rank solve at the smallest size.
+    Prints nothing when the rows hold no such sweep (one size, or no 1-rank rows)."""
+    from labkit.cliargs import print_frame
+
+    strong = select_rows(passed(df), mode="strong")
+    if strong.empty or strong["dof_requested"].nunique() < 2 or 1 not in set(strong["world_size"]):
+        return
+    for ranks in sorted(set(strong["world_size"]) - {1}):
+        for (method, partitioner), _ in strong.groupby(["method", "partitioner"]):
+            many = select_rows(strong, world_size=ranks, method=method, partitioner=partitioner)
+            if many["dof_requested"].nunique() < 2:
+                continue
+            small = many.sort_values("dof_global").iloc[0]
+            message_s = float((small["halo_time_s"] + small["allreduce_time_s"])
+                              / small["iterations"])
+            try:
+                table, summary = crossover(df, message_s=message_s, ranks=ranks, method=method,
+                                           partitioner=partitioner)
+            except UsageError:
+                continue
+            print(f"\nCROSSOVER, {ranks} ranks, {method}, {partitioner}: t1 = c + k N with "
+                  f"c = {summary['fixed_s'] * 1e6:.1f} us, k = "
+                  f"{summary['seconds_per_dof_iteration'] * 1e9:.2f} ns/DOF; c_{ranks} = "
+                  f"{summary['fixed_p_s'] * 1e6:.1f} us (smallest size; exposed messages there "
+                  f"{message_s * 1e6:.1f} us)", file=file)
+            print_frame(table.assign(dof_global=table["dof_global"].astype(int)),
+                        ["dof_global", "speedup_per_iteration", "predicted_speedup",
+                         "naive_speedup", "error_pct", "calibration"], file=file)
+            print(crossover_sentence(summary, table), file=file)
+
+
 def crossover_sentence(summary: dict, table) -> str:
     """What the sweep says about when more ranks pay, computed from its numbers.
 
