@@ -77,28 +77,30 @@ class DistOperator:
 
     def _split_rows(self, indptr, cols, vals) -> None:
         """Interior rows (every column owned) and boundary rows (some halo column), each as its
-        own CSR, built once. Interior rows that form one contiguous range (the simple
-        partitioner: all but the first and last grid line) are written straight into the output;
-        otherwise they, like the few boundary rows, go through a buffer and a scatter."""
-        row_of = np.repeat(np.arange(self.n_owned), np.diff(indptr))
+        own CSR, built once. The interior CSR spans all owned rows, with the boundary rows left
+        empty, so its SpMV writes straight into the output whatever the partition's shape (a
+        scatter of the interior rows through a buffer would move half as many bytes again as
+        the SpMV itself); the few boundary rows go through a buffer and a scatter."""
+        counts = np.diff(indptr)
+        row_of = np.repeat(np.arange(self.n_owned), counts)
         boundary = np.zeros(self.n_owned, dtype=bool)
         boundary[row_of[cols >= self.n_owned]] = True
         inner, bnd = np.flatnonzero(~boundary), np.flatnonzero(boundary)
         self.n_interior, self.n_boundary = len(inner), len(bnd)
 
-        def part(rows, ncols):
-            counts = np.diff(indptr)[rows]
-            sub = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-            take = np.repeat(indptr[rows] - sub[:-1], counts) + np.arange(sub[-1])
+        def part(rows, ncols, nrows):
+            # CSR of ``rows``' entries; ``nrows`` rows in all (rows not listed left empty)
+            keep = np.zeros(len(counts), dtype=bool)
+            keep[rows] = True
+            sub_counts = counts[rows] if nrows == len(rows) else np.where(keep, counts, 0)
+            sub = np.concatenate([[0], np.cumsum(sub_counts)]).astype(np.int64)
+            taken = rows if nrows == len(rows) else np.arange(len(counts))
+            take = np.repeat(indptr[taken] - sub[:-1], sub_counts) + np.arange(sub[-1])
             return self._csr(sub, cols[take], vals[take], ncols)
 
-        self._A_int = part(inner, self.n_owned) if len(inner) else None
-        self._A_bnd = part(bnd, self.n_ext) if len(bnd) else None
-        contiguous = len(inner) > 0 and inner[-1] - inner[0] + 1 == len(inner)
-        self._int_range = (int(inner[0]), int(inner[-1]) + 1) if contiguous else None
-        self._int_idx = torch.from_numpy(inner).to(self.device)
+        self._A_int = part(inner, self.n_owned, self.n_owned) if len(inner) else None
+        self._A_bnd = part(bnd, self.n_ext, len(bnd)) if len(bnd) else None
         self._bnd_idx = torch.from_numpy(bnd).to(self.device)
-        self._y_int = torch.empty(len(inner), dtype=self.dtype, device=self.device)
         self._y_bnd = torch.empty(len(bnd), dtype=self.dtype, device=self.device)
 
     def _diagonal(self, indptr, cols, vals) -> torch.Tensor:
@@ -188,14 +190,8 @@ class DistOperator:
             return out
         reqs = self.post_exchange(x_ext)
         with self.sw("spmv"):
-            if self._A_int is not None:
-                x_own = x_ext[: self.n_owned]
-                if self._int_range is not None:
-                    lo, hi = self._int_range
-                    torch.mv(self._A_int, x_own, out=out[lo:hi])
-                else:
-                    torch.mv(self._A_int, x_own, out=self._y_int)
-                    out.index_copy_(0, self._int_idx, self._y_int)
+            if self._A_int is not None:  # every owned row; the boundary ones come out 0
+                torch.mv(self._A_int, x_ext[: self.n_owned], out=out)
         if overlap is not None:
             overlap()
         self.wait(reqs)
