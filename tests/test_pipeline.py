@@ -126,20 +126,34 @@ def test_timeline_split_recovers_fill_drain_and_gaps(schedule, p, m, v):
 
 @pytest.mark.parametrize("m", [1, 2, 4, 8])
 def test_timeline_split_message_delays(m):
-    """GPipe, P = 2, every message takes c: rank 1 runs c late, rank 0's backwards 2c late.
-    At M = 1 each of the two messages idles both ranks for c while nobody computes: 4c of
-    other idle and the ideal bubble. From M = 2 on, the late rank computes while the other
-    waits for it (a cascade): two of those c's are waits for another rank's compute, bubble."""
+    """GPipe, P = 2, every message takes c: rank 1 runs c late, rank 0's backwards 2c late. The
+    ideal replay (messages free) idles each rank exactly where the schedule does, so the bubble
+    stays the formula's at every M and all 4c the messages add (2c per rank) is other idle."""
     c = 0.125
     ideal = schedules.simulate("gpipe", 2, m)
     moved = [{**b, "start_s": b["start_s"] + d, "end_s": b["end_s"] + d} for b in ideal
              for d in [c if b["rank"] == 1 else (2 * c if b["kind"] == "B" else 0.0)]]
     got = formulas.timeline_split(moved)
     assert got["step_s"] == pytest.approx(3 * (m + 1) + 2 * c)
-    cascade = 0 if m == 1 else 2 * c
-    assert got["bubble_s"] == pytest.approx(6 + cascade)
-    assert got["other_s"] == pytest.approx(4 * c - cascade)
-    assert [r["other_s"] for r in got["per_rank"]] == pytest.approx([2 * c - cascade / 2] * 2)
+    assert got["bubble_s"] == pytest.approx(6)
+    assert got["other_s"] == pytest.approx(4 * c)
+    assert [r["other_s"] for r in got["per_rank"]] == pytest.approx([2 * c] * 2)
+
+
+def test_timeline_split_a_late_message_is_other_also_where_it_delays_later_blocks():
+    """GPipe, P = 2, M = 4: one forward message 1 s late makes rank 1 start F1 late and every
+    block after it; rank 1's waits it causes, and rank 0's wait for the late gradients, are
+    other, not bubble (the bubble is the replay's, where the message is free)."""
+    ideal = schedules.simulate("gpipe", 2, 4)
+    step = max(b["end_s"] for b in ideal)
+    busy = sum(b["end_s"] - b["start_s"] for b in ideal)
+    f1 = next(b for b in ideal if b["rank"] == 1 and b["kind"] == "F" and b["microbatch"] == 1)
+    late = [{**b, "start_s": b["start_s"] + 1.0, "end_s": b["end_s"] + 1.0}
+            if (b["rank"] == 1 and b["start_s"] >= f1["start_s"]) or (b["rank"] == 0 and b["kind"] == "B")
+            else b for b in ideal]
+    got = formulas.timeline_split(late)
+    assert got["bubble_s"] == pytest.approx(2 * step - busy)
+    assert got["other_s"] == pytest.approx(2 * 1.0)
 
 
 def test_timeline_split_refuses_bad_input():

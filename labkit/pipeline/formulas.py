@@ -147,29 +147,54 @@ def _overlap(a: float, z: float, intervals) -> float:
     return sum(max(0.0, min(z, e) - max(a, s)) for s, e in intervals)
 
 
+def _replay(mine_by_rank, start: float, last_stage: int) -> dict:
+    """Every block's start in the *ideal* replay of the measured step: each rank runs its blocks
+    in the measured order with their measured durations, and a block starts as soon as its rank
+    is free and the block it waits for (:func:`_needs`) has ended: messages cost nothing and
+    nothing else delays a block. Returns {id(block): (ideal start, ideal end)}."""
+    keys = {(m["block"]["kind"], int(m["block"]["stage"]), int(m["block"]["microbatch"]))
+            for bs in mine_by_rank.values() for m in bs}
+    ideal_end, placed, free = {}, {}, {r: start for r in mine_by_rank}
+    pos = {r: 0 for r in mine_by_rank}
+    total = sum(len(bs) for bs in mine_by_rank.values())
+    while len(placed) < total:
+        progress = False
+        for rank, bs in mine_by_rank.items():
+            while pos[rank] < len(bs):
+                b, dur = bs[pos[rank]]["block"], bs[pos[rank]]["duration_s"]
+                need = _needs(b["kind"], int(b["stage"]), int(b["microbatch"]), last_stage)
+                if need in keys and need not in ideal_end:
+                    break  # its input is not placed yet: another rank first
+                t0 = max(free[rank], ideal_end.get(need, start))
+                placed[id(b)] = (t0, t0 + dur)
+                ideal_end[(b["kind"], int(b["stage"]), int(b["microbatch"]))] = t0 + dur
+                free[rank] = t0 + dur
+                pos[rank] += 1
+                progress = True
+        if not progress:
+            raise UsageError("the blocks wait for each other in a circle: not one schedule's step")
+    return placed
+
+
 def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | None = None) -> dict:
     """Split a step of P ranks into compute, fill/drain bubble and the rest, from its blocks.
 
     ``blocks``: dicts with ``rank, stage, kind ("F", "B" or "W"), microbatch, start_s, end_s``
-    on one clock (the worker's, or :func:`labkit.pipeline.schedules.simulate`'s). Each stretch
-    of a rank's idle time (step start to its first block, between blocks, its last block to
-    the step end) is split in two:
+    on one clock (the worker's, or :func:`labkit.pipeline.schedules.simulate`'s). The step is
+    replayed ideally (:func:`_replay`): the same blocks, in each rank's measured order, with
+    their measured durations, but messages that cost nothing. Each idle stretch of a rank (step
+    start to its first block, between blocks, its last block to the step end) is split in two:
 
-    * **bubble** (fill and drain): the part while the rank waits for a result another rank
-      has not computed yet (a forward from the stage before, a gradient from the stage after;
-      after its last block, the end of the step) *and* another rank is computing. This is the
-      schedule's idle time: (P−1)/(P−1+M) of the step in the ideal schedule;
-    * **other**: the rest: the input was computed but is not here yet (a message on its way,
-      the scheduler's work), the input needs no other rank (the first stage's forwards), or
-      no rank computes at all (start-up, wind-down, a stall of the whole pipeline).
-
-    A delay cascades: a rank that starts late computes late, and a rank waiting for that
-    result counts the wait as bubble (it waits while the other computes).
+    * **bubble** (fill and drain): as much of it as the rank idles at the same place in the
+      ideal replay, waiting for a result the schedule makes it wait for (the first microbatch,
+      the last gradient). With equal blocks this is (P−1)/(P−1+M) of the ideal step;
+    * **other**: the rest: messages on their way, the scheduler's own work, a stall of the whole
+      pipeline, and every delay these cause further down the schedule.
 
     Returns totals over ranks (``compute_s``, ``bubble_s``, ``other_s``), their shares of
-    P × the step (``compute_share``, ``bubble_share``, ``other_share``; they sum to 1), the
-    step (``step_s``) and ``per_rank``: the same seconds for each rank. ``step_end_s``: the
-    last block's end when not given.
+    P × the measured step (``compute_share``, ``bubble_share``, ``other_share``; they sum to
+    1), the step (``step_s``) and ``per_rank``: the same seconds for each rank. ``step_end_s``:
+    the last block's end when not given.
 
     GPipe, P = 2, M = 1 (forward 1 s, backward 2 s): rank 1 waits 1 s for the forward and 2 s
     for rank 0's backward, rank 0 3 s for the gradient. With a 0.5 s message before rank 0's
@@ -201,30 +226,35 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
         raise UsageError(f"the step [{start}, {end}] must hold every block (they span "
                          f"[{first}, {last}])")
     last_stage = max(int(b["stage"]) for b in blocks)
-    done = {(b["kind"], int(b["stage"]), int(b["microbatch"])): float(b["end_s"]) for b in blocks}
     ranks = sorted({int(b["rank"]) for b in blocks})
+    # each rank's blocks in the measured order; a block overlapping the one before it (a W
+    # recorded inside its B) counts only its own part
+    mine_by_rank = {}
+    for rank in ranks:
+        cursor, mine = start, []
+        for b in sorted((b for b in blocks if int(b["rank"]) == rank), key=lambda b: b["start_s"]):
+            s0, s1 = float(b["start_s"]), float(b["end_s"])
+            mine.append({"block": b, "gap_s": max(0.0, s0 - cursor),
+                         "duration_s": max(0.0, s1 - max(s0, cursor))})
+            cursor = max(cursor, s1)
+        mine_by_rank[rank] = mine
+    placed = _replay(mine_by_rank, start, last_stage)
+    ideal_step_end = max(z for _, z in placed.values())
     per_rank = []
     for rank in ranks:
-        others = _merged((float(b["start_s"]), float(b["end_s"])) for b in blocks
-                         if int(b["rank"]) != rank)
-        mine = sorted((b for b in blocks if int(b["rank"]) == rank), key=lambda b: b["start_s"])
         compute = bubble = other = 0.0
-        cursor = start
-        # (idle until, waiting for a result until) per idle stretch; the last waits for the end
-        for b in [*mine, None]:
-            if b is None:
-                until = ready = end
-            else:
-                until = float(b["start_s"])
-                need = _needs(b["kind"], int(b["stage"]), int(b["microbatch"]), last_stage)
-                ready = done.get(need, start) if need else start
-            if until > cursor:
-                wait = _overlap(cursor, min(until, ready), others)
-                bubble += wait
-                other += until - cursor - wait
-            if b is not None:
-                compute += max(0.0, float(b["end_s"]) - max(until, cursor))  # overlaps once
-                cursor = max(cursor, float(b["end_s"]))
+        ideal_cursor, cursor = start, start
+        for m in mine_by_rank[rank]:
+            a, z = placed[id(m["block"])]
+            ideal_gap = a - ideal_cursor
+            bubble += min(m["gap_s"], ideal_gap)
+            other += m["gap_s"] - min(m["gap_s"], ideal_gap)
+            compute += m["duration_s"]
+            ideal_cursor = z
+            cursor = max(cursor, float(m["block"]["end_s"]))
+        drain, ideal_drain = end - cursor, ideal_step_end - ideal_cursor
+        bubble += min(drain, ideal_drain)
+        other += drain - min(drain, ideal_drain)
         per_rank.append({"rank": rank, "compute_s": compute, "bubble_s": bubble,
                          "other_s": other})
     total = len(per_rank) * (end - start)
