@@ -133,20 +133,6 @@ def _needs(kind: str, stage: int, microbatch: int, last_stage: int):
     return ("B", stage, microbatch)
 
 
-def _merged(intervals) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, z in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], z)
-        else:
-            out.append([a, z])
-    return [(a, z) for a, z in out]
-
-
-def _overlap(a: float, z: float, intervals) -> float:
-    return sum(max(0.0, min(z, e) - max(a, s)) for s, e in intervals)
-
-
 def _replay(mine_by_rank, start: float, last_stage: int) -> dict:
     """Every block's start in the *ideal* replay of the measured step: each rank runs its blocks
     in the measured order with their measured durations, and a block starts as soon as its rank
@@ -242,21 +228,16 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
     ideal_step_end = max(z for _, z in placed.values())
     per_rank = []
     for rank in ranks:
-        compute = bubble = other = 0.0
-        ideal_cursor, cursor = start, start
-        for m in mine_by_rank[rank]:
-            a, z = placed[id(m["block"])]
-            ideal_gap = a - ideal_cursor
-            bubble += min(m["gap_s"], ideal_gap)
-            other += m["gap_s"] - min(m["gap_s"], ideal_gap)
-            compute += m["duration_s"]
-            ideal_cursor = z
-            cursor = max(cursor, float(m["block"]["end_s"]))
-        drain, ideal_drain = end - cursor, ideal_step_end - ideal_cursor
-        bubble += min(drain, ideal_drain)
-        other += drain - min(drain, ideal_drain)
-        per_rank.append({"rank": rank, "compute_s": compute, "bubble_s": bubble,
-                         "other_s": other})
+        mine = mine_by_rank[rank]
+        ideal = [placed[id(m["block"])] for m in mine]
+        # (measured, ideal) idle before each block, then after the last one to the step's end
+        gaps = [(m["gap_s"], a - z_before) for m, (a, _), z_before
+                in zip(mine, ideal, [start] + [z for _, z in ideal])]
+        gaps.append((end - max(float(m["block"]["end_s"]) for m in mine),
+                     ideal_step_end - ideal[-1][1]))
+        bubble = sum(min(measured, want) for measured, want in gaps)
+        per_rank.append({"rank": rank, "compute_s": sum(m["duration_s"] for m in mine),
+                         "bubble_s": bubble, "other_s": sum(g for g, _ in gaps) - bubble})
     total = len(per_rank) * (end - start)
     out = {k: sum(r[k] for r in per_rank) for k in ("compute_s", "bubble_s", "other_s")}
     shares = {k.replace("_s", "_share"): (v / total if total > 0 else 0.0) for k, v in out.items()}

@@ -79,7 +79,8 @@ def bytes_per_iteration(method: str, spmv: int, rows: int, *, restart: int = 30,
     True
     """
     if fused and method in FUSED_VECTOR_STREAMS:
-        streams = FUSED_VECTOR_STREAMS[method] - (rows >= FUSED_DOTS_MIN_ROWS)
+        # the compiled dots read r once instead of twice from FUSED_DOTS_MIN_ROWS rows on
+        streams = FUSED_VECTOR_STREAMS[method] - (1 if rows >= FUSED_DOTS_MIN_ROWS else 0)
     else:
         streams = vector_streams(method, restart, iterations)
     return SPMVS_PER_ITERATION[method] * spmv + streams * word * rows

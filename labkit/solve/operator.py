@@ -88,18 +88,16 @@ class DistOperator:
         inner, bnd = np.flatnonzero(~boundary), np.flatnonzero(boundary)
         self.n_interior, self.n_boundary = len(inner), len(bnd)
 
-        def part(rows, ncols, nrows):
-            # CSR of ``rows``' entries; ``nrows`` rows in all (rows not listed left empty)
-            keep = np.zeros(len(counts), dtype=bool)
-            keep[rows] = True
-            sub_counts = counts[rows] if nrows == len(rows) else np.where(keep, counts, 0)
-            sub = np.concatenate([[0], np.cumsum(sub_counts)]).astype(np.int64)
-            taken = rows if nrows == len(rows) else np.arange(len(counts))
-            take = np.repeat(indptr[taken] - sub[:-1], sub_counts) + np.arange(sub[-1])
+        def part(starts, row_counts, ncols):
+            # CSR whose row i holds row_counts[i] entries of the local matrix from starts[i] on
+            sub = np.concatenate([[0], np.cumsum(row_counts)]).astype(np.int64)
+            take = np.repeat(starts - sub[:-1], row_counts) + np.arange(sub[-1])
             return self._csr(sub, cols[take], vals[take], ncols)
 
-        self._A_int = part(inner, self.n_owned, self.n_owned) if len(inner) else None
-        self._A_bnd = part(bnd, self.n_ext, len(bnd)) if len(bnd) else None
+        # interior: every owned row, the boundary ones empty; boundary: its rows only
+        self._A_int = (part(indptr[:-1], np.where(boundary, 0, counts), self.n_owned)
+                       if len(inner) else None)
+        self._A_bnd = part(indptr[bnd], counts[bnd], self.n_ext) if len(bnd) else None
         self._bnd_idx = torch.from_numpy(bnd).to(self.device)
         self._y_bnd = torch.empty(len(bnd), dtype=self.dtype, device=self.device)
 
