@@ -2,8 +2,9 @@
 the model's prediction beside each measurement with its error (pure: no torch).
 
 Rows come from the collectives lab (``op, world_size, size_bytes, time_p50_s, busbw_gb_per_s``)
-and the pipeline lab (``schedule, num_stages, num_microbatches, step_time_s, bubble_measured,
-bubble_formula``). The collective prediction is the α–β ring model of :mod:`labkit.collectives.formulas`::
+and the pipeline lab (``schedule, num_stages, num_microbatches, step_time_s``, and
+``bubble_fill_drain`` or ``bubble_measured``). The collective prediction is the α–β ring model
+of :mod:`labkit.collectives.formulas`::
 
     t(op, N, S) = steps(op, N)·α + factor(op, N)·S/β     (all-reduce: 2(N−1)·α + 2(N−1)/N·S/β)
 
@@ -129,7 +130,8 @@ def calibration_check(collective_rows=None, pipeline_rows=None, *, alpha_s: floa
     α and β default to a fit over the collective rows themselves (per op and world size), so the
     errors show how well the *shape* of the α–β law holds; pass ``alpha_s``/``beta_bytes_per_s``
     (for example the committed ``local`` entry) to test a prediction made beforehand.
-    Pipeline rows get the bubble fraction (P−1)/(v·M+P−1) beside ``bubble_measured`` and, when
+    Pipeline rows get the bubble fraction (P−1)/(v·M+P−1) beside the measured fill and drain
+    bubble (``bubble_fill_drain``; ``bubble_measured``, all idle time, for rows without it) and, when
     ``compute_flop_per_s``, ``alpha_s`` and ``beta_bytes_per_s`` are given, the predicted step time
     (:func:`pipeline_step_time`) beside ``step_time_s``.
     Returns a DataFrame with ``lab, what, world_size, quantity, measured, model, error_pct``.
@@ -169,7 +171,11 @@ def calibration_check(collective_rows=None, pipeline_rows=None, *, alpha_s: floa
         v = int(r.get("virtual_stages", 1) or 1)
         f = bubble_fraction(num_stages=p, num_microbatches=m, virtual_stages=v,
                             schedule="interleaved" if v > 1 else "1f1b")
-        meas = float(r["bubble_measured"])
+        # the schedule's bubble (fill and drain idle, read off the timeline) is what the formula
+        # describes; all idle time (bubble_measured) also holds message and scheduling waits
+        fill_drain = r.get("bubble_fill_drain")
+        meas = float(fill_drain if fill_drain is not None and fill_drain == fill_drain
+                     else r["bubble_measured"])
         out.append({"lab": "pipeline", "what": r.get("schedule", ""), "world_size": p,
                     "num_stages": p, "num_microbatches": m, "quantity": "bubble_fraction",
                     "measured": meas, "model": f,
