@@ -113,6 +113,8 @@ def test_closest_grid_weak_mode():
     ({"modes": ("weak",)}, "need --dof-per-rank"),
     ({}, "strong mode needs --total-dof"),
     ({"total_dof": 100, "transport": "mpi"}, "unknown transport"),
+    ({"total_dof": 100, "baseline": "previous"}, "unknown baseline"),
+    ({"total_dof": 100, "baseline": "inline", "engine": "torch-sla"}, "needs --engine labkit"),
 ])
 def test_bad_config_is_a_usage_error(kwargs, match):
     with pytest.raises(UsageError, match=match):
@@ -284,6 +286,74 @@ def test_crossover_recovers_the_model_on_synthetic_rows():
     assert 25_000 < summary["measured_crossover_dof"] < 50_000
     assert abs(math.log(summary["measured_crossover_dof"] / 40_000)) < math.log(1.1)
     assert "start to pay at about" in report.crossover_sentence(summary, table)
+
+
+def test_crossover_takes_the_inline_t1_of_each_row():
+    from labkit.solve import report
+
+    # the 1-rank launch ran on a machine twice as slow; the inline t1 (rank 0 alone, beside the
+    # 2-rank solves) is the one the model and the speedups must use, and no 1-rank row is needed
+    df = _strong_rows([2_000, 10_000, 25_000, 50_000, 100_000, 250_000], c=30e-6, k=5e-9, c_p=130e-6)
+    many = df["world_size"] == 2
+    df.loc[many, "baseline_time_per_iteration_s"] = 30e-6 + 5e-9 * df.loc[many, "dof_global"]
+    df.loc[~many, "time_per_iteration_s"] *= 2
+    table, summary = report.crossover(df, message_s=40e-6, ranks=2)
+    assert (table["t1_source"] == "inline").all()
+    assert summary["predicted_crossover_dof"] == pytest.approx(40_000)
+    assert np.allclose(table["predicted_speedup"], table["speedup_per_iteration"])
+    only_inline, _ = report.crossover(df[many], message_s=40e-6, ranks=2)
+    assert np.allclose(only_inline["speedup_per_iteration"], table["speedup_per_iteration"])
+    # without the inline field the 1-rank launch's (slow) rows count
+    launch, _ = report.crossover(df.drop(columns="baseline_time_per_iteration_s"), message_s=40e-6)
+    assert (launch["t1_source"] == "launch").all()
+    assert np.allclose(launch["speedup_per_iteration"], 2 * table["speedup_per_iteration"])
+
+
+@pytest.mark.parametrize("extra_compute, extra_waits, words", [(100e-6, 10e-6, "Mostly compute."),
+                                                               (10e-6, 100e-6, "Mostly waits.")])
+def test_crossover_misses_add_up_and_name_the_part(extra_compute, extra_waits, words):
+    from labkit.solve import report
+
+    sizes = [2_000, 10_000, 50_000, 250_000]
+    df = _strong_rows(sizes, c=30e-6, k=5e-9, c_p=130e-6)
+    many = df["world_size"] == 2
+    # the P-rank iteration in parts: 60 us of waits, 10 us of rest, the remainder compute; at
+    # 50,000 DOF the ranks compute and wait longer than the model lets them
+    df.loc[many, "iterations"] = 100
+    bump = df["dof_global"].eq(50_000) & many
+    df.loc[bump, "time_per_iteration_s"] += extra_compute + extra_waits
+    tp = df.loc[many, "time_per_iteration_s"]
+    df.loc[many, "halo_time_s"] = 100 * (40e-6 + extra_waits * bump[many])
+    df.loc[many, "allreduce_time_s"] = 100 * 20e-6
+    df.loc[many, "spmv_time_s"] = 100 * (tp - 70e-6 - extra_waits * bump[many]) / 2
+    df.loc[many, "vector_time_s"] = df.loc[many, "spmv_time_s"]
+    table, _ = report.crossover(df, message_s=40e-6)
+    gap = table["tp_per_iteration_s"] - table["model_tp_per_iteration_s"]
+    parts = table[["excess_compute_s", "excess_waits_s", "excess_rest_s"]].sum(axis=1)
+    assert np.allclose(parts, gap, atol=1e-12, rtol=0)
+    r = table.set_index("dof_global").loc[50_000]
+    assert r["excess_compute_s"] == pytest.approx(extra_compute) and r["excess_waits_s"] == pytest.approx(extra_waits)
+    sentence = report.miss_sentence(table, 2)
+    assert sentence.startswith("Largest miss at 50,000 DOF") and sentence.endswith(words)
+
+
+def test_add_scaling_columns_prefers_the_inline_t1():
+    rows = [{"mode": "strong", "world_size": 1, "solve_time_s": 4.0, "time_per_iteration_s": 4e-3,
+             "throughput_dof_per_s": 1.0, "gate_passed": True},
+            {"mode": "strong", "world_size": 2, "solve_time_s": 1.25, "time_per_iteration_s": 1.25e-3,
+             "throughput_dof_per_s": 1.0, "gate_passed": True,
+             "baseline_solve_time_s": 2.0, "baseline_time_per_iteration_s": 2e-3}]
+    out = add_scaling_columns(rows)
+    assert out[1]["speedup"] == pytest.approx(1.6) and out[1]["efficiency_per_iteration"] == pytest.approx(0.8)
+    assert add_scaling_columns(rows[1:])[0]["speedup"] == pytest.approx(1.6)  # no 1-rank row needed
+
+
+def test_inline_baseline_counts_the_whole_problem_in_rank_0s_memory():
+    launch_cfg = SolveConfig(total_dof=1_000_000)
+    inline_cfg = SolveConfig(total_dof=1_000_000, baseline="inline")
+    assert inline_cfg.memory_bytes_per_rank(1) == launch_cfg.memory_bytes_per_rank(1)
+    extra = inline_cfg.memory_bytes_per_rank(2) - launch_cfg.memory_bytes_per_rank(2)
+    assert extra == pytest.approx(launch_cfg.memory_bytes_per_rank(1))
 
 
 @pytest.mark.parametrize("c_p, words", [(31e-6, "already pay at the smallest size"),
@@ -489,6 +559,28 @@ def test_fused_dots_equal_torch_dot_above_the_threshold():
     assert torch.allclose(kernels.dots(r, w), want, rtol=1e-12, atol=0)
     assert torch.equal(kernels.dots(r[:100], w[:100]), want.new_tensor(
         [torch.dot(r[:100], r[:100]), torch.dot(w[:100], r[:100])]))
+
+
+@pytest.mark.slow
+def test_inline_baseline_times_rank_0_alone_beside_the_ranks(tmp_path):
+    from labkit import solve
+    from labkit.launch import LaunchOptions
+
+    cfg = SolveConfig(total_dof=(3000, 6000), partitioners=("simple", "coordinate"), warmup=0,
+                      repeat=2, baseline="inline", rtol=1e-10)
+    df = solve.run(cfg, launch=LaunchOptions(nprocs=(2,), progress=False,
+                                             timeout_s=LAUNCH_TIMEOUT_S)).set_index(
+        ["dof_requested", "partitioner"])
+    assert (df["baseline"] == "inline").all() and df["gate_passed"].all()
+    for size in (3000, 6000):
+        a, b = df.loc[(size, "simple")], df.loc[(size, "coordinate")]
+        # rank 0 alone solves the same problem: CG's iterations match the 2-rank solve's
+        assert abs(a["baseline_iterations"] - a["iterations"]) <= 1
+        assert a["baseline_solve_time_s"] > 0
+        assert a["speedup"] == pytest.approx(a["baseline_solve_time_s"] / a["solve_time_s"])
+        # one solve alone per size and method, shared by the partitioners of that size
+        assert b["baseline_solve_time_s"] == a["baseline_solve_time_s"]
+    assert solve.report.crossover(df.reset_index(), message_s=50e-6)[0]["t1_source"].eq("inline").all()
 
 
 @pytest.mark.slow

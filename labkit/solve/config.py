@@ -19,6 +19,8 @@ ENGINES = ("labkit", "torch-sla")
 TRANSPORTS = ("auto", "torch", "shm")
 #: how CG's vector updates run (labkit.solve.fused)
 KERNELS = ("plain", "fused")
+#: where strong mode's t1 comes from (see SolveConfig.baseline)
+BASELINES = ("launch", "inline")
 #: modes that hold the DOF per rank fixed (they need --dof-per-rank); strong needs --total-dof
 PER_RANK_MODES = ("weak", "throughput")
 
@@ -63,6 +65,12 @@ class SolveConfig:
         "plain", "vector updates: plain (one torch operation each: the textbook loop) or fused "
         "(CG's updates in one pass, compiled with torch.compile before timing; plain, with a "
         "notice, where it cannot compile)")
+    baseline: str = option(
+        "launch", "strong mode's 1-rank time t1: launch (the 1-rank launch's row of the same "
+        "series) or inline (in every launch of more ranks, rank 0 also solves the whole problem "
+        "alone while the others wait, each timed solve of the ranks right after one of rank 0 "
+        "alone: t1 and tP measured side by side, so a machine that slows down between launches "
+        "does not read as a speedup or a loss)")
     iterations: int | None = option(
         None, "run exactly N iterations per solve, HPCG-style, to time large sizes quickly; "
         "such rows are marked (fixed_iterations) and make no convergence claim: their gate "
@@ -87,6 +95,10 @@ class SolveConfig:
         one_of("engine", self.engine, ENGINES)
         one_of("transport", self.transport, TRANSPORTS)
         one_of("kernels", self.kernels, KERNELS)
+        one_of("baseline", self.baseline, BASELINES)
+        if self.baseline == "inline" and self.engine != "labkit":
+            raise UsageError("--baseline inline needs --engine labkit (rank 0's solve alone is "
+                             "labkit's)")
         if self.iterations is not None:
             positive_int("iterations", self.iterations)
         if self.dim not in (2, 3):
@@ -151,9 +163,19 @@ class SolveConfig:
 
         vectors = 12 + (self.restart + 1 if "gmres" in self.methods else 0)
         partitioned = any(p != "simple" for p in self.partitioners)
-        return max(memory_bytes_per_rank(math.prod(dims), world_size, dim=self.dim,
-                                         partitioned=partitioned, krylov_vectors=vectors)
-                   for _, _, dims in points(self, world_size))
+        def need(mode, dims):
+            n = math.prod(dims)
+            own = memory_bytes_per_rank(n, world_size, dim=self.dim, partitioned=partitioned,
+                                        krylov_vectors=vectors)
+            if self.inline_baseline(mode, world_size):  # rank 0 also holds the whole problem
+                own += memory_bytes_per_rank(n, 1, dim=self.dim, krylov_vectors=vectors)
+            return own
+
+        return max(need(mode, dims) for mode, _, dims in points(self, world_size))
+
+    def inline_baseline(self, mode: str, world_size: int) -> bool:
+        """Whether rank 0 times the whole problem alone beside this point's solves."""
+        return self.baseline == "inline" and mode == "strong" and world_size > 1
 
 
 def points(cfg: SolveConfig, world_size: int) -> list[tuple[str, int, tuple[int, ...]]]:

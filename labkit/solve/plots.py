@@ -82,9 +82,12 @@ def time_split_figure(df, mode: str | None = None):
 
 
 def halo_figure(df):
-    """Halo values per iteration and edge cut by partitioner and world size."""
-    df = _passed(df).drop_duplicates(["world_size", "partitioner", "dof_global"])
-    df = df[df["world_size"] > 1].sort_values(["world_size", "partitioner"])
+    """Halo values per SpMV and edge cut by partitioner and world size: from solve rows, or from
+    :func:`labkit.solve.report.partition_table` (no gate column: every row counts)."""
+    if "gate_passed" in df.columns:
+        df = _passed(df)
+    df = df.drop_duplicates(["world_size", "partitioner", "dof_global"])
+    df = df[df["world_size"] > 1].sort_values(["world_size", "partitioner"], kind="stable")
     fig, axes = new_figure(2, 1, width=4.5)
     labels = [f"P={r.world_size}\n{r.partitioner}" for r in df.itertuples()]
     for ax, col, title in ((axes[0][0], "halo_values", "halo values received per SpMV"),

@@ -76,6 +76,13 @@ COLUMNS = (
            "minimal_floor_s / time_per_iteration_s (1: no implementation can be faster)"),
     Column("copy_bandwidth_alone_gb_per_s", "GB/s",
            "one rank's copy bandwidth with the others idle (mean over ranks), same size"),
+    Column("baseline", "", "strong: inline when rank 0 timed the whole problem alone beside "
+           "this row's solves (the t1 of its speedup), else empty (t1 from the 1-rank row)"),
+    Column("baseline_solve_time_s", "s", "inline baseline: rank 0's solve alone (median)"),
+    Column("baseline_iterations", "", "inline baseline: iterations of rank 0's solve alone"),
+    Column("baseline_time_per_iteration_s", "s", "inline baseline: its time per iteration"),
+    Column("baseline_compute_time_s", "s",
+           "inline baseline: its SpMV and vector time (no messages), per solve"),
     Column("speedup", "", "strong: t1/tN; weak: N t1/tN; throughput: thrN/thr1"),
     Column("efficiency", "", "strong: t1/(N tN); weak: t1/tN; throughput: thrN/(N thr1)"),
     Column("efficiency_per_iteration", "", "efficiency on time per iteration"),
@@ -178,11 +185,73 @@ def iteration_exponent(df) -> float:
                             np.log(sizes["iterations"].astype(float)), 1)[0])
 
 
+def eigenvector_trap(dims: tuple, *, rtol: float = 1e-8) -> dict:
+    """scipy's CG, on the host, on the grid ``dims`` with the manufactured right-hand side f
+    (``rhs="manufactured"``): f is an eigenvector of A (A f = lambda f, lambda = f.Af / f.f), so
+    the Krylov space has dimension 1 and any CG stops after one iteration. Returns
+    ``iterations``, ``solve_time_s``, ``rel_residual`` (||b - A x|| / ||b||) and
+    ``eigen_residual`` (||A f - lambda f|| / ||lambda f||: 0 up to rounding).
+
+    >>> r = eigenvector_trap((30, 30))
+    >>> r["iterations"], r["rel_residual"] < 1e-8, r["eigen_residual"] < 1e-12
+    (1, True, True)
+    """
+    import math
+    import time
+
+    import numpy as np
+    import scipy.sparse.linalg as spla
+
+    from labkit.solve.problems import global_matrix, rhs
+
+    a = global_matrix(tuple(dims))
+    f = rhs("manufactured", tuple(dims), np.arange(math.prod(dims)))
+    af = a @ f
+    lam = float(f @ af) / float(f @ f)
+    count = [0]
+    t0 = time.perf_counter()
+    x, _ = spla.cg(a, f, rtol=rtol, atol=0.0, callback=lambda _: count.__setitem__(0, count[0] + 1))
+    seconds = time.perf_counter() - t0
+    return {"iterations": count[0], "solve_time_s": seconds,
+            "rel_residual": float(np.linalg.norm(f - a @ x) / np.linalg.norm(f)),
+            "eigen_residual": float(np.linalg.norm(af - lam * f) / np.linalg.norm(lam * f))}
+
+
+def partition_table(dims: tuple, partitioners, ranks):
+    """Edge cut, halo and load balance of each partitioner at each rank count on the grid
+    ``dims``, one row each (``world_size``, ``partitioner``, ``dof_global``, ``edge_cut``,
+    ``halo_values`` over all ranks, ``halo_bytes_per_spmv`` = 8 x halo values,
+    ``load_imbalance``). A partition is arithmetic on the grid: computed here, on the host, with
+    no launch, so it can look at rank counts this machine cannot run.
+
+    >>> t = partition_table((4, 4), ["simple", "coordinate"], [2, 4])
+    >>> t[["world_size", "partitioner", "edge_cut", "halo_values"]].values.tolist()
+    [[2, 'simple', 4, 8], [2, 'coordinate', 4, 8], [4, 'simple', 12, 24], [4, 'coordinate', 8, 16]]
+    """
+    import math
+
+    import pandas as pd
+
+    from labkit.solve.partition import make_partition, partition_stats
+
+    rows = []
+    for p in ranks:
+        for kind in partitioners:
+            s = partition_stats(make_partition(kind, tuple(dims), int(p)))
+            rows.append({"world_size": int(p), "partitioner": kind, "dof_global": math.prod(dims),
+                         "edge_cut": s["edge_cut"], "halo_values": s["halo_values"],
+                         "halo_bytes_per_spmv": 8 * s["halo_values"],
+                         "load_imbalance": s["load_imbalance"]})
+    return pd.DataFrame(rows)
+
+
 def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
               partitioner: str | None = None):
     """Strong scaling at several sizes against the model of
     :func:`labkit.solve.formulas.predicted_speedup`: one row per size (``dof_global``,
-    ``t1_per_iteration_s``, ``tp_per_iteration_s``, ``speedup`` of the solve,
+    ``t1_per_iteration_s`` and ``t1_source``: ``inline`` when rank 0 timed it alone beside the
+    P-rank solves, ``launch`` when it comes from the 1-rank row, ``tp_per_iteration_s``,
+    ``speedup`` of the solve,
     ``speedup_per_iteration``, ``naive_speedup`` (messages only), ``predicted_speedup``,
     ``error_pct``, ``calibration``: True for the smallest size, which the model's c_P is read
     from, so its prediction is not a test), and a summary dict: ``seconds_per_dof_iteration``
@@ -211,30 +280,51 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
     sel = select_rows(passed(df), mode="strong", method=method, partitioner=partitioner)
     one = select_rows(sel, world_size=1).set_index("dof_requested")
     many = select_rows(sel, world_size=ranks).set_index("dof_requested")
-    sizes = sorted(set(one.index) & set(many.index))
+
+    def t1_of(size):
+        """t1 per iteration: rank 0's solve alone beside the P-rank ones (inline) when the row
+        has it, else the 1-rank launch's row; None when neither exists."""
+        inline = many.loc[[size]].iloc[0].get("baseline_time_per_iteration_s")
+        if inline is not None and inline == inline:  # not NaN
+            return float(inline), "inline"
+        if size in one.index:
+            return float(one.loc[[size]].iloc[0]["time_per_iteration_s"]), "launch"
+        return None
+
+    t1s = {n: t1_of(n) for n in many.index.unique()}
+    sizes = sorted(n for n, t in t1s.items() if t is not None)
     if len(sizes) < 2:
         raise UsageError(f"a crossover needs strong rows at 1 and {ranks} ranks for at least two "
                          f"sizes (--total-dof N1 N2 ...); have {len(sizes)}")
-    c, k = fit_iteration_time([float(one.loc[[n]].iloc[0]["dof_global"]) for n in sizes],
-                              [float(one.loc[[n]].iloc[0]["time_per_iteration_s"]) for n in sizes])
+    c, k = fit_iteration_time([float(many.loc[[n]].iloc[0]["dof_global"]) for n in sizes],
+                              [t1s[n][0] for n in sizes])
     smallest = many.loc[[sizes[0]]].iloc[0]
     c_p = fixed_cost_at(seconds_per_iteration=float(smallest["time_per_iteration_s"]),
                         dof=float(smallest["dof_global"]), ranks=ranks, seconds_per_dof_iteration=k)
     rows = []
     for size in sizes:
-        a, b = one.loc[[size]].iloc[0], many.loc[[size]].iloc[0]
-        t1, tp = float(a["time_per_iteration_s"]), float(b["time_per_iteration_s"])
+        b = many.loc[[size]].iloc[0]
+        (t1, source), tp = t1s[size], float(b["time_per_iteration_s"])
         pred = predicted_speedup(seconds_per_iteration_1=t1, ranks=ranks, fixed_s=c, fixed_p_s=c_p)
         meas = t1 / tp
-        rows.append({"dof_global": int(a["dof_global"]), "t1_per_iteration_s": t1,
-                     "tp_per_iteration_s": tp, "speedup": float(b["speedup"]),
+        rows.append({"dof_global": int(b["dof_global"]), "t1_per_iteration_s": t1,
+                     "t1_source": source, "tp_per_iteration_s": tp, "speedup": float(b["speedup"]),
                      "speedup_per_iteration": meas,
                      "naive_speedup": predicted_speedup(seconds_per_iteration_1=t1, ranks=ranks,
                                                         fixed_s=c, fixed_p_s=c + message_s),
                      "predicted_speedup": pred,
                      "error_pct": model_error_pct(model_s=pred, measured_s=meas),
-                     "calibration": size == sizes[0]})
+                     "calibration": size == sizes[0],
+                     "model_tp_per_iteration_s": t1 / pred, **_time_parts(b)})
     table = pd.DataFrame(rows)
+    # where the model's t_P and the measured one part: each part of the P-rank iteration
+    # against the model's, which holds the smallest size's waits and rest and lets only the
+    # divided compute grow: compute_model = t_P,model - waits(smallest) - rest(smallest)
+    first = table.iloc[0]
+    table["excess_waits_s"] = table["waits_s"] - first["waits_s"]
+    table["excess_rest_s"] = table["rest_s"] - first["rest_s"]
+    table["excess_compute_s"] = table["compute_s"] - (
+        table["model_tp_per_iteration_s"] - first["waits_s"] - first["rest_s"])
     summary = {"seconds_per_dof_iteration": k, "fixed_s": c, "message_s": message_s,
                "fixed_p_s": c_p, "other_s": c_p - c - message_s, "ranks": ranks,
                "naive_crossover_dof": crossover_dof(seconds_per_dof_iteration=k, ranks=ranks,
@@ -251,11 +341,12 @@ def print_crossover(df, file=None) -> None:
     ends: the model's terms, each size's measured and predicted speedup, and the sentence. For
     t_msg (the naive model's messages) the command has no transport check of its own, so it
     takes the exposed halo and all-reduce waits of the P-rank solve at the smallest size.
-    Prints nothing when the rows hold no such sweep (one size, or no 1-rank rows)."""
+    Prints nothing when the rows hold no such sweep (one size, or no t1: neither 1-rank rows
+    nor inline baselines)."""
     from labkit.cliargs import print_frame
 
     strong = select_rows(passed(df), mode="strong")
-    if strong.empty or strong["dof_requested"].nunique() < 2 or 1 not in set(strong["world_size"]):
+    if strong.empty or strong["dof_requested"].nunique() < 2:
         return
     for ranks in sorted(set(strong["world_size"]) - {1}):
         for (method, partitioner), _ in strong.groupby(["method", "partitioner"]):
@@ -276,9 +367,54 @@ def print_crossover(df, file=None) -> None:
                   f"{summary['fixed_p_s'] * 1e6:.1f} us (smallest size; exposed messages there "
                   f"{message_s * 1e6:.1f} us)", file=file)
             print_frame(table.assign(dof_global=table["dof_global"].astype(int)),
-                        ["dof_global", "speedup_per_iteration", "predicted_speedup",
+                        ["dof_global", "t1_source", "speedup_per_iteration", "predicted_speedup",
                          "naive_speedup", "error_pct", "calibration"], file=file)
             print(crossover_sentence(summary, table), file=file)
+
+
+def _time_parts(row) -> dict:
+    """A P-rank row's iteration in three parts: compute (SpMV and vector updates), waits (the
+    exposed halo and all-reduce time: messages and waiting for the other ranks) and the rest."""
+    def get(k):  # rows without the split (torch-sla, hand-made ones) give NaN parts
+        v = row.get(k)
+        return float("nan") if v is None else float(v)
+
+    its = max(get("iterations"), 1.0)
+    compute = (get("spmv_time_s") + get("vector_time_s")) / its
+    waits = (get("halo_time_s") + get("allreduce_time_s")) / its
+    return {"compute_s": compute, "waits_s": waits,
+            "rest_s": float(row["time_per_iteration_s"]) - compute - waits}
+
+
+def miss_sentence(table, ranks: int) -> str:
+    """Why the model misses where it misses most (a size it predicts, not the calibration one):
+    which part of the measured P-rank iteration outgrew the model's, computed from the row.
+
+    >>> import pandas as pd
+    >>> t = pd.DataFrame({"dof_global": [2_000, 50_000], "calibration": [True, False],
+    ...                   "error_pct": [0.0, 30.0], "tp_per_iteration_s": [150e-6, 430e-6],
+    ...                   "model_tp_per_iteration_s": [150e-6, 300e-6],
+    ...                   "excess_compute_s": [0.0, 95e-6], "excess_waits_s": [0.0, 30e-6],
+    ...                   "excess_rest_s": [0.0, 5e-6]})
+    >>> print(miss_sentence(t, 2))  # doctest: +NORMALIZE_WHITESPACE
+    Largest miss at 50,000 DOF: the model gives 2 ranks 300 us per iteration, they took 430 us
+    (+130 us): their compute +95 us beyond its divided share, their waits +30 us beyond the
+    smallest size's, the rest +5 us. Mostly compute.
+    """
+    cand = table[~table["calibration"]]
+    if cand.empty:
+        return "Only the calibration size: nothing predicted."
+    r = cand.loc[cand["error_pct"].abs().idxmax()]
+    us = 1e6
+    parts = {"compute": r["excess_compute_s"], "waits": r["excess_waits_s"], "the rest": r["excess_rest_s"]}
+    main = max(parts, key=lambda k: abs(parts[k]))
+    return (f"Largest miss at {r['dof_global']:,.0f} DOF: the model gives {ranks} ranks "
+            f"{r['model_tp_per_iteration_s'] * us:.0f} us per iteration, they took "
+            f"{r['tp_per_iteration_s'] * us:.0f} us "
+            f"({(r['tp_per_iteration_s'] - r['model_tp_per_iteration_s']) * us:+.0f} us): their compute "
+            f"{parts['compute'] * us:+.0f} us beyond its divided share, their waits "
+            f"{parts['waits'] * us:+.0f} us beyond the smallest size's, the rest "
+            f"{parts['the rest'] * us:+.0f} us. Mostly {main}.")
 
 
 def crossover_sentence(summary: dict, table) -> str:

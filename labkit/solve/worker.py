@@ -6,10 +6,14 @@ Run by hand (``labkit solve`` and :func:`labkit.solve.run.run` build this for yo
         --config '{"modes": ["strong"], "total_dof": 250000}'
 
 For each point: build this rank's rows of the Poisson matrix and its part of ``b``, measure the
-copy bandwidth on a buffer of the same size (all ranks at once), run ``warmup`` untimed solves,
-then ``repeat`` timed ones (each starts with a barrier; a repeat takes as long as its slowest
-rank), and check every solve with a fresh distributed SpMV: ``||b - A x|| / ||b||``. Points
-that share a grid (weak and throughput at the same DOF per rank) are measured once.
+copy bandwidth on a buffer of the same size (all ranks at once), run a 3-iteration untimed
+solve (a launch's first solve pays for first-touched pages and cold code paths: up to 2x at the
+smallest sizes), ``warmup`` untimed solves, then ``repeat`` timed ones (each starts with a
+barrier; a repeat takes as long as its slowest rank), and check every solve with a fresh
+distributed SpMV: ``||b - A x|| / ||b||``. Points that share a grid (weak and throughput at the
+same DOF per rank) are measured once. With ``baseline="inline"`` (strong mode, more than one
+rank), rank 0 also holds the whole problem as one rank would and, before each timed solve of the
+ranks, solves it alone while the others wait: t1 and tP side by side, seconds apart.
 """
 
 from __future__ import annotations
@@ -86,23 +90,58 @@ def _sum(rt, values) -> list[float]:
     return t.tolist()
 
 
+def alone_problem(rt: runtime.Runtime, cfg: SolveConfig, dims: tuple, kernels):
+    """Rank 0's copy of the whole problem as a 1-rank launch builds it (the inline baseline's
+    operator and b); None on the other ranks."""
+    if rt.rank != 0:
+        return None
+    local, (indptr, cols, vals), b = local_system(dims, make_partition("simple", dims, 1), 0,
+                                                  cfg.rhs, cfg.seed)
+    op = DistOperator(local, indptr, cols, vals, world_size=1, device=rt.device)
+    op.fused = kernels
+    return op, torch.from_numpy(b).to(rt.device)
+
+
 def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str,
-            n_global: int, sla=None) -> dict:
+            n_global: int, sla=None, *, inline: bool = False, alone=None,
+            alone_timed: dict | None = None) -> dict:
+    """One point's row. ``inline``: time rank 0 alone on ``alone`` (its :func:`alone_problem`)
+    before each timed solve of the ranks (every rank must pass the same ``inline``), unless
+    ``alone_timed`` holds the baseline fields of an earlier point of the same problem and
+    method in this launch (another partitioner): those are reused, the solve alone is the same."""
+    if alone_timed is not None:
+        inline, alone = False, None
     maxiter = cfg.maxiter or 10 * n_global
     rtol = cfg.rtol
     if cfg.iterations is not None:  # HPCG-style: exactly N iterations, no convergence test
         maxiter, rtol = cfg.iterations, 0.0
 
-    def solve():
+    def solve(operator=op, rhs=b, rtol=rtol, maxiter=maxiter):
         if sla is not None:  # torch-sla: same matrix and b; no iteration count comes back
             return krylov.Solution(sla.solve(method, cfg.rtol, maxiter, cfg.restart), None,
                                    True, float("nan"))
-        return krylov.solve(method, op, b, rtol=rtol, maxiter=maxiter, restart=cfg.restart)
+        return krylov.solve(method, operator, rhs, rtol=rtol, maxiter=maxiter,
+                            restart=cfg.restart)
 
+    if sla is None:  # first touch: pages and code paths warm before anything is timed
+        solve(rtol=0.0, maxiter=3)
+        if alone is not None:
+            solve(*alone, rtol=0.0, maxiter=3)
     for _ in range(cfg.warmup):
         solve()
+        if alone is not None:
+            solve(*alone)
     samples, iterations, splits, residuals, converged, estimates = [], [], [], [], [], []
+    alone_samples, alone_iterations, alone_splits = [], [], []
     for _ in range(cfg.repeat):
+        if inline:  # rank 0 alone, the others waiting in the barrier after it
+            dist.barrier()
+            if alone is not None:
+                alone[0].sw.reset()
+                t0 = time.perf_counter()
+                alone_iterations.append(solve(*alone).iterations)
+                alone_samples.append(time.perf_counter() - t0)
+                alone_splits.append([alone[0].sw.totals.get(k, 0.0) for k in ("spmv", "vector")])
         if rt.world_size > 1:
             dist.barrier()
         op.sw.reset()
@@ -152,7 +191,15 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         "kernels": "fused" if fused else "plain",
         "fixed_iterations": cfg.iterations,
         "copy_bandwidth_alone_gb_per_s": total_alone / rt.world_size,
+        "baseline": "inline" if inline or alone_timed else None,
+        **(alone_timed or {}),
     }
+    if alone_samples:  # rank 0's solves alone, each just before one of the ranks'
+        t1, its1 = float(np.median(alone_samples)), int(np.median(alone_iterations))
+        spmv1, vector1 = np.median(np.array(alone_splits), axis=0).tolist()
+        row.update(baseline_solve_time_s=t1, baseline_iterations=its1,
+                   baseline_time_per_iteration_s=t1 / max(its1, 1),
+                   baseline_compute_time_s=spmv1 + vector1)
     if local_min is not None:
         floor = total_min / (total_bw * 1e9)
         row.update(minimal_bytes_per_iteration=total_min, minimal_floor_s=floor,
@@ -191,7 +238,7 @@ def gather_global(rt, op: DistOperator, x: torch.Tensor) -> list | None:
 
 def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
     cfg.check_world_size(rt.world_size)
-    rows, measured, problems, solutions = [], {}, {}, {}
+    rows, measured, problems, solutions, alone_timed = [], {}, {}, {}, {}
     kernels, notice, compile_s = None, None, None
     if cfg.kernels == "fused" and "cg" in cfg.methods:
         # compiled before anything is timed; the cost is in the rows, not in a solve
@@ -229,11 +276,20 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
                 pstats["global_nnz"] = int(sum(s[3] for s in stats))
                 problems[(dims, same)] = (op, torch.from_numpy(b).to(rt.device), pstats, sla)
             op, b, pstats, sla = problems[(dims, same)]
+            inline = cfg.inline_baseline(mode, rt.world_size)
+            if inline and (dims, "alone") not in problems:
+                problems[(dims, "alone")] = alone_problem(rt, cfg, dims, kernels)
             for method in cfg.methods:
-                point = (dims, same, method)
+                point = (dims, same, method, inline)
                 if point not in measured:
                     runtime.print0(f"[solve] {mode} P={rt.world_size} grid={dims} {kind} {method}")
-                    measured[point], x = measure(rt, cfg, op, b, method, n_global, sla)
+                    measured[point], x = measure(rt, cfg, op, b, method, n_global, sla,
+                                                 inline=inline,
+                                                 alone=problems.get((dims, "alone")),
+                                                 alone_timed=alone_timed.get((dims, method)))
+                    if inline and (dims, method) not in alone_timed:
+                        alone_timed[(dims, method)] = {k: v for k, v in measured[point].items()
+                                                       if k.startswith("baseline_")}
                     if cfg.keep_solution:
                         solutions[f"{mode}/{kind}/{method}"] = gather_global(rt, op, x)
                 rows.append({
