@@ -309,8 +309,8 @@ def test_crossover_takes_the_inline_t1_of_each_row():
     assert np.allclose(launch["speedup_per_iteration"], 2 * table["speedup_per_iteration"])
 
 
-@pytest.mark.parametrize("extra_compute, extra_waits, words", [(100e-6, 10e-6, "Mostly compute."),
-                                                               (10e-6, 100e-6, "Mostly waits.")])
+@pytest.mark.parametrize("extra_compute, extra_waits, words", [(100e-6, 10e-6, "largest part: compute."),
+                                                               (10e-6, 100e-6, "largest part: waits.")])
 def test_crossover_misses_add_up_and_name_the_part(extra_compute, extra_waits, words):
     from labkit.solve import report
 

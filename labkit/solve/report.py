@@ -398,8 +398,8 @@ def miss_sentence(table, ranks: int) -> str:
     ...                   "excess_rest_s": [0.0, 5e-6]})
     >>> print(miss_sentence(t, 2))  # doctest: +NORMALIZE_WHITESPACE
     Largest miss at 50,000 DOF: the model gives 2 ranks 300 us per iteration, they took 430 us
-    (+130 us): their compute +95 us beyond its divided share, their waits +30 us beyond the
-    smallest size's, the rest +5 us. Mostly compute.
+    (+130 us): compute +95 us against the model's share, waits +30 us against the smallest
+    size's, the rest +5 us. The largest part: compute.
     """
     cand = table[~table["calibration"]]
     if cand.empty:
@@ -411,10 +411,10 @@ def miss_sentence(table, ranks: int) -> str:
     return (f"Largest miss at {r['dof_global']:,.0f} DOF: the model gives {ranks} ranks "
             f"{r['model_tp_per_iteration_s'] * us:.0f} us per iteration, they took "
             f"{r['tp_per_iteration_s'] * us:.0f} us "
-            f"({(r['tp_per_iteration_s'] - r['model_tp_per_iteration_s']) * us:+.0f} us): their compute "
-            f"{parts['compute'] * us:+.0f} us beyond its divided share, their waits "
-            f"{parts['waits'] * us:+.0f} us beyond the smallest size's, the rest "
-            f"{parts['the rest'] * us:+.0f} us. Mostly {main}.")
+            f"({(r['tp_per_iteration_s'] - r['model_tp_per_iteration_s']) * us:+.0f} us): compute "
+            f"{parts['compute'] * us:+.0f} us against the model's share, waits "
+            f"{parts['waits'] * us:+.0f} us against the smallest size's, the rest "
+            f"{parts['the rest'] * us:+.0f} us. The largest part: {main}.")
 
 
 def crossover_sentence(summary: dict, table) -> str:
