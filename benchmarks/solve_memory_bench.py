@@ -17,9 +17,10 @@ every case at 1 and 2 ranks with the fused kernels (``--kernels fused``, compile
 launch before timing) and, for ``oc2d``, 1 rank with the plain kernels too. Rounds interleave the
 contenders, so a noisy neighbour hurts all alike; and in the strong cases rank 0 of the 2-rank
 launch also solves the whole problem alone right before each 2-rank solve (``baseline="inline"``),
-so each strong speedup is a ratio of two solves seconds apart, not of two launches a minute apart. Targets: oc2d 2 ranks >= 1.85x over 1, 1 rank
-<= 1.10x the minimal-bytes floor; 3d 2 ranks >= 1.7x; weak per-iteration efficiency >= 0.9;
-ic2d 2 ranks >= 1.8x, 1 rank <= 0.9x scipy's CG per iteration (one thread, same matrix).
+so each strong speedup is a ratio of two solves seconds apart, not of two launches a minute
+apart. Targets: oc2d 2 ranks >= 1.85x over 1, 1 rank <= 1.10x the minimal-bytes floor; 3d 2
+ranks >= 1.7x; weak per-iteration efficiency >= 0.9; ic2d 2 ranks >= 1.8x, 1 rank <= 0.9x
+scipy's CG per iteration (one thread, same matrix).
 """
 
 from __future__ import annotations

@@ -288,6 +288,9 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
                                                  alone=problems.get((dims, "alone")),
                                                  alone_timed=alone_timed.get((dims, method)))
                     if inline and (dims, method) not in alone_timed:
+                        # every rank records that this problem and method were timed alone
+                        # (rank 0 with the fields, the others with none), so later points of
+                        # it skip the solve alone on every rank alike and pass no barrier
                         alone_timed[(dims, method)] = {k: v for k, v in measured[point].items()
                                                        if k.startswith("baseline_")}
                     if cfg.keep_solution:
