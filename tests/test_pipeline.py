@@ -220,6 +220,96 @@ def test_verdict_sentences_follow_the_numbers():
         == [True, False, True]
 
 
+def test_recv_ahead_sentence_follows_the_numbers():
+    import pandas as pd
+
+    line = pd.Series({"schedule": "1f1b", "num_stages": 2, "num_microbatches": 4,
+                      "step_ms_torch": 200.0, "step_ms_ahead": 160.0, "slot_ms_torch": 30.0,
+                      "slot_ms_ahead": 30.0, "error_pct_torch": -20.0, "error_pct_ahead": -5.0,
+                      "idle_other_torch": 0.2, "idle_other_ahead": 0.05})
+    assert "(1.25x faster)" in report.recv_ahead_sentence(line)
+    assert "-20% with torch's placement (outside 15%)" in report.recv_ahead_sentence(line)
+    slower = line.copy()
+    slower["step_ms_ahead"] = 250.0
+    assert "(1.25x slower)" in report.recv_ahead_sentence(slower)
+    same = line.copy()
+    same[["step_ms_ahead", "slot_ms_ahead"]] = [199.0, 33.0]
+    assert "(about the same: the idle time fell and t_slot rose" in report.recv_ahead_sentence(same)
+    same["slot_ms_ahead"] = 29.0  # the idle time fell, t_slot did not rise: no such claim
+    assert "(about the same)" in report.recv_ahead_sentence(same)
+    df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": [4, 8],
+                       "recv_ahead": [True, True], "step_time_s": 0.1, "slot_time_s": 0.01,
+                       "step_time_error_pct": 0.0, "idle_other": 0.1})
+    with pytest.raises(UsageError, match="both with and without"):
+        report.recv_ahead_table(df)
+
+
+class _Stage:
+    """What post_receives_ahead uses of a PipelineStage: one receive op per microbatch and
+    kind, forward and backward that log what they were given."""
+
+    def __init__(self):
+        self.log = []
+
+    def get_fwd_recv_ops(self, i):
+        return [("F", i)]
+
+    def get_bwd_recv_ops(self, i):
+        return [("B", i)]
+
+    def forward_one_chunk(self, i, *args, **kwargs):
+        self.log.append(("forward", i))
+
+    def backward_one_chunk(self, i, *args, **kwargs):
+        self.log.append(("backward", i))
+
+
+def test_receives_posted_ahead_in_order_and_waited_before_each_block(monkeypatch):
+    """At the step's first receive every receive of the step is posted, activations and
+    gradients in microbatch order; the schedule's own receive ops are empty; each block waits
+    for its own message first; the next step posts again."""
+    from labkit.pipeline import ahead
+
+    class Work:
+        def __init__(self, op):
+            self.op = op
+
+        def wait(self):
+            stage.log.append(("wait", self.op))
+
+    def batch_isend_irecv(ops):
+        stage.log.append(("post", *ops))
+        return [Work(op) for op in ops]
+
+    monkeypatch.setattr(ahead.dist, "batch_isend_irecv", batch_isend_irecv)
+    stage = _Stage()
+    assert ahead.post_receives_ahead(stage, 2)
+    for _ in range(2):  # two steps of GPipe's order
+        stage.log.clear()
+        assert stage.get_fwd_recv_ops(0) == []
+        stage.forward_one_chunk(0)
+        assert stage.get_fwd_recv_ops(1) == [] and stage.get_bwd_recv_ops(0) == []
+        stage.forward_one_chunk(1)
+        stage.backward_one_chunk(0)
+        stage.backward_one_chunk(1)
+        assert stage.log == [("post", ("F", 0)), ("post", ("B", 0)), ("post", ("F", 1)),
+                             ("post", ("B", 1)), ("wait", ("F", 0)), ("forward", 0),
+                             ("wait", ("F", 1)), ("forward", 1), ("wait", ("B", 0)),
+                             ("backward", 0), ("wait", ("B", 1)), ("backward", 1)]
+
+
+def test_receives_ahead_leave_a_stage_without_the_methods_alone():
+    from labkit.pipeline import ahead
+
+    class Bare:
+        def get_fwd_recv_ops(self, i):
+            return []
+
+    bare = Bare()
+    assert ahead.post_receives_ahead(bare, 4) is False
+    assert "get_fwd_recv_ops" not in vars(bare)
+
+
 def test_1f1b_holds_at_most_p_microbatches():
     blocks = sorted(schedules.simulate("1f1b", 4, 8), key=lambda b: b["start_s"])
     for r in range(4):
@@ -283,13 +373,22 @@ def test_every_schedule_on_two_ranks():
     """One launch: output and gradients equal one process, P×M F and B blocks per schedule,
     GPipe's measured bubble at M = 1 within 0.1 of (P−1)/P."""
     config = PipelineConfig(schedules=("naive_gpipe", "gpipe", "1f1b", "interleaved"),
-                            microbatches=(1, 2), steps=3, warmup=1, skip_invalid=True)
+                            microbatches=(1, 2), steps=3, warmup=1, skip_invalid=True,
+                            both_placements=True)
     df = pipeline.run(config, launch=LaunchOptions(nprocs=(2,), progress=False,
                                                    timeout_s=LAUNCH_TIMEOUT_S))
-    got = sorted(zip(df.schedule, df.num_microbatches))
-    assert got == sorted([("naive_gpipe", 1), ("naive_gpipe", 2), ("gpipe", 1), ("gpipe", 2),
-                          ("1f1b", 2), ("interleaved", 2)])
-    _check_rows(df, 2)
+    got = sorted(zip(df.schedule, df.num_microbatches,
+                     (str(a) if a in (True, False) else "None" for a in df.recv_ahead)))
+    # gpipe and 1f1b both ways (receives posted ahead and torch's placement), the others once
+    assert got == sorted([("naive_gpipe", 1, "None"), ("naive_gpipe", 2, "None"),
+                          ("gpipe", 1, "True"), ("gpipe", 1, "False"), ("gpipe", 2, "True"),
+                          ("gpipe", 2, "False"), ("1f1b", 2, "True"), ("1f1b", 2, "False"),
+                          ("interleaved", 2, "None")])
+    _check_rows(df, 2)  # both placements give the single process's output and gradients
+    table = report.recv_ahead_table(df)
+    assert sorted(zip(table.schedule, table.num_microbatches)) == [("1f1b", 2), ("gpipe", 1),
+                                                                  ("gpipe", 2)]
+    assert "posting every receive" in report.recv_ahead_sentence(table.iloc[0])
     for r in df[df.num_microbatches == 1].itertuples():  # (P−1)/P = 0.5 at M = 1
         assert r.bubble_formula == 0.5
         assert abs(r.bubble_measured - 0.5) < 0.1, (r.schedule, r.bubble_measured)

@@ -6,6 +6,8 @@ results file upserts by; :func:`bubble_table` the table ``labkit pipeline`` prin
 makes; :func:`bubble_sentence`, :func:`step_sentence` and :func:`best_m_sentence` the verdicts
 it prints, computed from the rows; :func:`bubble_laws`, :func:`step_laws`,
 :func:`best_m_laws` and :func:`over_ideal_laws` its law tables (:mod:`labkit.book.laws`);
+:func:`recv_ahead_table` and :func:`recv_ahead_sentence` GPipe with and without its receives
+posted ahead;
 :func:`schedule_blocks` and :func:`ideal_blocks` the measured and the ideal forward and
 backward blocks of one row, for :func:`labkit.pipeline.plots.schedule_diagram`.
 """
@@ -14,10 +16,10 @@ from __future__ import annotations
 
 from labkit.results import Column, select_rows
 
-#: what makes a row a different measurement of the same point: the schedule, P, M, V, the
-#: model's size, the backend and node count
-KEY = ("schedule", "num_stages", "num_microbatches", "virtual_stages", "layers", "hidden",
-       "batch", "backend", "nnodes")
+#: what makes a row a different measurement of the same point: the schedule, P, M, V, where
+#: GPipe and 1F1B post their receives, the model's size, the backend and node count
+KEY = ("schedule", "num_stages", "num_microbatches", "virtual_stages", "recv_ahead", "layers",
+       "hidden", "batch", "backend", "nnodes")
 
 #: how close the fill/drain bubble read off the timeline should come to the formula (absolute)
 BUBBLE_TOLERANCE = 0.05
@@ -29,6 +31,9 @@ COLUMNS = (
     Column("num_stages", "", "P: pipeline stages, one per rank"),
     Column("num_microbatches", "", "M: microbatches per step"),
     Column("virtual_stages", "", "V: model chunks per rank (1 unless interleaved)"),
+    Column("recv_ahead", "", "gpipe, 1f1b: every receive of a step posted at its start (True) "
+                             "or right before the block that needs it (False, torch's "
+                             "placement); None for the other schedules"),
     Column("layers", "", "Linear+tanh blocks of the model"),
     Column("hidden", "", "width of every layer"),
     Column("batch", "", "samples per step"),
@@ -75,7 +80,8 @@ COLUMNS = (
 )
 
 #: the table ``labkit pipeline`` prints
-TABLE_COLUMNS = ("schedule", "num_stages", "num_microbatches", "microbatch_size", "step_ms",
+TABLE_COLUMNS = ("schedule", "num_stages", "num_microbatches", "recv_ahead", "microbatch_size",
+                 "step_ms",
                  "predicted_ms", "step_error_pct", "slot_ms", "bubble_fill_drain",
                  "bubble_formula", "idle_other", "bubble_measured", "matches_single_process",
                  "oversubscribed")
@@ -102,11 +108,30 @@ def bubble_table(df) -> str:
                       step_error_pct=df.step_time_error_pct, slot_ms=df.slot_time_s * 1e3)
     print(FORMULA_LINE, file=out)
     print_frame(shown, TABLE_COLUMNS, file=out)
-    for (s, p), part in df.groupby(["schedule", "num_stages"], sort=False):
+    for (s, p), part in ahead_rows(df).groupby(["schedule", "num_stages"], sort=False):
         print(bubble_sentence(part, s, num_stages=p), file=out)
         if part.num_microbatches.nunique() > 1:
             print(best_m_sentence(part, s, num_stages=p), file=out)
+    if (df.recv_ahead == False).any() and (df.recv_ahead == True).any():  # noqa: E712
+        for line in recv_ahead_table(df).itertuples(index=False):
+            print(recv_ahead_sentence(line), file=out)
     return out.getvalue().rstrip("\n")
+
+
+def ahead_rows(df):
+    """One row per (schedule, P, M): where a point was measured with both receive placements
+    (``both_placements``), the one with receives posted ahead.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"schedule": ["gpipe", "gpipe", "zero_bubble"], "num_stages": 2,
+    ...                    "num_microbatches": 4, "recv_ahead": [True, False, None]})
+    >>> ahead_rows(df).recv_ahead.tolist()
+    [True, None]
+    """
+    point = ["schedule", "num_stages", "num_microbatches"]
+    has_ahead = df[df.recv_ahead == True].set_index(point).index  # noqa: E712
+    other_way = (df.recv_ahead == False) & df.set_index(point).index.isin(has_ahead)  # noqa: E712
+    return df[~other_way]
 
 
 def series(df, schedule: str, num_stages: int | None = None):
@@ -243,6 +268,89 @@ def best_m_sentence(df, schedule: str, num_stages: int | None = None) -> str:
             f"{compute[top.num_microbatches]:.1f} ms: a microbatch of {top.microbatch_size} "
             f"samples costs {per[top.num_microbatches]:.3f} ms per sample against "
             f"{per[best.num_microbatches]:.3f} at {best.microbatch_size}.")
+
+
+def recv_ahead_table(*frames):
+    """Each schedule measured with torch's receive placement and with every receive posted
+    ahead (:mod:`labkit.pipeline.ahead`), one line per (schedule, P, M) that has both: the step,
+    t_slot, the predicted step's error and the idle time outside the fill and drain, each way.
+    The rows may come in several frames.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": 8,
+    ...                    "recv_ahead": [False, True], "step_time_s": [0.24, 0.18],
+    ...                    "slot_time_s": [0.020, 0.019], "step_time_error_pct": [-21.0, -6.0],
+    ...                    "idle_other": [0.17, 0.06]})
+    >>> recv_ahead_table(df).iloc[0, 3:].astype(float).round(2).tolist()
+    [240.0, 180.0, 20.0, 19.0, -21.0, -6.0, 0.17, 0.06]
+    """
+    import pandas as pd
+
+    from labkit.errors import UsageError
+
+    rows = pd.concat(frames, ignore_index=True)
+    part = rows[rows.recv_ahead.notna()]
+    lines = []
+    for (s, p, m), g in part.groupby(["schedule", "num_stages", "num_microbatches"], sort=False):
+        ways = {bool(r.recv_ahead): r for r in g.itertuples()}
+        if len(ways) < 2:
+            continue
+        line = {"schedule": s, "num_stages": p, "num_microbatches": m}
+        for field, get in (("step_ms", lambda r: r.step_time_s * 1e3),
+                           ("slot_ms", lambda r: r.slot_time_s * 1e3),
+                           ("error_pct", lambda r: r.step_time_error_pct),
+                           ("idle_other", lambda r: r.idle_other)):
+            line.update({f"{field}_torch": get(ways[False]), f"{field}_ahead": get(ways[True])})
+        lines.append(line)
+    if not lines:
+        raise UsageError("no (schedule, P, M) was measured both with and without recv_ahead")
+    return pd.DataFrame(lines)
+
+
+#: steps within this ratio of each other count as the same step (the host's step-to-step noise)
+SAME_STEP = 0.03
+
+
+def recv_ahead_sentence(line, tolerance_pct: float = STEP_TOLERANCE_PCT) -> str:
+    """What posting the receives ahead did, from one line of :func:`recv_ahead_table`: the
+    idle time outside the fill and drain, t_slot, the step and the prediction's error, both
+    ways, and where the messages' cost went when the step did not get shorter.
+
+    >>> import pandas as pd
+    >>> line = pd.Series({"schedule": "gpipe", "num_stages": 2, "num_microbatches": 8,
+    ...                   "step_ms_torch": 240.0, "step_ms_ahead": 180.0, "slot_ms_torch": 20.0,
+    ...                   "slot_ms_ahead": 19.0, "error_pct_torch": -21.0, "error_pct_ahead": -6.0,
+    ...                   "idle_other_torch": 0.17, "idle_other_ahead": 0.06})
+    >>> print(recv_ahead_sentence(line))
+    gpipe, P = 2, M = 8: posting every receive at the step's start took the idle time outside the fill and drain from 0.17 to 0.06 of the step and t_slot from 20.0 to 19.0 ms; the step went from 240.0 to 180.0 ms (1.33x faster). (M + P − 1) × t_slot(M) is off by -21% with torch's placement (outside 15%) and -6% with receives ahead (within 15%).
+    >>> same = line.copy()
+    >>> same[["step_ms_ahead", "slot_ms_ahead"]] = [236.0, 22.0]
+    >>> print(recv_ahead_sentence(same).split("; ")[1])
+    the step went from 240.0 to 236.0 ms (about the same: the idle time fell and t_slot rose instead, since moving a message takes CPU time wherever its receive is posted). (M + P − 1) × t_slot(M) is off by -21% with torch's placement (outside 15%) and -6% with receives ahead (within 15%).
+    """
+    r = line
+    ratio = r.step_ms_torch / r.step_ms_ahead
+    if ratio > 1 + SAME_STEP:
+        verdict = f"{ratio:.2f}x faster"
+    elif ratio < 1 - SAME_STEP:
+        verdict = f"{1 / ratio:.2f}x slower"
+    else:
+        verdict = "about the same"
+        if r.idle_other_ahead < r.idle_other_torch and r.slot_ms_ahead > r.slot_ms_torch:
+            verdict += (": the idle time fell and t_slot rose instead, since moving a message "
+                        "takes CPU time wherever its receive is posted")
+
+    def within(e):
+        return f"{'within' if abs(e) <= tolerance_pct else 'outside'} {tolerance_pct:g}%"
+
+    return (f"{r.schedule}, P = {int(r.num_stages)}, M = {int(r.num_microbatches)}: posting every "
+            f"receive at the step's start took the idle time outside the fill and drain from "
+            f"{r.idle_other_torch:.2f} to {r.idle_other_ahead:.2f} of the step and t_slot from "
+            f"{r.slot_ms_torch:.1f} to {r.slot_ms_ahead:.1f} ms; the step went from "
+            f"{r.step_ms_torch:.1f} to {r.step_ms_ahead:.1f} ms ({verdict}). (M + P − 1) × "
+            f"t_slot(M) is off by {r.error_pct_torch:+.0f}% with torch's placement "
+            f"({within(r.error_pct_torch)}) and {r.error_pct_ahead:+.0f}% with receives ahead "
+            f"({within(r.error_pct_ahead)}).")
 
 
 def conventions(df):

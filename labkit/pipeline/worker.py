@@ -10,7 +10,9 @@ looped over the ranks, for ``interleaved``). ``naive_gpipe`` is the teaching ver
 forwards with blocking send/recv, then all backwards. ``gpipe``, ``1f1b``, ``interleaved`` and
 ``zero_bubble`` are ``torch.distributed.pipelining``'s ScheduleGPipe, Schedule1F1B,
 ScheduleInterleaved1F1B and ScheduleInterleavedZeroBubble with one stage per rank (ZB-H1:
-the backward split into an input-gradient pass B and a weight-gradient pass W).
+the backward split into an input-gradient pass B and a weight-gradient pass W). ``gpipe`` and
+``1f1b`` post every receive of a step at its start unless ``recv_ahead`` is off
+(:mod:`labkit.pipeline.ahead`: on gloo a message moves only once its receive is posted).
 
 Every stage module is wrapped so that each forward and backward of a microbatch (and each W)
 records its start and end on this rank's clock, relative to the step's start (after a
@@ -36,7 +38,8 @@ from torch import nn
 
 from labkit import runtime
 from labkit.harness import worker_main
-from labkit.pipeline.config import PipelineConfig
+from labkit.pipeline.ahead import post_receives_ahead
+from labkit.pipeline.config import SCHEDULES_AHEAD, PipelineConfig
 from labkit.pipeline.formulas import (
     bubble_fraction,
     bubble_over_ideal,
@@ -148,11 +151,14 @@ def naive_gpipe_step(stage: Timed, rank: int, p: int, m: int, x, target):
     return torch.cat([o.detach() for o in outs]) if rank == p - 1 else None
 
 
-def make_runner(schedule: str, m: int, mods: list[Timed], rt, cfg: PipelineConfig, chunks: int):
-    """A function step(x, target) -> output on the last rank (None elsewhere)."""
+def make_runner(schedule: str, m: int, mods: list[Timed], rt, cfg: PipelineConfig, chunks: int,
+                *, recv_ahead: bool):
+    """(a function step(x, target) -> output on the last rank (None elsewhere), whether the
+    receives are posted ahead: None for the schedules that cannot, see
+    :data:`~labkit.pipeline.config.SCHEDULES_AHEAD`)."""
     p, rank = rt.world_size, rt.rank
     if schedule == "naive_gpipe":
-        return functools.partial(naive_gpipe_step, mods[0], rank, p, m)
+        return functools.partial(naive_gpipe_step, mods[0], rank, p, m), None
     from torch.distributed import pipelining as pp
 
     def example(stage: int):
@@ -173,13 +179,19 @@ def make_runner(schedule: str, m: int, mods: list[Timed], rt, cfg: PipelineConfi
     else:
         cls = pp.ScheduleGPipe if schedule == "gpipe" else pp.Schedule1F1B
         sched = cls(stages[0], n_microbatches=m, loss_fn=F.mse_loss)
+    ahead = None
+    if schedule in SCHEDULES_AHEAD:  # one stage per rank
+        ahead = recv_ahead and post_receives_ahead(stages[0], m)
+        if recv_ahead and not ahead:
+            runtime.print0("note: this torch's PipelineStage lacks a method that posting "
+                           "receives ahead uses: torch's own placement runs (recv_ahead False)")
 
     def step(x, target):
         args = (x,) if rank == 0 else ()
         kw = {"target": target, "losses": []} if rank == p - 1 else {}
         out = sched.step(*args, **kw)
         return out.detach() if rank == p - 1 else None
-    return step
+    return step, ahead
 
 
 def one_step(runner, mods: list[Timed], x, target):
@@ -249,30 +261,53 @@ def stage_keyed(reference, spans):
                  for j, i in enumerate(span) for n, g in layers[i].items()}
 
 
+def placements(schedule: str, cfg: PipelineConfig) -> list[bool]:
+    """The receive placements one (schedule, M) is measured with: ``cfg.recv_ahead``, and the
+    other one too with ``cfg.both_placements`` for the schedules that can post ahead."""
+    if cfg.both_placements and schedule in SCHEDULES_AHEAD:
+        return [cfg.recv_ahead, not cfg.recv_ahead]
+    return [cfg.recv_ahead]
+
+
 def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
-            reference=None) -> dict | None:
+            reference=None) -> list[dict]:
+    """One (schedule, M): a row per receive placement (:func:`placements`) on rank 0, [] on
+    the others. Two placements take their timed steps in turns, so both see the same machine."""
     p, rank = rt.world_size, rt.rank
     v = cfg.virtual_stages if schedule == "interleaved" else 1
     spans = stage_layers(cfg.layers, p * v)
     mine = list(range(rank, p * v, p))  # looped placement: rank r holds stages r, r+P, ...
     mods = [Timed(nn.Sequential(*[model[i] for i in spans[s]]), s) for s in mine]
-    runner = make_runner(schedule, m, mods, rt, cfg, p * v)
-    row = {}
+    runners = [make_runner(schedule, m, mods, rt, cfg, p * v, recv_ahead=a)
+               for a in placements(schedule, cfg)]
+    checks = [{} for _ in runners]
     if cfg.check:
         ref = stage_keyed(reference, spans) if rank == 0 else None
-        row.update(check(runner, mods, rt, x, target, ref))
+        checks = [check(runner, mods, rt, x, target, ref) for runner, _ in runners]
     for _ in range(cfg.warmup):
-        one_step(runner, mods, x, target)
+        for runner, _ in runners:
+            one_step(runner, mods, x, target)
     kinds = 3 if schedule == "zero_bubble" else 2  # F, B (and W)
-    steps, recs_per_step, starts = [], [], []
+    recorded = [([], [], []) for _ in runners]  # per runner: step seconds, blocks, starts
     for _ in range(cfg.steps):
-        t, _, recs, t0 = one_step(runner, mods, x, target)
-        if len(recs) != kinds * m * len(mods):
-            raise RuntimeError(f"{schedule}: expected {kinds * m * len(mods)} block records, "
-                               f"got {len(recs)}")
-        steps.append(t)
-        recs_per_step.append(recs)
-        starts.append(t0)
+        for (runner, _), (steps, recs_per_step, starts) in zip(runners, recorded):
+            t, _, recs, t0 = one_step(runner, mods, x, target)
+            if len(recs) != kinds * m * len(mods):
+                raise RuntimeError(f"{schedule}: expected {kinds * m * len(mods)} block "
+                                   f"records, got {len(recs)}")
+            steps.append(t)
+            recs_per_step.append(recs)
+            starts.append(t0)
+    rows = [row_of(schedule, m, rt, cfg, v, ahead, *rec)
+            for (_, ahead), rec in zip(runners, recorded)]
+    return [{**chk, **row} for chk, row in zip(checks, rows) if row is not None]
+
+
+def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, steps,
+           recs_per_step, starts) -> dict | None:
+    """The row of one (schedule, M, placement) from every rank's timed steps (rank 0; None on
+    the others): step times, the timeline's split, t_slot and the predicted step."""
+    p, rank = rt.world_size, rt.rank
     gathered = [None] * p
     dist.all_gather_object(gathered, (steps, recs_per_step, starts, socket.gethostname()))
     if rank != 0:
@@ -296,8 +331,9 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
     slot = float(np.median([sp["compute_s"] for sp in splits])) / (p * m)
     kw = dict(num_stages=p, num_microbatches=m, schedule=schedule, virtual_stages=v)
     return {
-        **row, "schedule": schedule, "num_stages": p, "num_microbatches": m,
-        "virtual_stages": v, "layers": cfg.layers, "hidden": cfg.hidden, "batch": cfg.batch,
+        "schedule": schedule, "num_stages": p, "num_microbatches": m,
+        "virtual_stages": v, "recv_ahead": recv_ahead, "layers": cfg.layers,
+        "hidden": cfg.hidden, "batch": cfg.batch,
         "microbatch_size": cfg.batch // m, "steps": cfg.steps,
         "step_time_s": float(np.median(slowest)),
         "step_time_p10_s": float(np.percentile(slowest, 10)),
@@ -328,8 +364,7 @@ def run(rt: runtime.Runtime, cfg: PipelineConfig) -> dict:
     reference = reference_run(model, x, target) if cfg.check and rt.rank == 0 else None
     rows = []
     for schedule, m in cfg.runnable(rt.world_size):
-        row = measure(schedule, m, model, rt, cfg, x, target, reference)
-        if row is not None:
+        for row in measure(schedule, m, model, rt, cfg, x, target, reference):
             rows.append(row)
             runtime.print0(f"{schedule} P={rt.world_size} M={m}: step "
                            f"{row['step_time_s'] * 1e3:.1f} ms, fill/drain bubble "
