@@ -348,7 +348,8 @@ def test_1f1b_refusal_message():
                                   ["--batch", "10", "--microbatches", "3"], ["--layers", "1"],
                                   ["--schedule", "1f1b", "--microbatches", "1"],
                                   ["--batch", "256", "--microbatches", "2", "3", "4"],
-                                  ["--schedule", "zero_bubble", "--microbatches", "1"]])
+                                  ["--schedule", "zero_bubble", "--microbatches", "1"],
+                                  ["--microbatches", "2", "--compare-placement-at", "4"]])
 def test_cli_bad_input_exit_2(args, labkit_cmd):
     p = subprocess.run([*labkit_cmd, "pipeline", *args], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
@@ -374,7 +375,7 @@ def test_every_schedule_on_two_ranks():
     GPipe's measured bubble at M = 1 within 0.1 of (P−1)/P."""
     config = PipelineConfig(schedules=("naive_gpipe", "gpipe", "1f1b", "interleaved"),
                             microbatches=(1, 2), steps=3, warmup=1, skip_invalid=True,
-                            both_placements=True)
+                            compare_placement_at=(1, 2))
     df = pipeline.run(config, launch=LaunchOptions(nprocs=(2,), progress=False,
                                                    timeout_s=LAUNCH_TIMEOUT_S))
     got = sorted(zip(df.schedule, df.num_microbatches,
@@ -385,6 +386,11 @@ def test_every_schedule_on_two_ranks():
                           ("gpipe", 2, "False"), ("1f1b", 2, "True"), ("1f1b", 2, "False"),
                           ("interleaved", 2, "None")])
     _check_rows(df, 2)  # both placements give the single process's output and gradients
+    assert sorted(zip(*[report.main_rows(df)[c] for c in ("schedule", "num_microbatches")])) \
+        == sorted([("naive_gpipe", 1), ("naive_gpipe", 2), ("gpipe", 1), ("gpipe", 2),
+                   ("1f1b", 2), ("interleaved", 2)])
+    assert (report.main_rows(df).recv_ahead.isin([True]).sum() == 3
+            and df.compared_placement.sum() == 3)
     table = report.recv_ahead_table(df)
     assert sorted(zip(table.schedule, table.num_microbatches)) == [("1f1b", 2), ("gpipe", 1),
                                                                   ("gpipe", 2)]

@@ -29,7 +29,8 @@ class PipelineConfig:
     M microbatches. ``check`` compares output and gradients with one process running all layers.
     ``recv_ahead``: GPipe and 1F1B post all receives of a step at its start
     (:mod:`labkit.pipeline.ahead`), so a message moves while its receiver still computes;
-    ``both_placements`` measures them both ways in one launch, a step of each in turn.
+    ``compare_placement_at``: the M at which GPipe and 1F1B are measured both ways, a step of
+    each in turn (the extra rows carry ``compared_placement``).
     ``skip_invalid`` skips the (schedule, M) pairs that cannot run on P instead of refusing.
 
     >>> PipelineConfig(schedules="gpipe", microbatches=4).microbatches
@@ -50,13 +51,14 @@ class PipelineConfig:
     recv_ahead: bool = option(True, "gpipe, 1f1b: post each receive right before the block that "
                                     "needs it (torch's placement), not all of a step's receives "
                                     "at its start", flag="--no-recv-ahead")
-    both_placements: bool = option(False, "also measure gpipe and 1f1b with the other receive "
-                                          "placement, the two taking their steps in turns")
+    compare_placement_at: tuple[int, ...] = option(
+        (), "microbatch counts M at which gpipe and 1f1b are also measured with the other "
+            "receive placement, a step of each in turn", metavar="M")
     skip_invalid: bool = option(False, "leave out the (schedule, M) that cannot run on P",
                                 cli=False)
 
     def __post_init__(self):
-        for name in ("schedules", "microbatches"):
+        for name in ("schedules", "microbatches", "compare_placement_at"):
             object.__setattr__(self, name, as_tuple(getattr(self, name)))
         if not self.schedules or not self.microbatches:
             raise UsageError("need at least one schedule and one microbatch count")
@@ -67,6 +69,10 @@ class PipelineConfig:
         for name in ("layers", "hidden", "batch", "steps", "virtual_stages"):
             positive_int(name, getattr(self, name))
         positive_int("warmup", self.warmup, minimum=0)
+        for m in self.compare_placement_at:
+            if m not in self.microbatches:
+                raise UsageError(f"compare_placement_at: M = {m} is not one of the microbatch "
+                                 f"counts {list(self.microbatches)}")
         for m in self.microbatches:
             if self.batch % m:
                 raise UsageError(f"batch {self.batch} is not divisible by {m} microbatches")

@@ -34,6 +34,9 @@ COLUMNS = (
     Column("recv_ahead", "", "gpipe, 1f1b: every receive of a step posted at its start (True) "
                              "or right before the block that needs it (False, torch's "
                              "placement); None for the other schedules"),
+    Column("compared_placement", "", "True on a row measured with the other receive placement "
+                                     "only to set beside the main one (compare_placement_at); "
+                                     "main_rows leaves it out"),
     Column("layers", "", "Linear+tanh blocks of the model"),
     Column("hidden", "", "width of every layer"),
     Column("batch", "", "samples per step"),
@@ -108,7 +111,7 @@ def bubble_table(df) -> str:
                       step_error_pct=df.step_time_error_pct, slot_ms=df.slot_time_s * 1e3)
     print(FORMULA_LINE, file=out)
     print_frame(shown, TABLE_COLUMNS, file=out)
-    for (s, p), part in ahead_rows(df).groupby(["schedule", "num_stages"], sort=False):
+    for (s, p), part in main_rows(df).groupby(["schedule", "num_stages"], sort=False):
         print(bubble_sentence(part, s, num_stages=p), file=out)
         if part.num_microbatches.nunique() > 1:
             print(best_m_sentence(part, s, num_stages=p), file=out)
@@ -118,20 +121,20 @@ def bubble_table(df) -> str:
     return out.getvalue().rstrip("\n")
 
 
-def ahead_rows(df):
-    """One row per (schedule, P, M): where a point was measured with both receive placements
-    (``both_placements``), the one with receives posted ahead.
+def main_rows(df):
+    """The rows of the main measurement: without those measured with the other receive
+    placement only for the side-by-side comparison (``compared_placement``).
 
     >>> import pandas as pd
     >>> df = pd.DataFrame({"schedule": ["gpipe", "gpipe", "zero_bubble"], "num_stages": 2,
-    ...                    "num_microbatches": 4, "recv_ahead": [True, False, None]})
-    >>> ahead_rows(df).recv_ahead.tolist()
+    ...                    "num_microbatches": 4, "recv_ahead": [True, False, None],
+    ...                    "compared_placement": [False, True, False]})
+    >>> main_rows(df).recv_ahead.tolist()
     [True, None]
     """
-    point = ["schedule", "num_stages", "num_microbatches"]
-    has_ahead = df[df.recv_ahead == True].set_index(point).index  # noqa: E712
-    other_way = (df.recv_ahead == False) & df.set_index(point).index.isin(has_ahead)  # noqa: E712
-    return df[~other_way]
+    if "compared_placement" not in df:
+        return df
+    return df[df.compared_placement != True]  # noqa: E712 - None and NaN count as False
 
 
 def series(df, schedule: str, num_stages: int | None = None):

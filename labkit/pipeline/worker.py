@@ -261,10 +261,11 @@ def stage_keyed(reference, spans):
                  for j, i in enumerate(span) for n, g in layers[i].items()}
 
 
-def placements(schedule: str, cfg: PipelineConfig) -> list[bool]:
+def placements(schedule: str, m: int, cfg: PipelineConfig) -> list[bool]:
     """The receive placements one (schedule, M) is measured with: ``cfg.recv_ahead``, and the
-    other one too with ``cfg.both_placements`` for the schedules that can post ahead."""
-    if cfg.both_placements and schedule in SCHEDULES_AHEAD:
+    other one too at the M of ``cfg.compare_placement_at`` for the schedules that can post
+    ahead."""
+    if m in cfg.compare_placement_at and schedule in SCHEDULES_AHEAD:
         return [cfg.recv_ahead, not cfg.recv_ahead]
     return [cfg.recv_ahead]
 
@@ -279,7 +280,7 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
     mine = list(range(rank, p * v, p))  # looped placement: rank r holds stages r, r+P, ...
     mods = [Timed(nn.Sequential(*[model[i] for i in spans[s]]), s) for s in mine]
     runners = [make_runner(schedule, m, mods, rt, cfg, p * v, recv_ahead=a)
-               for a in placements(schedule, cfg)]
+               for a in placements(schedule, m, cfg)]
     checks = [{} for _ in runners]
     if cfg.check:
         ref = stage_keyed(reference, spans) if rank == 0 else None
@@ -300,7 +301,8 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
             starts.append(t0)
     rows = [row_of(schedule, m, rt, cfg, v, ahead, *rec)
             for (_, ahead), rec in zip(runners, recorded)]
-    return [{**chk, **row} for chk, row in zip(checks, rows) if row is not None]
+    return [{**chk, **row, "compared_placement": k > 0}
+            for k, (chk, row) in enumerate(zip(checks, rows)) if row is not None]
 
 
 def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, steps,
