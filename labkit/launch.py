@@ -1,13 +1,15 @@
 """Host side: run a worker module under torchrun, as a subprocess, and get a typed result back.
 
-The command it builds is the one you would type, with ``torchrun`` for ``python -m labkit.launch``
-(torchrun itself, minus 0.2-0.7 s of interpreter teardown after a launch that succeeded: see
-:func:`torchrun_main`)::
+The command it builds is the one you would type, with ``torchrun`` for ``python -m labkit.launch``::
 
     python -m labkit.launch --standalone --nproc-per-node=2 \\
         --log-dir DIR --redirects 3 -m labkit.checks.placement_worker --out DIR/payload.json
 
 and for clusters ``--nnodes N --node-rank R --rdzv-backend c10d --rdzv-endpoint HOST:PORT``.
+``python -m labkit.launch`` takes torchrun's arguments (:func:`agent_main`): one node runs
+under :func:`light_agent`, which starts the ranks with torchrun's environment without importing
+torch itself (~2 s less per launch on 2 cores); several nodes run under torchrun's own main
+(:func:`torchrun_main`), and ``LABKIT_AGENT=torchrun`` sends one node there too.
 
 Guarantees:
 
@@ -22,9 +24,10 @@ Guarantees:
   :class:`~labkit.errors.RowsOnAnotherNode` naming that node (``LaunchOptions.rows_elsewhere``).
 * **Backend.** nccl when CUDA devices >= ranks per node, else gloo; overridable.
 * **No orphans.** Every process of a launch carries ``LABKIT_LAUNCH_ID`` in its environment.
-  torchrun puts each rank in a session of its own, so killing torchrun's process group is not
-  enough: on timeout, Ctrl-C or any error the launcher terminates torchrun's group, then finds
-  every process carrying the launch id (``/proc/*/environ``) and kills its process group.
+  The agent (torchrun or the light one) puts each rank in a session of its own, so killing the
+  agent's process group is not enough: on timeout, Ctrl-C or any error the launcher terminates
+  the agent's group, then finds every process carrying the launch id (``/proc/*/environ``) and
+  kills its process group.
 * **Readable failures.** A failing rank raises :class:`~labkit.errors.RankFailed` naming the rank,
   its exit code or signal, the exception it raised and the last lines of its log.
 """
@@ -624,8 +627,8 @@ def _peak_rss(status_dir: Path) -> int | None:
 
 
 def torchrun_main(argv: list[str] | None = None) -> None:
-    """``python -m labkit.launch ARGS`` is ``torchrun ARGS``: the same ``torch.distributed.run``
-    main, arguments and exit codes, except that once every rank has finished and torchrun has shut
+    """Several nodes (or ``LABKIT_AGENT=torchrun``): ``python -m labkit.launch ARGS`` is
+    ``torchrun ARGS``, the same ``torch.distributed.run`` main, arguments and exit codes, except that once every rank has finished and torchrun has shut
     its agent down, it leaves with ``os._exit(0)`` instead of letting Python tear down the torch
     it imported (0.2-0.7 s of every launch on a 2-core machine; the lab launches a few dozen
     times). A failure takes torchrun's normal path (its error report, exit code 1). The ranks
@@ -638,5 +641,91 @@ def torchrun_main(argv: list[str] | None = None) -> None:
     os._exit(0)
 
 
+#: the only form of ``python -m labkit.launch`` the light agent takes (what
+#: :func:`torchrun_command` builds for one node): anything else goes to torchrun
+_LIGHT_ARGS = re.compile(r"--(nproc-per-node=\d+|standalone|log-dir=.+|redirects=3|max-restarts=0)")
+
+
+def agent_main(argv: list[str] | None = None) -> None:
+    """``python -m labkit.launch ARGS``: torchrun's arguments. A one-node ``--standalone`` launch
+    in the form :func:`torchrun_command` builds runs under :func:`light_agent`; every other form
+    (several nodes, a rendezvous endpoint, options typed by hand) and any launch with
+    ``LABKIT_AGENT=torchrun`` in the environment runs under torchrun (:func:`torchrun_main`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    head = argv[: argv.index("-m")] if "-m" in argv else argv
+    if (os.environ.get("LABKIT_AGENT") == "torchrun" or "--standalone" not in head
+            or "-m" not in argv or not all(_LIGHT_ARGS.fullmatch(a) for a in head)):
+        torchrun_main(argv)
+    opts = dict(a[2:].split("=", 1) for a in head if "=" in a)
+    sys.exit(light_agent(int(opts["nproc-per-node"]), Path(opts["log-dir"]),
+                         argv[len(head) + 1:]))
+
+
+def light_agent(nproc: int, log_dir: Path, module_args: list[str]) -> int:
+    """Start ``nproc`` ranks of ``python -m MODULE ARGS`` on this node and wait for them, the way
+    ``torchrun --standalone`` does, without importing torch: the agent's own import of torch
+    was ~2 s of every launch on a 2-core machine (4.3 s for a trivial 2-rank launch).
+
+    Each rank gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+    GROUP_RANK, MASTER_ADDR, MASTER_PORT: rank 0 hosts the store), a session of its own, its
+    stdout and stderr in ``log_dir/labkit/attempt_0/<rank>/`` (torchrun's layout) and SIGTERM
+    when the agent dies. When a rank fails, the others get SIGTERM (SIGKILL 5 s later) and
+    the agent prints torchrun's lines ``rank : R (local_rank: R)`` / ``exitcode : C``, the
+    first failure first, and returns 1; a SIGTERM, SIGINT or SIGHUP to the agent ends every
+    rank the same way."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    procs = []
+    for rank in range(nproc):
+        folder = log_dir / "labkit" / "attempt_0" / str(rank)
+        folder.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc), "GROUP_RANK": "0",
+               "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(nproc),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        # the rank writes through its own copies of the two files: the agent closes its own
+        with open(folder / "stdout.log", "wb") as out, open(folder / "stderr.log", "wb") as err:
+            procs.append(subprocess.Popen([sys.executable, "-m", *module_args], env=env,
+                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                          start_new_session=True,
+                                          preexec_fn=_die_with_parent(os.getpid())))
+
+    def stop_all(grace_s: float = 5.0) -> None:
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+            for p in procs:
+                if p.poll() is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(p.pid, sig)
+            deadline = time.monotonic() + wait
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+    def on_signal(signum, frame):
+        stop_all()
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    failed: list[int] = []
+    while True:
+        codes = [p.poll() for p in procs]
+        failed += [r for r, c in enumerate(codes) if c not in (None, 0) and r not in failed]
+        if failed or all(c == 0 for c in codes):
+            break
+        time.sleep(0.02)
+    if not failed:
+        return 0
+    stop_all()
+    failed += [r for r, p in enumerate(procs) if p.returncode != 0 and r not in failed]
+    print("labkit.launch: the launch failed (first observed failure first)", file=sys.stderr)
+    for r in failed:
+        print(f"  rank      : {r} (local_rank: {r})\n  exitcode  : {procs[r].returncode} "
+              f"(pid: {procs[r].pid})", file=sys.stderr)
+    return 1
+
+
 if __name__ == "__main__":
-    torchrun_main()
+    agent_main()

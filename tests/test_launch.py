@@ -1,7 +1,9 @@
-"""The launcher, with real torchrun on gloo: success, failures, hangs, multi-node, no orphans."""
+"""The launcher, with real ranks on gloo (the light agent on one node, torchrun across nodes):
+success, failures, hangs, multi-node, no orphans."""
 
 import os
 import socket
+import sys
 import threading
 import time
 
@@ -217,3 +219,30 @@ def test_step_time_is_the_slowest_ranks():
     # the mean over ranks would be ~0.085 s; the slowest rank sets the pace
     assert 0.15 <= row["step_time_min_s"] <= row["step_time_p50_s"] <= row["step_time_p95_s"] < 0.5
     assert row["step_time_count"] == 4
+
+
+@pytest.mark.parametrize("argv,agent", [
+    (["--nproc-per-node=2", "--standalone", "--log-dir=/tmp/x", "--redirects=3",
+      "--max-restarts=0", "-m", "labkit.checks.selftest_worker", "--out", "o.json"], "light"),
+    (["--nproc-per-node=2", "--nnodes=2", "--node-rank=0", "--rdzv-backend=c10d",
+      "--rdzv-endpoint=h:1", "--rdzv-id=x", "--log-dir=/tmp/x", "-m", "m"], "torchrun"),
+    (["--nproc-per-node", "2", "--standalone", "-m", "m"], "torchrun"),  # typed by hand
+    (["--standalone", "--nproc-per-node=2", "script.py"], "torchrun"),  # a script, not -m
+])
+def test_python_m_labkit_launch_picks_its_agent(monkeypatch, argv, agent):
+    """One node in the launcher's own form: the light agent (no torch import); every other
+    form, and LABKIT_AGENT=torchrun, torchrun's main."""
+    seen = []
+    monkeypatch.setattr(L, "torchrun_main", lambda a: seen.append(("torchrun", a)) or sys.exit(0))
+    monkeypatch.setattr(L, "light_agent",
+                        lambda n, d, args: seen.append(("light", n, str(d), args)) or 0)
+    monkeypatch.delenv("LABKIT_AGENT", raising=False)
+    with pytest.raises(SystemExit):
+        L.agent_main(argv)
+    assert seen[0][0] == agent
+    if agent == "light":
+        assert seen[0][1:] == (2, "/tmp/x", ["labkit.checks.selftest_worker", "--out", "o.json"])
+        monkeypatch.setenv("LABKIT_AGENT", "torchrun")
+        with pytest.raises(SystemExit):
+            L.agent_main(argv)
+        assert seen[1][0] == "torchrun"
