@@ -273,7 +273,8 @@ def placements(schedule: str, m: int, cfg: PipelineConfig) -> list[bool]:
 def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
             reference=None) -> list[dict]:
     """One (schedule, M): a row per receive placement (:func:`placements`) on rank 0, [] on
-    the others. Two placements take their timed steps in turns, so both see the same machine."""
+    the others. Two placements take their timed steps in turns (which goes first alternates), so
+    both see the same machine."""
     p, rank = rt.world_size, rt.rank
     v = cfg.virtual_stages if schedule == "interleaved" else 1
     spans = stage_layers(cfg.layers, p * v)
@@ -290,8 +291,9 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
             one_step(runner, mods, x, target)
     kinds = 3 if schedule == "zero_bubble" else 2  # F, B (and W)
     recorded = [([], [], []) for _ in runners]  # per runner: step seconds, blocks, starts
-    for _ in range(cfg.steps):
-        for (runner, _), (steps, recs_per_step, starts) in zip(runners, recorded):
+    for k in range(cfg.steps):
+        turns = list(zip(runners, recorded))
+        for (runner, _), (steps, recs_per_step, starts) in turns[:: 1 if k % 2 == 0 else -1]:
             t, _, recs, t0 = one_step(runner, mods, x, target)
             if len(recs) != kinds * m * len(mods):
                 raise RuntimeError(f"{schedule}: expected {kinds * m * len(mods)} block "
