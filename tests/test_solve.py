@@ -529,15 +529,22 @@ def _kernels():
     return make_kernels(torch.device("cpu"))
 
 
-@pytest.mark.parametrize("dots_in_one_pass", [False, True])
-def test_fused_cg_equals_the_textbook_loop_on_one_rank(dots_in_one_pass, monkeypatch):
+@pytest.mark.parametrize("dots", ["torch.dot", "one compiled pass", "in the SpMV's pass"])
+def test_fused_cg_equals_the_textbook_loop_on_one_rank(dots, monkeypatch):
+    import dataclasses
+
     from labkit.solve import fused as fused_module
 
     kernels, why = _kernels()
     if kernels is None:
         pytest.skip(f"no fused kernels here: {why}")
+    if dots == "in the SpMV's pass" and kernels.spmv_dots is None:
+        pytest.skip(f"no SpMV-with-dots pass here: {kernels.spmv_dots_notice}")
+    if dots != "in the SpMV's pass":
+        kernels = dataclasses.replace(kernels, spmv_dots=None)
     # the compiled dots serve large vectors only; a small threshold runs them on this grid
-    monkeypatch.setattr(fused_module, "FUSED_DOTS_MIN_ROWS", 1 if dots_in_one_pass else 10**9)
+    monkeypatch.setattr(fused_module, "FUSED_DOTS_MIN_ROWS",
+                        1 if dots == "one compiled pass" else 10**9)
     op, b = one_rank((60, 70))
     plain = krylov.cg(op, b, 1e-10, 10_000)
     op.fused = kernels
@@ -545,6 +552,47 @@ def test_fused_cg_equals_the_textbook_loop_on_one_rank(dots_in_one_pass, monkeyp
     assert fused.iterations == plain.iterations
     scale = float(plain.x.abs().max())
     assert float((fused.x - plain.x).abs().max()) <= 1e-10 * scale
+
+
+def test_spmv_dots_pass_equals_torch_mv_and_dot():
+    """The C pass on a 2-D Poisson CSR: y = A x as torch.mv gives it, (x, x) and (y, x) as
+    torch.dot gives them (to rounding); with a row list it writes those rows only."""
+    from labkit.solve import cspmv
+
+    kernel, why = cspmv.load(torch.device("cpu"), torch.float64, torch.int32)
+    if kernel is None:
+        pytest.skip(f"no C pass here: {why}")
+    op, _ = one_rank((37, 23))
+    x = torch.rand(op.n_owned, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    y, acc = torch.full_like(x, 7.0), torch.zeros(2, dtype=torch.float64)
+    kernel.run(op.A, x, y, acc)
+    want = torch.mv(op.A, x)
+    # the same products summed in another order: equal to rounding (A's entries are 4 and -1)
+    assert torch.allclose(y, want, rtol=1e-12, atol=1e-13)
+    assert torch.allclose(acc, torch.stack([torch.dot(x, x), torch.dot(want, x)]), rtol=1e-12)
+    rows = torch.tensor([3, 0, 5], dtype=torch.int64)  # a CSR of 3 rows: rows 3, 0, 5 of A
+    dense = op.A.to_dense()[rows]
+    sub = dense.to_sparse_csr()
+    sub = torch.sparse_csr_tensor(sub.crow_indices().int(), sub.col_indices().int(),
+                                  sub.values(), size=sub.shape)
+    y2, acc2 = torch.full_like(x, 7.0), torch.zeros(2, dtype=torch.float64)
+    kernel.run(sub, x, y2, acc2, rows=rows, count_rr=False)
+    assert torch.allclose(y2[rows], dense @ x, rtol=1e-12, atol=1e-13)
+    assert (y2[[1, 2, 4]] == 7.0).all() and acc2[0] == 0.0
+    assert float(acc2[1]) == pytest.approx(float((dense @ x) @ x[rows]), rel=1e-12)
+
+
+def test_spmv_dots_pass_says_why_it_cannot_run(monkeypatch, tmp_path):
+    from labkit.solve import cspmv
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    kernel, why = cspmv.load(torch.device("cpu"), torch.float64, torch.int32)
+    assert kernel is None and why.startswith("no C compiler pass")
+    assert cspmv.load(torch.device("cpu"), torch.float32, torch.int32)[1].startswith(
+        "the C pass takes float64")
+    assert cspmv.load(torch.device("meta"), torch.float64, torch.int32)[1].startswith(
+        "the C pass runs on the CPU only")
 
 
 def test_fused_dots_equal_torch_dot_above_the_threshold():
@@ -601,8 +649,12 @@ def test_fused_kernels_and_fixed_iterations_at_two_ranks(tmp_path):
         assert rows["fused"]["bytes_per_iteration"] < rows["plain"]["bytes_per_iteration"]
     assert rows["fused"]["iterations"] == rows["plain"]["iterations"]
     assert rows["fused"]["gate_passed"] and rows["plain"]["gate_passed"]
+    assert rows["plain"]["minimal_bytes_per_iteration"] < rows["plain"]["bytes_per_iteration"]
+    # the dots in the SpMV's pass (2 ranks: interior rows, then the boundary rows in place)
+    # leave the fewest bytes a CG iteration can move
+    if rows["fused"]["spmv_dots"]:
+        assert rows["fused"]["minimal_bytes_per_iteration"] == rows["fused"]["bytes_per_iteration"]
     for r in rows.values():
-        assert r["minimal_bytes_per_iteration"] < r["bytes_per_iteration"]
         assert r["copy_bandwidth_alone_gb_per_s"] > 0
     fixed = solve.run(SolveConfig(total_dof=4000, warmup=0, repeat=1, iterations=25),
                       launch=launch).iloc[0]

@@ -29,6 +29,9 @@ VECTOR_STREAMS = {
 #: once; x, p, s, r written once: 9), the two dots as before ((r, r): 1, (w, r): 2) below
 #: FUSED_DOTS_MIN_ROWS rows, in one pass over r and w (2) from there on
 FUSED_VECTOR_STREAMS = {"cg": 12}
+#: of these, the fused update's own: read x, p, s, r, w, write x, p, s, r (the dots' 3 streams
+#: go when the SpMV sums them in its pass, labkit.solve.cspmv)
+FUSED_UPDATE_STREAMS = 9
 #: from this many rows on the fused kernels take both dots in one compiled pass: the compiled call
 #: costs ~45 us more than two torch.dot calls here, one stream of 8 bytes per row less pays it
 #: back from ~400,000 rows (2M rows: 2.42 ms -> 1.50 ms, 1 thread)
@@ -69,15 +72,20 @@ def spmv_bytes(nnz: int, rows: int, halo: int, index_bytes: int = 4, word: int =
 
 def bytes_per_iteration(method: str, spmv: int, rows: int, *, restart: int = 30,
                         iterations: int | None = None, word: int = 8,
-                        fused: bool = False) -> float:
+                        fused: bool = False, spmv_dots: bool = False) -> float:
     """One rank's bytes per iteration as this implementation moves them: SpMVs plus vector
-    streams (the fused kernels' count with ``fused``).
+    streams (the fused kernels' count with ``fused``; with ``spmv_dots`` too, the dots ride
+    on the SpMV's pass and only the fused update's 9 streams remain: the minimal count).
 
     >>> bytes_per_iteration("cg", 580, 9), bytes_per_iteration("cg", 580, 9, fused=True)
     (1660, 1444)
     >>> bytes_per_iteration("cg", 0, 400_000, fused=True) == 11 * 8 * 400_000
     True
+    >>> bytes_per_iteration("cg", 580, 9, fused=True, spmv_dots=True)
+    1228
     """
+    if fused and spmv_dots and method in FUSED_VECTOR_STREAMS:
+        return SPMVS_PER_ITERATION[method] * spmv + FUSED_UPDATE_STREAMS * word * rows
     if fused and method in FUSED_VECTOR_STREAMS:
         # the compiled dots read r once instead of twice from FUSED_DOTS_MIN_ROWS rows on
         streams = FUSED_VECTOR_STREAMS[method] - (1 if rows >= FUSED_DOTS_MIN_ROWS else 0)

@@ -10,6 +10,11 @@ of 15. The two dot products, (r, r) and (w, r), read r twice as two torch.dot ca
 pass reads r and w once (11 streams). A compiled call costs ~45 us more than a torch.dot here, so
 the compiled dots are used from :data:`~labkit.solve.formulas.FUSED_DOTS_MIN_ROWS` rows on only.
 
+The SpMV and the two dots go one step further on the CPU: :mod:`labkit.solve.cspmv` sums both
+dots inside the SpMV's own pass (9 streams per iteration besides the SpMV: the fewest, see
+:data:`~labkit.solve.formulas.MINIMAL_VECTOR_STREAMS`); :func:`make_kernels` loads it beside the
+compiled update (``Kernels.spmv_dots``, None with the reason where it cannot run).
+
 Python cannot write that loop fast, so :func:`make_kernels` hands the update to
 ``torch.compile`` (Inductor writes and compiles the C++ loop, or a Triton kernel on a GPU). It
 needs a C++ compiler; where compiling fails the caller gets ``None`` and the reason, and keeps
@@ -35,6 +40,9 @@ class Kernels:
     dots_pass: object  # (r, w) -> tensor([(r, r), (w, r)]), one pass
     compile_time_s: float
     device: torch.device
+    #: the SpMV with both dots in its pass (labkit.solve.cspmv), None where it cannot run
+    spmv_dots: object = None
+    spmv_dots_notice: str | None = None
 
     def dots(self, r, w) -> torch.Tensor:
         """[(r, r), (w, r)]: one compiled pass from FUSED_DOTS_MIN_ROWS rows on, two torch.dot
@@ -82,4 +90,7 @@ def make_kernels(device: torch.device) -> tuple[Kernels | None, str | None]:
             torch.cuda.synchronize(device)
     except Exception as e:  # noqa: BLE001 - no compiler, an unsupported platform: plain kernels
         return None, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-    return Kernels(update, dots, time.perf_counter() - t0, device), None
+    from labkit.solve.cspmv import load
+
+    spmv_dots, why = load(device, torch.float64, torch.int32)
+    return Kernels(update, dots, time.perf_counter() - t0, device, spmv_dots, why), None

@@ -199,6 +199,31 @@ class DistOperator:
                 out.index_copy_(0, self._bnd_idx, self._y_bnd)
         return out
 
+    def matvec_dots(self, x_ext: torch.Tensor, out: torch.Tensor, kernel) -> torch.Tensor:
+        """:meth:`matvec` with this rank's ``(x, x)`` and ``(out, x)`` (owned rows) summed in the
+        SpMV's own pass (``kernel``: :class:`labkit.solve.cspmv.SpmvDots`); returns them as
+        one tensor for one all-reduce. The boundary rows are written in place, no scatter.
+        Indices wider than int32: :meth:`matvec` and two torch.dot calls."""
+        acc = torch.zeros(2, dtype=self.dtype, device=self.device)
+        if self._itype != torch.int32:
+            self.matvec(x_ext, out)
+            x = x_ext[: self.n_owned]
+            return self.local_dots([(x, x), (out, x)])
+        if not self._send_idx:
+            with self.sw("spmv"):
+                kernel.run(self.A, x_ext, out, acc)
+            return acc
+        reqs = self.post_exchange(x_ext)
+        with self.sw("spmv"):
+            if self._A_int is not None:  # every owned row; the boundary ones come out 0
+                kernel.run(self._A_int, x_ext, out, acc)
+        self.wait(reqs)
+        if self._A_bnd is not None:
+            with self.sw("spmv"):  # (x, x) is counted above unless no row is interior
+                kernel.run(self._A_bnd, x_ext, out, acc, rows=self._bnd_idx,
+                           count_rr=self._A_int is None)
+        return acc
+
     def residual_norm(self, x: torch.Tensor, b: torch.Tensor) -> float:
         """``||b - A x|| / ||b||`` with a fresh SpMV (``x`` owned part): the solve's gate."""
         x_ext = self.new_ext()

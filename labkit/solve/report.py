@@ -67,6 +67,9 @@ COLUMNS = (
     Column("kernels", "", "how CG's vector updates ran: plain (one pass each) or fused (one pass)"),
     Column("kernels_requested", "", "the kernels asked for (fused falls back to plain)"),
     Column("kernels_notice", "", "why fused kernels were not available, if they were not"),
+    Column("spmv_dots", "", "fused CG: the dots (r, r), (w, r) summed in the SpMV's own pass "
+                            "(labkit.solve.cspmv, True) or in a pass of their own (False)"),
+    Column("spmv_dots_notice", "", "why the SpMV-with-dots pass did not run, if it did not"),
     Column("compile_time_s", "s", "compiling the fused kernels, once per launch, never timed"),
     Column("fixed_iterations", "", "HPCG-style: exactly this many iterations (no convergence claim)"),
     Column("minimal_bytes_per_iteration", "bytes",

@@ -161,8 +161,10 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     # the split: each rank's median over repeats, averaged over ranks
     split = [v / rt.world_size for v in _sum(rt, np.median(np.array(splits), axis=0).tolist())]
     fused = getattr(op, "fused", None) is not None and method == "cg"
+    spmv_dots = fused and op.fused.spmv_dots is not None and op.index_bytes == 4
     local_bytes = bytes_per_iteration(method, op.spmv_bytes(), op.n_owned,
-                                      restart=cfg.restart, iterations=its, fused=fused)
+                                      restart=cfg.restart, iterations=its, fused=fused,
+                                      spmv_dots=spmv_dots)
     local_min = minimal_bytes_per_iteration(method, op.spmv_bytes(), op.n_owned)
     bw = copy_bandwidth(rt, local_bytes)
     bw_alone = copy_bandwidth(rt, local_bytes, alone=True)
@@ -189,6 +191,8 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         "gate_tol": cfg.gate_factor * cfg.rtol,
         "maxiter": maxiter,
         "kernels": "fused" if fused else "plain",
+        "spmv_dots": spmv_dots if fused else None,
+        "spmv_dots_notice": op.fused.spmv_dots_notice if fused else None,
         "fixed_iterations": cfg.iterations,
         "copy_bandwidth_alone_gb_per_s": total_alone / rt.world_size,
         "baseline": "inline" if inline or alone_timed else None,
