@@ -10,7 +10,9 @@ at the bandwidth a plain C loop gets, where ``torch.mv`` on a CSR matrix got 0.5
 copy bandwidth on one thread here (2M rows: 11.3-14.7 ms against 8.5 ms to copy its bytes).
 
 With this pass and the fused update of :mod:`labkit.solve.fused`, a CG iteration moves the
-fewest bytes :func:`labkit.solve.formulas.minimal_bytes_per_iteration` counts.
+fewest bytes :func:`labkit.solve.formulas.minimal_bytes_per_iteration` counts. Measured at 2M
+rows, one thread, 3 rounds in one process: 20.3 ms per iteration with the fused update,
+``torch.mv`` and the dots' own pass; 15.4 ms with this pass (the textbook loop: 21.6 ms).
 
 The C source is compiled once per machine with the system's C compiler (``cc``, or ``$CC``)
 into a cache folder and loaded with ctypes (no torch headers: it compiles in a fraction of a
