@@ -5,10 +5,11 @@ fused vector kernels against the textbook loop, measured side by side (medians o
 
 Cases (every one 1 thread per rank, CG, simple partitioner, shared-memory transport):
 
-* ``oc2d``: 2-D 5-point, 2,000,000 DOF: the CG working set (~200 MB) is out of this machine's
-  300 MiB L3 once two ranks' buffers and the copy buffers share it;
+* ``oc2d``: 2-D 5-point, 2,000,000 DOF: the CG working set (~200 MB) is out of cache (this
+  VM's L3 was 300 MiB when the case was chosen; ``lscpu`` reports 32 MiB now);
 * ``3d``: 3-D 7-point, 1,000,000 DOF (halo a whole plane: the harder case);
-* ``ic2d``: 2-D, 501,264 DOF: in cache (the earlier headline figures);
+* ``ic2d``: 2-D, 501,264 DOF (~55 MB): in a 300 MiB L3 (the earlier headline figures), out of
+  a 32 MiB one;
 * ``weak``: 2-D, 500,000 DOF per rank at 1 and 2 ranks: per-iteration weak efficiency.
 
 Large sizes run a fixed number of iterations (``--iterations``, HPCG-style: timing, no
