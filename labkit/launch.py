@@ -657,6 +657,8 @@ def agent_main(argv: list[str] | None = None) -> None:
             or "-m" not in argv or not all(_LIGHT_ARGS.fullmatch(a) for a in head)):
         torchrun_main(argv)
     opts = dict(a[2:].split("=", 1) for a in head if "=" in a)
+    if "log-dir" not in opts or int(opts.get("nproc-per-node", "0")) < 1:
+        torchrun_main(argv)  # a hand-typed form: torchrun's own defaults and checks
     sys.exit(light_agent(int(opts["nproc-per-node"]), Path(opts["log-dir"]),
                          argv[len(head) + 1:]))
 

@@ -227,6 +227,7 @@ def test_step_time_is_the_slowest_ranks():
     (["--nproc-per-node=2", "--nnodes=2", "--node-rank=0", "--rdzv-backend=c10d",
       "--rdzv-endpoint=h:1", "--rdzv-id=x", "--log-dir=/tmp/x", "-m", "m"], "torchrun"),
     (["--nproc-per-node", "2", "--standalone", "-m", "m"], "torchrun"),  # typed by hand
+    (["--standalone", "--nproc-per-node=2", "-m", "m"], "torchrun"),  # no --log-dir (README's)
     (["--standalone", "--nproc-per-node=2", "script.py"], "torchrun"),  # a script, not -m
 ])
 def test_python_m_labkit_launch_picks_its_agent(monkeypatch, argv, agent):

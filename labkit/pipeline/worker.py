@@ -181,8 +181,10 @@ def make_runner(schedule: str, m: int, mods: list[Timed], rt, cfg: PipelineConfi
         sched = cls(stages[0], n_microbatches=m, loss_fn=F.mse_loss)
     ahead = None
     if schedule in SCHEDULES_AHEAD:  # one stage per rank
-        ahead = recv_ahead and post_receives_ahead(stages[0], m)
-        if recv_ahead and not ahead:
+        # gloo only: NCCL runs a pair's messages in order on one stream, where M receives
+        # posted ahead would sit in front of the sends the other rank waits for
+        ahead = recv_ahead and rt.backend == "gloo" and post_receives_ahead(stages[0], m)
+        if recv_ahead and not ahead and rt.backend == "gloo":
             runtime.print0("note: this torch's PipelineStage lacks a method that posting "
                            "receives ahead uses: torch's own placement runs (recv_ahead False)")
 

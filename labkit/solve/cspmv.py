@@ -66,7 +66,8 @@ def _cache_dir() -> Path:
 def _compile() -> Path:
     """The shared library of :data:`SOURCE` for this machine, compiled on first use."""
     cc = os.environ.get("CC", "cc")
-    tag = hashlib.sha256((SOURCE + cc + os.uname().machine).encode()).hexdigest()[:16]
+    # no -march=native: a cache shared by the nodes of a cluster must run on all of them
+    tag = hashlib.sha256((SOURCE + cc + "-O3 -fPIC" + os.uname().machine).encode()).hexdigest()[:16]
     folder = _cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
     lib = folder / f"spmv_dots_{tag}.so"
@@ -74,7 +75,7 @@ def _compile() -> Path:
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             src, out = Path(tmp) / "spmv_dots.c", Path(tmp) / "spmv_dots.so"
             src.write_text(SOURCE)
-            subprocess.run([cc, "-O3", "-march=native", "-fPIC", "-shared", str(src), "-o",
+            subprocess.run([cc, "-O3", "-fPIC", "-shared", str(src), "-o",
                             str(out)], check=True, capture_output=True, timeout=120)
             os.replace(out, lib)  # atomic: ranks compiling at once leave one good file
     return lib
