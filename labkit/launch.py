@@ -628,8 +628,8 @@ def _peak_rss(status_dir: Path) -> int | None:
 
 def torchrun_main(argv: list[str] | None = None) -> None:
     """Several nodes (or ``LABKIT_AGENT=torchrun``): ``python -m labkit.launch ARGS`` is
-    ``torchrun ARGS``, the same ``torch.distributed.run`` main, arguments and exit codes, except that once every rank has finished and torchrun has shut
-    its agent down, it leaves with ``os._exit(0)`` instead of letting Python tear down the torch
+    ``torchrun ARGS``, the same ``torch.distributed.run`` main, arguments and exit codes,
+    except that once every rank has finished and torchrun has shut its agent down, it leaves with ``os._exit(0)`` instead of letting Python tear down the torch
     it imported (0.2-0.7 s of every launch on a 2-core machine; the lab launches a few dozen
     times). A failure takes torchrun's normal path (its error report, exit code 1). The ranks
     leave the same way (:func:`labkit.harness.worker_main`)."""
@@ -653,12 +653,12 @@ def agent_main(argv: list[str] | None = None) -> None:
     ``LABKIT_AGENT=torchrun`` in the environment runs under torchrun (:func:`torchrun_main`)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     head = argv[: argv.index("-m")] if "-m" in argv else argv
-    if (os.environ.get("LABKIT_AGENT") == "torchrun" or "--standalone" not in head
-            or "-m" not in argv or not all(_LIGHT_ARGS.fullmatch(a) for a in head)):
-        torchrun_main(argv)
     opts = dict(a[2:].split("=", 1) for a in head if "=" in a)
-    if "log-dir" not in opts or int(opts.get("nproc-per-node", "0")) < 1:
-        torchrun_main(argv)  # a hand-typed form: torchrun's own defaults and checks
+    # anything else, a hand-typed form included: torchrun's own defaults and checks
+    if (os.environ.get("LABKIT_AGENT") == "torchrun" or "--standalone" not in head
+            or "-m" not in argv or not all(_LIGHT_ARGS.fullmatch(a) for a in head)
+            or "log-dir" not in opts or int(opts.get("nproc-per-node", "0")) < 1):
+        torchrun_main(argv)
     sys.exit(light_agent(int(opts["nproc-per-node"]), Path(opts["log-dir"]),
                          argv[len(head) + 1:]))
 
