@@ -596,6 +596,8 @@ def test_spmv_dots_pass_says_why_it_cannot_run(monkeypatch, tmp_path):
 
 
 def test_fused_dots_equal_torch_dot_above_the_threshold():
+    import dataclasses
+
     from labkit.solve.formulas import FUSED_DOTS_MIN_ROWS
 
     kernels, why = _kernels()
@@ -607,6 +609,10 @@ def test_fused_dots_equal_torch_dot_above_the_threshold():
     assert torch.allclose(kernels.dots(r, w), want, rtol=1e-12, atol=0)
     assert torch.equal(kernels.dots(r[:100], w[:100]), want.new_tensor(
         [torch.dot(r[:100], r[:100]), torch.dot(w[:100], r[:100])]))
+    # as on a GPU (no compiled dots): two torch.dot calls at every size, 12 streams counted
+    gpu_like = dataclasses.replace(kernels, dots_pass=None)
+    assert not gpu_like.one_pass_dots(len(r)) and kernels.one_pass_dots(len(r))
+    assert torch.equal(gpu_like.dots(r, w), want)
 
 
 @pytest.mark.slow

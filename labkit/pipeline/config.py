@@ -44,7 +44,7 @@ class PipelineConfig:
     hidden: int = option(512, "width")
     batch: int = option(128, "samples per step")
     steps: int = option(5, "timed steps")
-    warmup: int = option(2, "untimed steps")
+    warmup: int = option(2, "untimed steps (the check's step, when it runs, is the first)")
     virtual_stages: int = option(2, "V for interleaved")
     seed: int = option(0, "seed of the weights and the batch", cli=False)
     check: bool = option(True, "skip the single-process comparison", flag="--no-check")

@@ -288,7 +288,8 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
     if cfg.check:
         ref = stage_keyed(reference, spans) if rank == 0 else None
         checks = [check(runner, mods, rt, x, target, ref) for runner, _ in runners]
-    for _ in range(cfg.warmup):
+    # the check's step is a full untimed step of each runner: it counts as the first warm-up
+    for _ in range(max(cfg.warmup - (1 if cfg.check else 0), 0)):
         for runner, _ in runners:
             one_step(runner, mods, x, target)
     kinds = 3 if schedule == "zero_bubble" else 2  # F, B (and W)

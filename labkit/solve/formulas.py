@@ -72,14 +72,18 @@ def spmv_bytes(nnz: int, rows: int, halo: int, index_bytes: int = 4, word: int =
 
 def bytes_per_iteration(method: str, spmv: int, rows: int, *, restart: int = 30,
                         iterations: int | None = None, word: int = 8,
-                        fused: bool = False, spmv_dots: bool = False) -> float:
+                        fused: bool = False, spmv_dots: bool = False,
+                        one_pass_dots: bool = True) -> float:
     """One rank's bytes per iteration as this implementation moves them: SpMVs plus vector
     streams (the fused kernels' count with ``fused``; with ``spmv_dots`` too, the dots ride
-    on the SpMV's pass and only the fused update's 9 streams remain: the minimal count).
+    on the SpMV's pass and only the fused update's 9 streams remain: the minimal count;
+    ``one_pass_dots=False`` where the fused kernels keep two torch.dot calls, as on a GPU).
 
     >>> bytes_per_iteration("cg", 580, 9), bytes_per_iteration("cg", 580, 9, fused=True)
     (1660, 1444)
     >>> bytes_per_iteration("cg", 0, 400_000, fused=True) == 11 * 8 * 400_000
+    True
+    >>> bytes_per_iteration("cg", 0, 400_000, fused=True, one_pass_dots=False) == 12 * 8 * 400_000
     True
     >>> bytes_per_iteration("cg", 580, 9, fused=True, spmv_dots=True)
     1228
@@ -88,7 +92,8 @@ def bytes_per_iteration(method: str, spmv: int, rows: int, *, restart: int = 30,
         return SPMVS_PER_ITERATION[method] * spmv + FUSED_UPDATE_STREAMS * word * rows
     if fused and method in FUSED_VECTOR_STREAMS:
         # the compiled dots read r once instead of twice from FUSED_DOTS_MIN_ROWS rows on
-        streams = FUSED_VECTOR_STREAMS[method] - (1 if rows >= FUSED_DOTS_MIN_ROWS else 0)
+        one_pass = one_pass_dots and rows >= FUSED_DOTS_MIN_ROWS
+        streams = FUSED_VECTOR_STREAMS[method] - (1 if one_pass else 0)
     else:
         streams = vector_streams(method, restart, iterations)
     return SPMVS_PER_ITERATION[method] * spmv + streams * word * rows

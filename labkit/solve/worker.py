@@ -164,7 +164,8 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     spmv_dots = fused and op.fused.spmv_dots is not None and op.index_bytes == 4
     local_bytes = bytes_per_iteration(method, op.spmv_bytes(), op.n_owned,
                                       restart=cfg.restart, iterations=its, fused=fused,
-                                      spmv_dots=spmv_dots)
+                                      spmv_dots=spmv_dots,
+                                      one_pass_dots=fused and op.fused.dots_pass is not None)
     local_min = minimal_bytes_per_iteration(method, op.spmv_bytes(), op.n_owned)
     bw = copy_bandwidth(rt, local_bytes)
     bw_alone = copy_bandwidth(rt, local_bytes, alone=True)
