@@ -5,6 +5,7 @@ notebook_params.json). Results go to a temporary folder, never into the reposito
 from __future__ import annotations
 
 import ast
+import json
 import re
 
 import nbformat
@@ -58,6 +59,11 @@ def test_stored_without_outputs(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    # from nbformat 4.5 on every cell needs an id; nbformat.read adds a missing one silently
+    # (and papermill warns at every run), so the file itself is checked
+    raw = json.loads(path.read_text())
+    if (raw["nbformat"], raw["nbformat_minor"]) >= (4, 5):
+        assert all("id" in c for c in raw["cells"]), f"{path.name}: a cell has no id"
     for i, c in enumerate(nb.cells):
         if c.cell_type == "code":
             assert c.outputs == [] and c.execution_count is None, f"{path.name} cell {i + 1} has outputs"
