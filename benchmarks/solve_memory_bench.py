@@ -19,7 +19,9 @@ launch before timing) and, for ``oc2d``, 1 rank with the plain kernels too. Roun
 contenders, so a noisy neighbour hurts all alike; and in the strong cases rank 0 of the 2-rank
 launch also solves the whole problem alone right before each 2-rank solve (``baseline="inline"``),
 so each strong speedup is a ratio of two solves seconds apart, not of two launches a minute
-apart. Targets: oc2d 2 ranks >= 1.85x over 1, 1 rank <= 1.10x the minimal-bytes floor; 3d 2
+apart. Beside each strong speedup stands where its loss goes: how much slower each rank's SpMV
+and vector work runs side by side than half of rank 0's alone (memory shared by both ranks),
+and the waits (halo + all-reduce) as a share of the 2-rank iteration. Targets: oc2d 2 ranks >= 1.85x over 1, 1 rank <= 1.10x the minimal-bytes floor; 3d 2
 ranks >= 1.7x; weak per-iteration efficiency >= 0.9; ic2d 2 ranks >= 1.8x, 1 rank <= 0.9x
 scipy's CG per iteration (one thread, same matrix).
 """
@@ -112,6 +114,14 @@ def main(argv=None) -> int:
             if getattr(two, "baseline", None) == "inline":
                 add(f"{name} t1 inline ms/it", two.baseline_time_per_iteration_s * 1e3)
                 add(f"{name} speedup", two.baseline_time_per_iteration_s / two.time_per_iteration_s)
+                # where the 2-rank loss goes: each rank's SpMV and vector work against half of
+                # rank 0's alone (1: the halves run as fast side by side as the whole alone),
+                # and the waits (halo + all-reduce) as a share of the 2-rank iteration
+                compute2 = (two.spmv_time_s + two.vector_time_s) / two.iterations
+                compute1 = two.baseline_compute_time_s / two.baseline_iterations
+                add(f"{name} compute side by side / alone", compute2 / (compute1 / 2))
+                add(f"{name} waits / t2", (two.halo_time_s + two.allreduce_time_s)
+                    / two.solve_time_s)
             add(f"{name} 1 rank / minimal floor", one.time_per_iteration_s / one.minimal_floor_s)
             add(f"{name} 2 ranks / minimal floor", two.time_per_iteration_s / two.minimal_floor_s)
             add(f"{name} copy GB/s 1 rank alone", one.copy_bandwidth_alone_gb_per_s)
@@ -153,6 +163,10 @@ def main(argv=None) -> int:
             bound = ""
             if f"{key} (launches)" in med:
                 bound += f"  (launches: {med[f'{key} (launches)']:.2f})"
+            case = key.split()[0]
+            if key.endswith(" speedup") and f"{case} waits / t2" in med:
+                bound += (f"  (compute {med[f'{case} compute side by side / alone']:.2f}x slower "
+                          f"side by side; waits {med[f'{case} waits / t2']:.1%} of t2)")
             if key in ceiling and ceiling[key] in med:
                 ratio = med[ceiling[key]] / (2 if key.startswith("weak") else 1)
                 bound += f"  (copy bandwidth 2 ranks / 1: {ratio:.2f})"
