@@ -666,3 +666,18 @@ def test_fused_kernels_and_fixed_iterations_at_two_ranks(tmp_path):
                       launch=launch).iloc[0]
     assert fixed["iterations"] == 25 and fixed["fixed_iterations"] == 25
     assert not fixed["converged"] and fixed["gate_passed"]
+
+
+def test_spmv_dots_notice_says_why_the_dots_stay_out_of_the_spmv():
+    from types import SimpleNamespace
+
+    from labkit.solve.worker import _spmv_dots_notice
+
+    def op(kernel, notice, index_bytes):
+        return SimpleNamespace(fused=SimpleNamespace(spmv_dots=kernel, spmv_dots_notice=notice),
+                               index_bytes=index_bytes, nnz=3_000_000_000, n_ext=600_000_000)
+
+    assert _spmv_dots_notice(op(object(), None, 4)) is None
+    assert _spmv_dots_notice(op(None, "no C compiler", 4)) == "no C compiler"
+    wide = _spmv_dots_notice(op(object(), None, 8))
+    assert "int64" in wide and "3,000,000,000 entries" in wide
