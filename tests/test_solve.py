@@ -681,3 +681,21 @@ def test_spmv_dots_notice_says_why_the_dots_stay_out_of_the_spmv():
     assert _spmv_dots_notice(op(None, "no C compiler", 4)) == "no C compiler"
     wide = _spmv_dots_notice(op(object(), None, 8))
     assert "int64" in wide and "3,000,000,000 entries" in wide
+
+
+def test_matvec_dots_falls_back_where_the_c_pass_cannot_read_the_values():
+    """A float32 operator never reaches the C pass (it reads doubles): matvec and two dots."""
+    from labkit.solve import cspmv
+
+    kernel, why = cspmv.load(torch.device("cpu"), torch.float64, torch.int32)
+    if kernel is None:
+        pytest.skip(f"no SpMV-with-dots pass here: {why}")
+    part = make_partition("simple", (9, 7), 1)
+    local, (indptr, cols, vals), _ = local_system((9, 7), part, 0, "random", 0)
+    op = DistOperator(local, indptr, cols, vals, world_size=1, dtype=torch.float32)
+    x = torch.rand(op.n_ext, dtype=torch.float32)
+    out, want = op.new(), op.new()
+    got = op.matvec_dots(x, out, kernel)
+    op.matvec(x, want)
+    assert torch.equal(out, want)
+    assert torch.allclose(got, torch.stack([x @ x, want @ x]), rtol=1e-5)

@@ -203,9 +203,10 @@ class DistOperator:
         """:meth:`matvec` with this rank's ``(x, x)`` and ``(out, x)`` (owned rows) summed in the
         SpMV's own pass (``kernel``: :class:`labkit.solve.cspmv.SpmvDots`); returns them as
         one tensor for one all-reduce. The boundary rows are written in place, no scatter.
-        Indices wider than int32: :meth:`matvec` and two torch.dot calls."""
+        Indices wider than int32, or values other than float64 (the C pass reads the raw
+        memory as int32 and double): :meth:`matvec` and two torch.dot calls."""
         acc = torch.zeros(2, dtype=self.dtype, device=self.device)
-        if self._itype != torch.int32:
+        if self._itype != torch.int32 or self.dtype != torch.float64:
             self.matvec(x_ext, out)
             x = x_ext[: self.n_owned]
             return self.local_dots([(x, x), (out, x)])
