@@ -5,14 +5,18 @@ the dot products ``(r, r)`` and ``(w, r)``: with ``torch.mv`` and two ``torch.do
 read again twice and w once after the SpMV wrote it (3 streams of 8 bytes per row). Row by row,
 the SpMV already holds ``r[i]`` (its diagonal entry's column) and ``w[i]`` (the sum it just
 formed), so the loop below adds ``r[i]²`` and ``w[i] r[i]`` as it goes: the dots cost no bytes.
-It also writes the boundary rows straight to their place (no buffer and scatter), and it runs
-at the bandwidth a plain C loop gets, where ``torch.mv`` on a CSR matrix got 0.58-0.75 of the
-copy bandwidth on one thread here (2M rows: 11.3-14.7 ms against 8.5 ms to copy its bytes).
+It also writes the boundary rows straight to their place (no buffer and scatter), and it
+fetches the matrix's two streams (values, column indices) 2 KB ahead of the row it is on:
+``torch.mv`` on a CSR matrix got 0.58-0.75 of the copy bandwidth on one thread here, and this
+loop without the prefetch no more (2M rows, one pass: torch.mv 11.1 ms, the loop 9.7-10.7 ms,
+with the prefetch 7.6-8.0 ms; 7 interleaved rounds).
 
 With this pass and the fused update of :mod:`labkit.solve.fused`, a CG iteration moves the
 fewest bytes :func:`labkit.solve.formulas.minimal_bytes_per_iteration` counts. Measured at 2M
 rows, one thread, 3 rounds in one process, medians: 16.6 ms per iteration with the fused update,
-``torch.mv`` and the dots' own pass; 14.5 ms with this pass (the textbook loop: 19.5 ms).
+``torch.mv`` and the dots' own pass; 14.5 ms with this pass before the prefetch (the textbook
+loop: 19.5 ms). With the prefetch ``benchmarks/solve_memory_bench.py`` measured 12.0-12.2 ms
+per iteration at 2M DOF, 1.08x the minimal-bytes floor (1.05x at 501,264 DOF).
 
 The C source is compiled once per machine with the system's C compiler (``cc``, or ``$CC``)
 into a cache folder and loaded with ctypes (no torch headers: it compiles in a fraction of a
