@@ -21,9 +21,10 @@ launch also solves the whole problem alone right before each 2-rank solve (``bas
 so each strong speedup is a ratio of two solves seconds apart, not of two launches a minute
 apart. Beside each strong speedup stands where its loss goes: how much slower each rank's SpMV
 and vector work runs side by side than half of rank 0's alone (memory shared by both ranks),
-and the waits (halo + all-reduce) as a share of the 2-rank iteration. Targets: oc2d 2 ranks >= 1.85x over 1, 1 rank <= 1.10x the minimal-bytes floor; 3d 2
-ranks >= 1.7x; weak per-iteration efficiency >= 0.9; ic2d 2 ranks >= 1.8x, 1 rank <= 0.9x
-scipy's CG per iteration (one thread, same matrix).
+and the waits (halo + all-reduce) as a share of the 2-rank iteration. Targets: oc2d 2 ranks
+>= 1.85x over 1, 1 rank <= 1.10x the minimal-bytes floor; 3d 2 ranks >= 1.7x; weak
+per-iteration efficiency >= 0.9; ic2d 2 ranks >= 1.8x, 1 rank <= 0.9x scipy's CG per iteration
+(one thread, same matrix).
 """
 
 from __future__ import annotations

@@ -671,15 +671,17 @@ def test_fused_kernels_and_fixed_iterations_at_two_ranks(tmp_path):
 def test_spmv_dots_notice_says_why_the_dots_stay_out_of_the_spmv():
     from types import SimpleNamespace
 
+    from labkit.solve.cspmv import unfit
     from labkit.solve.worker import _spmv_dots_notice
 
-    def op(kernel, notice, index_bytes):
+    def op(kernel, notice, index_dtype):
+        why = unfit(torch.device("cpu"), torch.float64, index_dtype)
         return SimpleNamespace(fused=SimpleNamespace(spmv_dots=kernel, spmv_dots_notice=notice),
-                               index_bytes=index_bytes, nnz=3_000_000_000, n_ext=600_000_000)
+                               c_pass_unfit=why and f"{why}: 3,000,000,000 entries")
 
-    assert _spmv_dots_notice(op(object(), None, 4)) is None
-    assert _spmv_dots_notice(op(None, "no C compiler", 4)) == "no C compiler"
-    wide = _spmv_dots_notice(op(object(), None, 8))
+    assert _spmv_dots_notice(op(object(), None, torch.int32)) is None
+    assert _spmv_dots_notice(op(None, "no C compiler", torch.int32)) == "no C compiler"
+    wide = _spmv_dots_notice(op(object(), None, torch.int64))
     assert "int64" in wide and "3,000,000,000 entries" in wide
 
 
@@ -693,6 +695,7 @@ def test_matvec_dots_falls_back_where_the_c_pass_cannot_read_the_values():
     part = make_partition("simple", (9, 7), 1)
     local, (indptr, cols, vals), _ = local_system((9, 7), part, 0, "random", 0)
     op = DistOperator(local, indptr, cols, vals, world_size=1, dtype=torch.float32)
+    assert "float64" in op.c_pass_unfit and f"{op.nnz:,} entries" in op.c_pass_unfit
     x = torch.rand(op.n_ext, dtype=torch.float32)
     out, want = op.new(), op.new()
     got = op.matvec_dots(x, out, kernel)

@@ -110,13 +110,22 @@ class SpmvDots:
                  _P(acc.data_ptr()))
 
 
+def unfit(device: torch.device, dtype: torch.dtype, index_dtype: torch.dtype) -> str | None:
+    """Why the C pass cannot run on arrays of this device and these types (it reads raw CPU
+    memory as double values and int32 indices); None where it can."""
+    if device.type != "cpu":
+        return f"the C pass runs on the CPU only (device {device})"
+    if dtype != torch.float64 or index_dtype != torch.int32:
+        return f"the C pass takes float64 values and int32 indices ({dtype}, {index_dtype})"
+    return None
+
+
 def load(device: torch.device, dtype: torch.dtype, index_dtype: torch.dtype
          ) -> tuple[SpmvDots | None, str | None]:
     """(the compiled pass, None), or (None, why not)."""
-    if device.type != "cpu":
-        return None, f"the C pass runs on the CPU only (device {device})"
-    if dtype != torch.float64 or index_dtype != torch.int32:
-        return None, f"the C pass takes float64 values and int32 indices ({dtype}, {index_dtype})"
+    why = unfit(device, dtype, index_dtype)
+    if why is not None:
+        return None, why
     try:
         fn = ctypes.CDLL(str(_compile())).spmv_dots
     except (OSError, subprocess.SubprocessError) as e:

@@ -29,6 +29,7 @@ import warnings
 import numpy as np
 import torch
 
+from labkit.solve.cspmv import unfit
 from labkit.solve.partition import LocalPart
 from labkit.solve.transport import TorchTransport
 from labkit.timing import Stopwatch
@@ -52,6 +53,10 @@ class DistOperator:
         itype = torch.int32 if max(self.nnz, self.n_ext) < 2**31 - 1 else torch.int64
         self.index_bytes = 4 if itype == torch.int32 else 8
         self._itype = itype
+        #: why the SpMV-with-dots C pass cannot read this operator's arrays; None where it can
+        self.c_pass_unfit = unfit(self.device, dtype, itype)
+        if self.c_pass_unfit is not None:
+            self.c_pass_unfit += f": {self.nnz:,} entries, {self.n_ext:,} columns"
         indptr, cols, vals = np.asarray(indptr), np.asarray(cols), np.asarray(vals)
         self.A = self._csr(indptr, cols, vals, self.n_ext)
         self._split_rows(indptr, cols, vals)
@@ -203,10 +208,10 @@ class DistOperator:
         """:meth:`matvec` with this rank's ``(x, x)`` and ``(out, x)`` (owned rows) summed in the
         SpMV's own pass (``kernel``: :class:`labkit.solve.cspmv.SpmvDots`); returns them as
         one tensor for one all-reduce. The boundary rows are written in place, no scatter.
-        Indices wider than int32, or values other than float64 (the C pass reads the raw
-        memory as int32 and double): :meth:`matvec` and two torch.dot calls."""
+        Arrays the C pass cannot read (:attr:`c_pass_unfit`: indices wider than int32, values
+        other than float64): :meth:`matvec` and two torch.dot calls."""
         acc = torch.zeros(2, dtype=self.dtype, device=self.device)
-        if self._itype != torch.int32 or self.dtype != torch.float64:
+        if self.c_pass_unfit is not None:
             self.matvec(x_ext, out)
             x = x_ext[: self.n_owned]
             return self.local_dots([(x, x), (out, x)])

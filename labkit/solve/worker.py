@@ -84,13 +84,11 @@ def copy_bandwidth(rt: runtime.Runtime, nbytes: float, repeat: int = 10,
 
 
 def _spmv_dots_notice(op) -> str | None:
-    """Why the fused CG's dots do not ride on the SpMV here, None when they do."""
+    """Why the fused CG's dots do not ride on the SpMV here (the pass did not load, or it cannot
+    read this operator's arrays), None when they do."""
     if op.fused.spmv_dots is None:
         return op.fused.spmv_dots_notice
-    if op.index_bytes != 4:
-        return (f"the C pass takes int32 indices; this operator's are int64 ({op.nnz:,} entries, "
-                f"{op.n_ext:,} columns): torch.mv and two dots")
-    return None
+    return op.c_pass_unfit
 
 
 def _sum(rt, values) -> list[float]:
@@ -171,7 +169,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     # the split: each rank's median over repeats, averaged over ranks
     split = [v / rt.world_size for v in _sum(rt, np.median(np.array(splits), axis=0).tolist())]
     fused = getattr(op, "fused", None) is not None and method == "cg"
-    spmv_dots = fused and op.fused.spmv_dots is not None and op.index_bytes == 4
+    spmv_dots = fused and _spmv_dots_notice(op) is None
     local_bytes = bytes_per_iteration(method, op.spmv_bytes(), op.n_owned,
                                       restart=cfg.restart, iterations=its, fused=fused,
                                       spmv_dots=spmv_dots,
