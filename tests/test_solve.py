@@ -33,10 +33,11 @@ from tests.conftest import LAUNCH_TIMEOUT_S
 PARTITIONERS = ("simple", "coordinate", "metis")
 
 
-def one_rank(dims, rhs_kind="random"):
+def one_rank(dims, rhs_kind="random", dtype=torch.float64):
     part = make_partition("simple", dims, 1)
     local, (indptr, cols, vals), b = local_system(dims, part, 0, rhs_kind, 0)
-    return DistOperator(local, indptr, cols, vals, world_size=1), torch.from_numpy(b)
+    return (DistOperator(local, indptr, cols, vals, world_size=1, dtype=dtype),
+            torch.from_numpy(b).to(dtype))
 
 
 def scipy_cg(A, b, rtol=1e-8):
@@ -529,11 +530,9 @@ def _kernels():
     return make_kernels(torch.device("cpu"))
 
 
-@pytest.mark.parametrize("dots", ["torch.dot", "one compiled pass", "in the SpMV's pass"])
-def test_fused_cg_equals_the_textbook_loop_on_one_rank(dots, monkeypatch):
+@pytest.mark.parametrize("dots", ["torch.dot", "their own pass", "in the SpMV's pass"])
+def test_fused_cg_equals_the_textbook_loop_on_one_rank(dots):
     import dataclasses
-
-    from labkit.solve import fused as fused_module
 
     kernels, why = _kernels()
     if kernels is None:
@@ -542,9 +541,8 @@ def test_fused_cg_equals_the_textbook_loop_on_one_rank(dots, monkeypatch):
         pytest.skip(f"no SpMV-with-dots pass here: {kernels.spmv_dots_notice}")
     if dots != "in the SpMV's pass":
         kernels = dataclasses.replace(kernels, spmv_dots=None)
-    # the compiled dots serve large vectors only; a small threshold runs them on this grid
-    monkeypatch.setattr(fused_module, "FUSED_DOTS_MIN_ROWS",
-                        1 if dots == "one compiled pass" else 10**9)
+    if dots == "torch.dot":
+        kernels = dataclasses.replace(kernels, dots_pass=None)
     op, b = one_rank((60, 70))
     plain = krylov.cg(op, b, 1e-10, 10_000)
     op.fused = kernels
@@ -552,6 +550,42 @@ def test_fused_cg_equals_the_textbook_loop_on_one_rank(dots, monkeypatch):
     assert fused.iterations == plain.iterations
     scale = float(plain.x.abs().max())
     assert float((fused.x - plain.x).abs().max()) <= 1e-10 * scale
+
+
+def test_fused_update_equals_the_four_torch_updates():
+    """The C update: x += a0 p, p = u + b p, s = w + b s, r -= a s, with u a vector of its own
+    or r itself (as CG without preconditioner passes it), as four torch calls give them."""
+    kernels, why = _kernels()
+    if kernels is None:
+        pytest.skip(f"no fused kernels here: {why}")
+    gen = torch.Generator().manual_seed(3)
+    for u_is_r in (False, True):
+        x, p, s, r, u, w = (torch.rand(1001, dtype=torch.float64, generator=gen)
+                            for _ in range(6))
+        if u_is_r:
+            u = r
+        want = [v.clone() for v in (x, p, s, r)]
+        wx, wp, ws, wr = want
+        wx.add_(wp, alpha=0.3)
+        wp.mul_(0.7).add_(r.clone() if u_is_r else u)
+        ws.mul_(0.7).add_(w)
+        wr.sub_(0.2 * ws)
+        kernels.step(x, p, s, r, u, w, 0.3, 0.2, 0.7)
+        for got, exp in zip((x, p, s, r), want):
+            assert torch.allclose(got, exp, rtol=1e-14, atol=1e-15)
+
+
+def test_fused_kernels_keep_out_of_vectors_they_cannot_read():
+    """float32 vectors: the C loops read float64, so CG runs the plain loop (same answer)."""
+    kernels, why = _kernels()
+    if kernels is None:
+        pytest.skip(f"no fused kernels here: {why}")
+    assert kernels.fits(torch.float64) and not kernels.fits(torch.float32)
+    op, b = one_rank((20, 20), dtype=torch.float32)
+    plain = krylov.cg(op, b, 1e-5, 1000)
+    op.fused = kernels
+    fused = krylov.cg(op, b, 1e-5, 1000)
+    assert fused.iterations == plain.iterations and torch.equal(fused.x, plain.x)
 
 
 def test_spmv_dots_pass_equals_torch_mv_and_dot():
@@ -595,23 +629,20 @@ def test_spmv_dots_pass_says_why_it_cannot_run(monkeypatch, tmp_path):
         "the C pass runs on the CPU only")
 
 
-def test_fused_dots_equal_torch_dot_above_the_threshold():
+def test_fused_dots_equal_torch_dot():
     import dataclasses
-
-    from labkit.solve.formulas import FUSED_DOTS_MIN_ROWS
 
     kernels, why = _kernels()
     if kernels is None:
         pytest.skip(f"no fused kernels here: {why}")
     gen = torch.Generator().manual_seed(0)
-    r, w = (torch.rand(FUSED_DOTS_MIN_ROWS + 3, dtype=torch.float64, generator=gen) for _ in range(2))
+    r, w = (torch.rand(100_003, dtype=torch.float64, generator=gen) for _ in range(2))
     want = torch.stack([torch.dot(r, r), torch.dot(w, r)])
+    assert kernels.one_pass_dots()
     assert torch.allclose(kernels.dots(r, w), want, rtol=1e-12, atol=0)
-    assert torch.equal(kernels.dots(r[:100], w[:100]), want.new_tensor(
-        [torch.dot(r[:100], r[:100]), torch.dot(w[:100], r[:100])]))
-    # as on a GPU (no compiled dots): two torch.dot calls at every size, 12 streams counted
+    # as on a GPU (no dots pass): two torch.dot calls, 12 streams counted
     gpu_like = dataclasses.replace(kernels, dots_pass=None)
-    assert not gpu_like.one_pass_dots(len(r)) and kernels.one_pass_dots(len(r))
+    assert not gpu_like.one_pass_dots()
     assert torch.equal(gpu_like.dots(r, w), want)
 
 

@@ -63,8 +63,9 @@ class SolveConfig:
         "CPU host, else torch.distributed), shm, torch")
     kernels: str = option(
         "plain", "vector updates: plain (one torch operation each: the textbook loop) or fused "
-        "(CG's updates in one pass, compiled with torch.compile before timing; plain, with a "
-        "notice, where it cannot compile)")
+        "(CG's updates in one pass and its dots in the SpMV's: C loops on the CPU, "
+        "torch.compile on a GPU, compiled before timing; plain, with a notice, where they "
+        "cannot compile)")
     baseline: str = option(
         "launch", "strong mode's 1-rank time t1: launch (the 1-rank launch's row of the same "
         "series) or inline (in every launch of more ranks, rank 0 also solves the whole problem "

@@ -1,28 +1,37 @@
-"""Rank side: CG's SpMV and its two dot products in one pass over memory, a C loop.
+"""Rank side: CG's passes over memory in C: the SpMV with its two dots, the fused update.
 
 In the Chronopoulos-Gear CG (:func:`labkit.solve.krylov.cg`) the SpMV ``w = A r`` is followed by
 the dot products ``(r, r)`` and ``(w, r)``: with ``torch.mv`` and two ``torch.dot`` calls, r is
 read again twice and w once after the SpMV wrote it (3 streams of 8 bytes per row). Row by row,
 the SpMV already holds ``r[i]`` (its diagonal entry's column) and ``w[i]`` (the sum it just
-formed), so the loop below adds ``r[i]²`` and ``w[i] r[i]`` as it goes: the dots cost no bytes.
-It also writes the boundary rows straight to their place (no buffer and scatter), and it
+formed), so ``spmv_dots`` below adds ``r[i]²`` and ``w[i] r[i]`` as it goes: the dots cost no
+bytes. It also writes the boundary rows straight to their place (no buffer and scatter), and it
 fetches the matrix's two streams (values, column indices) 2 KB ahead of the row it is on:
 ``torch.mv`` on a CSR matrix got 0.58-0.75 of the copy bandwidth on one thread here, and this
 loop without the prefetch no more (2M rows, one pass: torch.mv 11.1 ms, the loop 9.7-10.7 ms,
 with the prefetch 7.6-8.0 ms; 7 interleaved rounds).
 
-With this pass and the fused update of :mod:`labkit.solve.fused`, a CG iteration moves the
-fewest bytes :func:`labkit.solve.formulas.minimal_bytes_per_iteration` counts. Measured at 2M
-rows, one thread, 3 rounds in one process, medians: 16.6 ms per iteration with the fused update,
-``torch.mv`` and the dots' own pass; 14.5 ms with this pass before the prefetch (the textbook
-loop: 19.5 ms). With the prefetch ``benchmarks/solve_memory_bench.py`` measured 12.0-12.2 ms
-per iteration at 2M DOF, 1.08x the minimal-bytes floor (1.05x at 501,264 DOF).
+``cg_update`` is CG's four vector updates in one loop (:mod:`labkit.solve.fused` says why), and
+``dots2`` the two dots in one pass where the SpMV cannot carry them. A ctypes call costs ~2 us;
+the same loops from ``torch.compile`` cost ~30 us a call more (its guards and frame), which
+at 250k rows is a sixth of the update itself, and compiling them costs each launch 3.3 s
+(12.6 s on a cold cache) where this file compiles in a fraction of a second. Measured on one thread, medians of 3 rounds of 60
+calls: the update over 1,000 / 250k / 1M / 4M rows took 2.2 / 154 / 1157 / 6518 us in C,
+32.6 / 191 / 1137 / 6284 us compiled, 6.1 / 201 / 1444 / 8655 us as four torch calls.
+
+With these passes a CG iteration moves the fewest bytes
+:func:`labkit.solve.formulas.minimal_bytes_per_iteration` counts. Measured at 2M rows, one
+thread, 3 rounds in one process, medians: 16.6 ms per iteration with the fused update,
+``torch.mv`` and the dots' own pass; 14.5 ms with the SpMV-with-dots pass before the prefetch
+(the textbook loop: 19.5 ms). With the prefetch ``benchmarks/solve_memory_bench.py`` measured
+12.0-12.2 ms per iteration at 2M DOF, 1.08x the minimal-bytes floor (1.05x at 501,264 DOF).
 
 The C source is compiled once per machine with the system's C compiler (``cc``, or ``$CC``)
 into a cache folder and loaded with ctypes (no torch headers: it compiles in a fraction of a
 second). :func:`load` returns None and the reason where there is no compiler, the machine is
-not a CPU, or the arrays are not float64 with int32 indices; the caller keeps ``torch.mv``.
-Plain C with no ``-ffast-math``: the sums run in row order, as a reader would write them.
+not a CPU, or the arrays are not float64 with int32 indices; the caller keeps torch's ops.
+Plain C with no ``-ffast-math`` and no contraction of a multiply and an add into one rounding
+(``-ffp-contract=off``): the sums run in row order, as a reader would write them.
 """
 
 from __future__ import annotations
@@ -64,11 +73,38 @@ void spmv_dots(int64_t nrows, const int32_t *indptr, const int32_t *cols, const 
     acc[0] += rr;
     acc[1] += wr;
 }
+
+/* CG's four updates, element by element in the textbook loop's order: x with the previous
+   iteration's p and alpha, then p = u + beta p, s = w + beta s, r -= alpha s. u may be r
+   itself (no preconditioner): u[i] is read before r[i] is written. */
+void cg_update(int64_t n, double *x, double *p, double *s, double *r, const double *u,
+               const double *w, double alpha_old, double alpha, double beta) {
+    for (int64_t i = 0; i < n; i++) {
+        double pi = p[i], si = s[i];
+        x[i] += alpha_old * pi;
+        pi = u[i] + beta * pi;
+        si = w[i] + beta * si;
+        p[i] = pi;
+        s[i] = si;
+        r[i] -= alpha * si;
+    }
+}
+
+/* acc = [(r, r), (w, r)] in one pass over r and w */
+void dots2(int64_t n, const double *r, const double *w, double *acc) {
+    double rr = 0.0, wr = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        rr += r[i] * r[i];
+        wr += w[i] * r[i];
+    }
+    acc[0] = rr;
+    acc[1] = wr;
+}
 """
 
 _P = ctypes.c_void_p
 #: no -march=native: a cache shared by the nodes of a cluster must run on all of them
-_FLAGS = ("-O3", "-fPIC", "-shared")
+_FLAGS = ("-O3", "-ffp-contract=off", "-fPIC", "-shared")
 
 
 def _cache_dir() -> Path:
@@ -83,10 +119,10 @@ def _compile() -> Path:
     tag = hashlib.sha256(key.encode()).hexdigest()[:16]
     folder = _cache_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    lib = folder / f"spmv_dots_{tag}.so"
+    lib = folder / f"cg_passes_{tag}.so"
     if not lib.exists():
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
-            src, out = Path(tmp) / "spmv_dots.c", Path(tmp) / "spmv_dots.so"
+            src, out = Path(tmp) / "cg_passes.c", Path(tmp) / "cg_passes.so"
             src.write_text(SOURCE)
             subprocess.run([cc, *_FLAGS, str(src), "-o", str(out)], check=True,
                            capture_output=True, timeout=120)
@@ -94,20 +130,36 @@ def _compile() -> Path:
     return lib
 
 
-class SpmvDots:
-    """The compiled pass: :meth:`run` computes ``y = A x`` over a CSR's rows and adds the rows'
-    ``(x, x)`` and ``(y, x)`` to ``acc``."""
+class CPasses:
+    """The compiled passes over float64 CPU tensors (contiguous; the caller checks, see
+    :func:`unfit`): :meth:`run`, the SpMV with its dots; :meth:`update`, CG's four updates;
+    :meth:`dots`, ``(r, r)`` and ``(w, r)`` in one pass."""
 
-    def __init__(self, fn):
-        self._fn = fn
+    def __init__(self, lib):
+        self._spmv, self._update, self._dots = lib.spmv_dots, lib.cg_update, lib.dots2
 
     def run(self, csr: torch.Tensor, x: torch.Tensor, y: torch.Tensor, acc: torch.Tensor, *,
             rows: torch.Tensor | None = None, count_rr: bool = True) -> None:
+        """``y = A x`` over the CSR's rows (row i written to ``y[rows[i]]`` with ``rows``),
+        the rows' ``(x, x)`` (with ``count_rr``) and ``(y, x)`` added to ``acc``."""
         indptr, cols, vals = csr.crow_indices(), csr.col_indices(), csr.values()
-        self._fn(ctypes.c_int64(len(indptr) - 1), _P(indptr.data_ptr()), _P(cols.data_ptr()),
-                 _P(vals.data_ptr()), _P(x.data_ptr()), _P(y.data_ptr()),
-                 _P(rows.data_ptr()) if rows is not None else None, ctypes.c_int(count_rr),
-                 _P(acc.data_ptr()))
+        self._spmv(ctypes.c_int64(len(indptr) - 1), _P(indptr.data_ptr()), _P(cols.data_ptr()),
+                   _P(vals.data_ptr()), _P(x.data_ptr()), _P(y.data_ptr()),
+                   _P(rows.data_ptr()) if rows is not None else None, ctypes.c_int(count_rr),
+                   _P(acc.data_ptr()))
+
+    def update(self, x, p, s, r, u, w, alpha_old: float, alpha: float, beta: float) -> None:
+        """``x += alpha_old p; p = u + beta p; s = w + beta s; r -= alpha s``, in place."""
+        self._update(ctypes.c_int64(len(x)), _P(x.data_ptr()), _P(p.data_ptr()),
+                     _P(s.data_ptr()), _P(r.data_ptr()), _P(u.data_ptr()), _P(w.data_ptr()),
+                     alpha_old, alpha, beta)
+
+    def dots(self, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``tensor([(r, r), (w, r)])``, one pass."""
+        acc = torch.empty(2, dtype=torch.float64)
+        self._dots(ctypes.c_int64(len(r)), _P(r.data_ptr()), _P(w.data_ptr()),
+                   _P(acc.data_ptr()))
+        return acc
 
 
 def unfit(device: torch.device, dtype: torch.dtype, index_dtype: torch.dtype) -> str | None:
@@ -121,17 +173,19 @@ def unfit(device: torch.device, dtype: torch.dtype, index_dtype: torch.dtype) ->
 
 
 def load(device: torch.device, dtype: torch.dtype, index_dtype: torch.dtype
-         ) -> tuple[SpmvDots | None, str | None]:
-    """(the compiled pass, None), or (None, why not)."""
+         ) -> tuple[CPasses | None, str | None]:
+    """(the compiled passes, None), or (None, why not)."""
     why = unfit(device, dtype, index_dtype)
     if why is not None:
         return None, why
     try:
-        fn = ctypes.CDLL(str(_compile())).spmv_dots
+        lib = ctypes.CDLL(str(_compile()))
     except (OSError, subprocess.SubprocessError) as e:
         text = getattr(e, "stderr", b"") or b""
         why = text.decode(errors="replace").strip().splitlines()[-1:] or [str(e)]
         return None, f"no C compiler pass ({type(e).__name__}: {why[0][:200]})"
-    fn.restype = None
-    fn.argtypes = [ctypes.c_int64, _P, _P, _P, _P, _P, _P, ctypes.c_int, _P]
-    return SpmvDots(fn), None
+    lib.spmv_dots.restype = lib.cg_update.restype = lib.dots2.restype = None
+    lib.spmv_dots.argtypes = [ctypes.c_int64, _P, _P, _P, _P, _P, _P, ctypes.c_int, _P]
+    lib.cg_update.argtypes = [ctypes.c_int64, *[_P] * 6, *[ctypes.c_double] * 3]
+    lib.dots2.argtypes = [ctypes.c_int64, _P, _P, _P]
+    return CPasses(lib), None

@@ -26,16 +26,12 @@ VECTOR_STREAMS = {
     "minres": 22,    # v: 2; y: 3 + 3; w: 3 + 3 + 2; x: 3; dots (v, y) + (r2, r2): 2 + 1
 }
 #: with the fused kernels (labkit.solve.fused): the four updates in one pass (x, p, s, r, w read
-#: once; x, p, s, r written once: 9), the two dots as before ((r, r): 1, (w, r): 2) below
-#: FUSED_DOTS_MIN_ROWS rows, in one pass over r and w (2) from there on
+#: once; x, p, s, r written once: 9), the two dots as two torch.dot calls ((r, r): 1, (w, r): 2;
+#: one pass over r and w, 2, where the kernels have one)
 FUSED_VECTOR_STREAMS = {"cg": 12}
 #: of these, the fused update's own: read x, p, s, r, w, write x, p, s, r (the dots' 3 streams
 #: go when the SpMV sums them in its pass, labkit.solve.cspmv)
 FUSED_UPDATE_STREAMS = 9
-#: from this many rows on the fused kernels take both dots in one compiled pass: the compiled call
-#: costs ~45 us more than two torch.dot calls here, one stream of 8 bytes per row less pays it
-#: back from ~400,000 rows (2M rows: 2.42 ms -> 1.50 ms, 1 thread)
-FUSED_DOTS_MIN_ROWS = 400_000
 #: the fewest vector streams a correct iteration of the method must move besides its SpMV: every
 #: vector the recurrences update is read and written once, the others read once, and the dot
 #: products ride on passes that happen anyway (a fused SpMV can sum (r, r) and (w, r) as it
@@ -79,10 +75,10 @@ def bytes_per_iteration(method: str, spmv: int, rows: int, *, restart: int = 30,
     on the SpMV's pass and only the fused update's 9 streams remain: the minimal count;
     ``one_pass_dots=False`` where the fused kernels keep two torch.dot calls, as on a GPU).
 
+    5-point 3x3 grid, one rank: 580 + 15 x 8 x 9 plain, 580 + 11 x 8 x 9 fused:
+
     >>> bytes_per_iteration("cg", 580, 9), bytes_per_iteration("cg", 580, 9, fused=True)
-    (1660, 1444)
-    >>> bytes_per_iteration("cg", 0, 400_000, fused=True) == 11 * 8 * 400_000
-    True
+    (1660, 1372)
     >>> bytes_per_iteration("cg", 0, 400_000, fused=True, one_pass_dots=False) == 12 * 8 * 400_000
     True
     >>> bytes_per_iteration("cg", 580, 9, fused=True, spmv_dots=True)
@@ -91,9 +87,8 @@ def bytes_per_iteration(method: str, spmv: int, rows: int, *, restart: int = 30,
     if fused and spmv_dots and method in FUSED_VECTOR_STREAMS:
         return SPMVS_PER_ITERATION[method] * spmv + FUSED_UPDATE_STREAMS * word * rows
     if fused and method in FUSED_VECTOR_STREAMS:
-        # the compiled dots read r once instead of twice from FUSED_DOTS_MIN_ROWS rows on
-        one_pass = one_pass_dots and rows >= FUSED_DOTS_MIN_ROWS
-        streams = FUSED_VECTOR_STREAMS[method] - (1 if one_pass else 0)
+        # the dots' own pass reads r once instead of twice
+        streams = FUSED_VECTOR_STREAMS[method] - (1 if one_pass_dots else 0)
     else:
         streams = vector_streams(method, restart, iterations)
     return SPMVS_PER_ITERATION[method] * spmv + streams * word * rows

@@ -91,15 +91,18 @@ def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
     The ``x`` update is applied one iteration late, while the next all-reduce is in flight
     (the same arithmetic in the same order: the result is bit-identical).
 
-    With ``op.fused`` (:mod:`labkit.solve.fused`, unpreconditioned CG only) the four updates
-    are one pass over memory (x with the previous iteration's p and alpha first, as above),
-    and the two dots ride on the SpMV's pass (:mod:`labkit.solve.cspmv`; where it cannot run,
-    on large vectors one compiled pass of their own): 9 vector streams per iteration (12 or
-    11 without the C pass) instead of 15. The compiled loop may
-    contract a multiply and an add into one rounding (FMA): the iterations are the same, the
-    solution equal to ~1e-12 relative, not bit for bit.
+    With ``op.fused`` (:mod:`labkit.solve.fused`, unpreconditioned CG only, vectors of a
+    dtype its loops read) the four updates are one pass over memory (x with the previous
+    iteration's p and alpha first, as above), and the two dots ride on the SpMV's pass
+    (:mod:`labkit.solve.cspmv`; where it cannot run, one pass of their own on the CPU, two
+    torch.dot calls on a GPU): 9 vector streams per iteration (11 or 12 without the SpMV's
+    pass) instead of 15. torch's own ops contract a multiply and an add into one rounding
+    (FMA) where the C loops do not, and the sums run in another order: the iterations are the
+    same, the solution equal to ~1e-12 relative, not bit for bit.
     """
     fused = None if jacobi else getattr(op, "fused", None)
+    if fused is not None and not fused.fits(op.dtype):
+        fused = None  # e.g. float32 vectors: the C loops read float64
     sw = op.sw
     n = op.n_owned
     bnorm = math.sqrt(op.dots([(b, b)])[0])

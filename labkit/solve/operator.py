@@ -206,7 +206,7 @@ class DistOperator:
 
     def matvec_dots(self, x_ext: torch.Tensor, out: torch.Tensor, kernel) -> torch.Tensor:
         """:meth:`matvec` with this rank's ``(x, x)`` and ``(out, x)`` (owned rows) summed in the
-        SpMV's own pass (``kernel``: :class:`labkit.solve.cspmv.SpmvDots`); returns them as
+        SpMV's own pass (``kernel``: :class:`labkit.solve.cspmv.CPasses`); returns them as
         one tensor for one all-reduce. The boundary rows are written in place, no scatter.
         Arrays the C pass cannot read (:attr:`c_pass_unfit`: indices wider than int32, values
         other than float64): :meth:`matvec` and two torch.dot calls."""
