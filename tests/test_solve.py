@@ -575,6 +575,29 @@ def test_fused_update_equals_the_four_torch_updates():
             assert torch.allclose(got, exp, rtol=1e-14, atol=1e-15)
 
 
+@pytest.mark.slow
+def test_compiled_update_as_a_gpu_runs_it_equals_the_c_loop():
+    """The torch.compile'd update (what a GPU runs; Inductor's C++ here) gives what the C loop
+    gives, to rounding (FMA), with the scalars passed as floats."""
+    from labkit.solve import fused as fused_module
+
+    kernels, why = _kernels()
+    if kernels is None:
+        pytest.skip(f"no fused kernels here: {why}")
+    try:
+        compiled = fused_module._compiled_update(torch.device("cpu"))
+    except Exception as e:  # noqa: BLE001 - no C++ compiler for Inductor here
+        pytest.skip(f"torch.compile unavailable: {type(e).__name__}")
+    gen = torch.Generator().manual_seed(4)
+    a = [torch.rand(5003, dtype=torch.float64, generator=gen) for _ in range(6)]
+    b = [v.clone() for v in a]
+    for k in range(3):  # new scalars each call: no recompile, no stale values
+        kernels.step(*a, 0.1 * k, 0.3 + k, 0.7 / (k + 1))
+        compiled(*b, 0.1 * k, 0.3 + k, 0.7 / (k + 1))
+    for got, want in zip(b, a):
+        assert torch.allclose(got, want, rtol=1e-12, atol=1e-13)
+
+
 def test_fused_kernels_keep_out_of_vectors_they_cannot_read():
     """float32 vectors: the C loops read float64, so CG runs the plain loop (same answer)."""
     kernels, why = _kernels()
