@@ -74,7 +74,7 @@ def count_wrong(op: str, count: int, rt: runtime.Runtime, dtype) -> int:
     else:  # all_to_all: chunk j of my output is chunk r of rank j's input
         j = torch.arange(count, device=rt.device)
         got, want = out, (j // c + 1) + (r * c + j % c) % 5
-    wrong = torch.tensor([int((got != want.to(got.dtype)).sum())], dtype=torch.int64)
+    wrong = (got != want.to(got.dtype)).sum().reshape(1).to(torch.int64)  # on the device: nccl
     dist.all_reduce(wrong)
     return int(wrong.item())
 

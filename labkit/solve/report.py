@@ -52,6 +52,8 @@ COLUMNS = (
     Column("allreduce_time_s", "s", "all-reduce waits (dot products), mean over ranks"),
     Column("vector_time_s", "s", "vector updates and local dots, mean over ranks"),
     Column("other_time_s", "s", "solve time not in the four parts above"),
+    Column("compute_imbalance", "", "SpMV + vector time of the busiest rank / mean over ranks "
+           "(1: the waits are jitter and message cost, not a rank that always computes more)"),
     Column("bytes_per_iteration", "bytes", "bytes an iteration streams, all ranks"),
     Column("halo_bytes_per_iteration", "bytes", "halo bytes received per iteration, all ranks"),
     Column("copy_bandwidth_gb_per_s", "GB/s", "copy bandwidth of all ranks at once, same size"),

@@ -49,11 +49,11 @@ def build_partition(rt: runtime.Runtime, kind: str, dims: tuple) -> Partition:
     """coordinate is deterministic on every rank; metis runs on rank 0 and is broadcast."""
     if kind != "metis" or rt.world_size == 1:
         return make_partition(kind, dims, rt.world_size)
-    parts = torch.empty(math.prod(dims), dtype=torch.int64)
+    parts = torch.empty(math.prod(dims), dtype=torch.int64, device=rt.device)  # nccl: CUDA
     if rt.rank == 0:
         parts.copy_(torch.from_numpy(make_partition(kind, dims, rt.world_size).parts))
     dist.broadcast(parts, src=0)
-    return Partition(kind, dims, rt.world_size, parts.numpy())
+    return Partition(kind, dims, rt.world_size, parts.cpu().numpy())
 
 
 def copy_bandwidth(rt: runtime.Runtime, nbytes: float, repeat: int = 10,
@@ -92,7 +92,8 @@ def _spmv_dots_notice(op) -> str | None:
 
 
 def _sum(rt, values) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64)
+    # on the rank's device: nccl carries CUDA tensors only
+    t = torch.tensor(values, dtype=torch.float64, device=rt.device)
     if rt.world_size > 1:
         dist.all_reduce(t)
     return t.tolist()
@@ -168,6 +169,15 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     its = int(np.median(iterations))
     # the split: each rank's median over repeats, averaged over ranks
     split = [v / rt.world_size for v in _sum(rt, np.median(np.array(splits), axis=0).tolist())]
+    # a rank that computes more than the others makes them wait at every halo and all-reduce:
+    # its share over the mean is the steady part of the waits (the rest: each iteration's jitter
+    # and the messages' own cost)
+    mine = np.median(np.array(splits), axis=0)
+    compute = torch.tensor([float(mine[0] + mine[3])], dtype=torch.float64, device=rt.device)
+    if rt.world_size > 1:
+        dist.all_reduce(compute, op=dist.ReduceOp.MAX)
+    mean_compute = split[0] + split[3]
+    imbalance = float(compute[0]) / mean_compute if mean_compute > 0 else None
     fused = getattr(op, "fused", None) is not None and method == "cg"
     spmv_dots = fused and _spmv_dots_notice(op) is None
     local_bytes = bytes_per_iteration(method, op.spmv_bytes(), op.n_owned,
@@ -190,6 +200,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         "time_per_iteration_s": t / max(its, 1),
         **{f"{k}_time_s": v for k, v in zip(BUCKETS, split)},
         "other_time_s": max(t - sum(split), 0.0),
+        "compute_imbalance": imbalance,
         "bytes_per_iteration": total_bytes,
         "halo_bytes_per_iteration": 8 * halo * SPMVS_PER_ITERATION[method],
         "copy_bandwidth_gb_per_s": total_bw,
