@@ -712,6 +712,8 @@ def test_fused_kernels_and_fixed_iterations_at_two_ranks(tmp_path):
     # the busiest rank's compute over the mean: at least 1, and near it for equal halves
     for row in rows.values():
         assert 1.0 <= row["compute_imbalance"] < 3.0
+        # the messages of one iteration timed alone: a cost, and less than a whole iteration
+        assert 0 < row["message_time_alone_s"] < row["time_per_iteration_s"]
     assert rows["plain"]["minimal_bytes_per_iteration"] < rows["plain"]["bytes_per_iteration"]
     # the dots in the SpMV's pass (2 ranks: interior rows, then the boundary rows in place)
     # leave the fewest bytes a CG iteration can move

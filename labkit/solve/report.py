@@ -52,6 +52,9 @@ COLUMNS = (
     Column("allreduce_time_s", "s", "all-reduce waits (dot products), mean over ranks"),
     Column("vector_time_s", "s", "vector updates and local dots, mean over ranks"),
     Column("other_time_s", "s", "solve time not in the four parts above"),
+    Column("message_time_alone_s", "s", "one halo exchange + one all-reduce with no work "
+           "between (CG's messages of one iteration, alone); waits beyond it are ranks arriving "
+           "at different times"),
     Column("compute_imbalance", "", "SpMV + vector time of the busiest rank / mean over ranks "
            "(1: the waits are jitter and message cost, not a rank that always computes more)"),
     Column("bytes_per_iteration", "bytes", "bytes an iteration streams, all ranks"),
@@ -389,6 +392,40 @@ def _time_parts(row) -> dict:
     waits = (get("halo_time_s") + get("allreduce_time_s")) / its
     return {"compute_s": compute, "waits_s": waits,
             "rest_s": float(row["time_per_iteration_s"]) - compute - waits}
+
+
+def waits_sentence(row) -> str:
+    """Where a P-rank row's waits went, computed from the row: the messages' own cost (timed
+    alone, no work between them: ``message_time_alone_s``), a rank that always computed more
+    (``compute_imbalance``), and the rest: the ranks arriving at different times.
+
+    >>> row = {"world_size": 2, "iterations": 100, "halo_time_s": 0.006,
+    ...        "allreduce_time_s": 0.004, "message_time_alone_s": 30e-6,
+    ...        "compute_imbalance": 1.01, "spmv_time_s": 0.1, "vector_time_s": 0.04,
+    ...        "time_per_iteration_s": 1.6e-3}
+    >>> print(waits_sentence(row))  # doctest: +NORMALIZE_WHITESPACE
+    2 ranks waited 100 us per iteration (6.2% of it) at the halo exchange and the all-reduce:
+    the messages alone cost 30 us, the busiest rank computed 1.01x the mean (14 us more), and
+    the other 56 us is the ranks arriving at different times: a hiccup on any core (an
+    interrupt, another job) stalls every rank at the next message.
+    """
+    alone = row.get("message_time_alone_s")
+    if alone is None or alone != alone or int(row["world_size"]) < 2:
+        return ""
+    parts = _time_parts(row)
+    waits, us = parts["waits_s"], 1e6
+    steady = (float(row.get("compute_imbalance") or 1.0) - 1.0) * parts["compute_s"]
+    rest = waits - alone - steady
+    head = (f"{int(row['world_size'])} ranks waited {waits * us:.0f} us per iteration "
+            f"({waits / float(row['time_per_iteration_s']):.1%} of it) at the halo exchange and "
+            f"the all-reduce: the messages alone cost {alone * us:.0f} us, the busiest rank "
+            f"computed {float(row.get('compute_imbalance') or 1.0):.2f}x the mean "
+            f"({steady * us:.0f} us more)")
+    if rest <= 0:
+        return head + ", which accounts for all of it."
+    return (head + f", and the other {rest * us:.0f} us is the ranks arriving at different "
+            "times: a hiccup on any core (an interrupt, another job) stalls every rank at the "
+            "next message.")
 
 
 def miss_sentence(table, ranks: int) -> str:

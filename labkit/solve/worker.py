@@ -83,6 +83,29 @@ def copy_bandwidth(rt: runtime.Runtime, nbytes: float, repeat: int = 10,
     return 2 * n * 8 / float(np.min(times)) / 1e9
 
 
+def message_cost(rt: runtime.Runtime, op: DistOperator, rounds: int = 5,
+                 calls: int = 200) -> float | None:
+    """Seconds for one halo exchange and one 2-value all-reduce with no work between them (CG's
+    messages of one iteration, alone): the median of ``rounds`` rounds of ``calls``, each round
+    after a barrier. What a solve's waits hold beyond this is the ranks arriving at different
+    times. None on one rank."""
+    if rt.world_size == 1:
+        return None
+    x, red = op.new_ext(), torch.zeros(2, dtype=op.dtype, device=op.device)
+    per_call = []
+    for _ in range(rounds):
+        dist.barrier()
+        runtime.sync(rt.device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            op.wait(op.post_exchange(x))
+            op.wait(op.allreduce_start(red), "allreduce")
+        runtime.sync(rt.device)
+        per_call.append((time.perf_counter() - t0) / calls)
+    op.sw.reset()
+    return float(np.median(per_call))
+
+
 def _spmv_dots_notice(op) -> str | None:
     """Why the fused CG's dots do not ride on the SpMV here (the pass did not load, or it cannot
     read this operator's arrays), None when they do."""
@@ -185,6 +208,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
                                       spmv_dots=spmv_dots,
                                       one_pass_dots=fused and op.fused.dots_pass is not None)
     local_min = minimal_bytes_per_iteration(method, op.spmv_bytes(), op.n_owned)
+    messages = message_cost(rt, op)
     bw = copy_bandwidth(rt, local_bytes)
     bw_alone = copy_bandwidth(rt, local_bytes, alone=True)
     total_bytes, total_bw, halo, total_min, total_alone = _sum(
@@ -201,6 +225,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         **{f"{k}_time_s": v for k, v in zip(BUCKETS, split)},
         "other_time_s": max(t - sum(split), 0.0),
         "compute_imbalance": imbalance,
+        "message_time_alone_s": messages,
         "bytes_per_iteration": total_bytes,
         "halo_bytes_per_iteration": 8 * halo * SPMVS_PER_ITERATION[method],
         "copy_bandwidth_gb_per_s": total_bw,
