@@ -84,16 +84,16 @@ def copy_bandwidth(rt: runtime.Runtime, nbytes: float, repeat: int = 10,
 
 
 def message_cost(rt: runtime.Runtime, op: DistOperator, rounds: int = 5,
-                 calls: int = 200) -> float | None:
+                 round_s: float = 0.01) -> float | None:
     """Seconds for one halo exchange and one 2-value all-reduce with no work between them (CG's
-    messages of one iteration, alone): the median of ``rounds`` rounds of ``calls``, each round
-    after a barrier. What a solve's waits hold beyond this is the ranks arriving at different
-    times. None on one rank."""
+    messages of one iteration, alone): the median of ``rounds`` rounds of ~``round_s`` each
+    (10 to 200 calls: shm's ~50 us or gloo's ~1 ms alike), each round after a barrier. What a
+    solve's waits hold beyond this is the ranks arriving at different times. None on one rank."""
     if rt.world_size == 1:
         return None
     x, red = op.new_ext(), torch.zeros(2, dtype=op.dtype, device=op.device)
-    per_call = []
-    for _ in range(rounds):
+
+    def timed(calls: int) -> float:
         dist.barrier()
         runtime.sync(rt.device)
         t0 = time.perf_counter()
@@ -101,7 +101,11 @@ def message_cost(rt: runtime.Runtime, op: DistOperator, rounds: int = 5,
             op.wait(op.post_exchange(x))
             op.wait(op.allreduce_start(red), "allreduce")
         runtime.sync(rt.device)
-        per_call.append((time.perf_counter() - t0) / calls)
+        return (time.perf_counter() - t0) / calls
+
+    first = _sum(rt, [timed(1)])[0] / rt.world_size  # every rank must make the same count
+    calls = int(min(max(round_s / max(first, 1e-9), 10), 200))
+    per_call = [timed(calls) for _ in range(rounds)]
     op.sw.reset()
     return float(np.median(per_call))
 
