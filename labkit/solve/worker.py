@@ -5,14 +5,15 @@ Run by hand (``labkit solve`` and :func:`labkit.solve.run.run` build this for yo
     OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 -m labkit.solve.worker \\
         --config '{"modes": ["strong"], "total_dof": 250000}'
 
-For each point: build this rank's rows of the Poisson matrix and its part of ``b``, measure the
-copy bandwidth on a buffer of the same size (all ranks at once), run a 3-iteration untimed
-solve (a launch's first solve pays for first-touched pages and cold code paths: up to 2x at the
-smallest sizes), ``warmup`` untimed solves, then ``repeat`` timed ones (each starts with a
-barrier; a repeat takes as long as its slowest rank), and check every solve with a fresh
-distributed SpMV: ``||b - A x|| / ||b||``. Points that share a grid (weak and throughput at the
-same DOF per rank) are measured once. With ``baseline="inline"`` (strong mode, more than one
-rank), rank 0 also holds the whole problem as one rank would and, before each timed solve of the
+For each point: build this rank's rows of the Poisson matrix and its part of ``b``, measure
+the copy bandwidth on a buffer of the same size (all ranks at once, and each alone; before
+the solves and again after them, the best kept), run a 3-iteration untimed solve (a launch's
+first solve pays for first-touched pages and cold code paths: up to 2x at the smallest
+sizes), ``warmup`` untimed solves, then ``repeat`` timed ones (each starts with a barrier; a
+repeat takes as long as its slowest rank), and check every solve with a fresh distributed
+SpMV: ``||b - A x|| / ||b||``. Points that share a grid (weak and throughput at the same DOF
+per rank) are measured once. With ``baseline="inline"`` (strong mode, more than one rank),
+rank 0 also holds the whole problem as one rank would and, before each timed solve of the
 ranks, solves it alone while the others wait: t1 and tP side by side, seconds apart.
 """
 
@@ -159,8 +160,22 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         return krylov.solve(method, operator, rhs, rtol=rtol, maxiter=maxiter,
                             restart=cfg.restart)
 
-    if sla is None:  # first touch: pages and code paths warm before anything is timed
-        solve(rtol=0.0, maxiter=3)
+    fused = getattr(op, "fused", None) is not None and method == "cg"
+    spmv_dots = fused and _spmv_dots_notice(op) is None
+
+    def local_bytes_at(its):
+        return bytes_per_iteration(method, op.spmv_bytes(), op.n_owned, restart=cfg.restart,
+                                   iterations=its, fused=fused, spmv_dots=spmv_dots,
+                                   one_pass_dots=fused and op.fused.dots_pass is not None)
+
+    copies_before = None
+    if sla is None:
+        # the copy bandwidth before the solves and again after them, the best kept: a copy
+        # near the size of the L3 runs fast or slow as other jobs fill that cache, and a floor
+        # must be a limit
+        copies_before = (copy_bandwidth(rt, local_bytes_at(None)),
+                         copy_bandwidth(rt, local_bytes_at(None), alone=True))
+        solve(rtol=0.0, maxiter=3)  # first touch: pages and code paths warm before timing
         if alone is not None:
             solve(*alone, rtol=0.0, maxiter=3)
     for _ in range(cfg.warmup):
@@ -205,16 +220,11 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         dist.all_reduce(compute, op=dist.ReduceOp.MAX)
     mean_compute = split[0] + split[3]
     imbalance = float(compute[0]) / mean_compute if mean_compute > 0 else None
-    fused = getattr(op, "fused", None) is not None and method == "cg"
-    spmv_dots = fused and _spmv_dots_notice(op) is None
-    local_bytes = bytes_per_iteration(method, op.spmv_bytes(), op.n_owned,
-                                      restart=cfg.restart, iterations=its, fused=fused,
-                                      spmv_dots=spmv_dots,
-                                      one_pass_dots=fused and op.fused.dots_pass is not None)
+    local_bytes = local_bytes_at(its)
     local_min = minimal_bytes_per_iteration(method, op.spmv_bytes(), op.n_owned)
     messages = message_cost(rt, op)
-    bw = copy_bandwidth(rt, local_bytes)
-    bw_alone = copy_bandwidth(rt, local_bytes, alone=True)
+    bw = max(copy_bandwidth(rt, local_bytes), copies_before[0])
+    bw_alone = max(copy_bandwidth(rt, local_bytes, alone=True), copies_before[1])
     total_bytes, total_bw, halo, total_min, total_alone = _sum(
         rt, [local_bytes, bw, op.n_halo, local_min or 0.0, bw_alone])
     row = {
