@@ -63,9 +63,9 @@ class SolveConfig:
         "CPU host, else torch.distributed), shm, torch")
     kernels: str = option(
         "plain", "vector updates: plain (one torch operation each: the textbook loop) or fused "
-        "(CG's updates in one pass and its dots in the SpMV's: C loops on the CPU, "
-        "torch.compile on a GPU, compiled before timing; plain, with a notice, where they "
-        "cannot compile)")
+        "(CG's four updates in one pass: a C loop on the CPU, where the dots also ride on the "
+        "SpMV's pass, torch.compile on a GPU; compiled before timing; plain, with a notice, "
+        "where they cannot compile)")
     baseline: str = option(
         "launch", "strong mode's 1-rank time t1: launch (the 1-rank launch's row of the same "
         "series) or inline (in every launch of more ranks, rank 0 also solves the whole problem "

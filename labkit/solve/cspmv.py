@@ -136,9 +136,11 @@ def _compile() -> Path:
 
 
 class CPasses:
-    """The compiled passes over float64 CPU tensors (contiguous; the caller checks, see
-    :func:`unfit`): :meth:`run`, the SpMV with its dots; :meth:`update`, CG's four updates;
-    :meth:`dots`, ``(r, r)`` and ``(w, r)`` in one pass."""
+    """The compiled passes, over contiguous float64 CPU tensors (the callers make sure: the
+    operator's arrays through :func:`unfit`, CG's vectors through ``Kernels.fits``; the
+    vectors are the operator's own, contiguous by construction): :meth:`run`, the SpMV with
+    its dots; :meth:`update`, CG's four updates; :meth:`dots`, ``(r, r)`` and ``(w, r)`` in
+    one pass."""
 
     def __init__(self, lib):
         self._spmv, self._update, self._dots = lib.spmv_dots, lib.cg_update, lib.dots2

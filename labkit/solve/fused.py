@@ -37,7 +37,8 @@ import torch
 class Kernels:
     """The compiled update and dots, and what compiling them cost."""
 
-    #: (x, p, s, r, u, w, alpha_old, alpha, beta) -> None, in place (see :func:`_update`)
+    #: (x, p, s, r, u, w, alpha_old, alpha, beta) -> None, in place: x += alpha_old p,
+    #: p = u + beta p, s = w + beta s, r -= alpha s (CPasses.update, or _update compiled)
     update: object
     dots_pass: object  # (r, w) -> tensor([(r, r), (w, r)]), one pass; None: two torch.dot
     compile_time_s: float
@@ -87,7 +88,7 @@ def _compiled_update(device: torch.device):
         # the scalars travel as one tensor: compiled code would otherwise be specialised to,
         # and recompiled for, every value of alpha and beta
         update(x, p, s, r, u, w, torch.tensor([alpha_old, alpha, beta], dtype=x.dtype,
-                                              device=device))
+                                              device=x.device))
 
     for n in (4096, 4099):  # two sizes: one dynamic-shape kernel serves every size
         step(*[torch.rand(n, dtype=torch.float64, device=device) for _ in range(6)],

@@ -125,8 +125,8 @@ def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
         if jacobi:
             with sw("vector"):
                 torch.mul(r, dinv, out=u)
-        if getattr(fused, "spmv_dots", None) is not None:  # the dots ride on the SpMV
-            red = op.matvec_dots(u_ext, w, fused.spmv_dots)
+        if getattr(fused, "spmv_dots", None) is not None and op.c_pass_unfit is None:
+            red = op.matvec_dots(u_ext, w, fused.spmv_dots)  # the dots ride on the SpMV
         elif fused is not None:
             op.matvec(u_ext, w)
             with sw("vector"):

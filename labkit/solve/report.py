@@ -73,7 +73,8 @@ COLUMNS = (
     Column("kernels_requested", "", "the kernels asked for (fused falls back to plain)"),
     Column("kernels_notice", "", "why fused kernels were not available, if they were not"),
     Column("spmv_dots", "", "fused CG: the dots (r, r), (w, r) summed in the SpMV's own pass "
-                            "(labkit.solve.cspmv, True) or in a pass of their own (False)"),
+                            "(labkit.solve.cspmv, True), else in a pass of their own on the "
+                            "CPU or two torch.dot calls on a GPU (False)"),
     Column("spmv_dots_notice", "", "why the SpMV-with-dots pass did not run, if it did not"),
     Column("compile_time_s", "s", "compiling the fused kernels, once per launch, never timed"),
     Column("fixed_iterations", "", "HPCG-style: exactly this many iterations (no convergence claim)"),
@@ -408,19 +409,26 @@ def waits_sentence(row) -> str:
     the messages alone cost 30 us, the busiest rank computed 1.01x the mean (14 us more), and
     the other 56 us is the ranks arriving at different times: a hiccup on any core (an
     interrupt, another job) stalls every rank at the next message.
+    >>> waits_sentence({"world_size": 2, "message_time_alone_s": float("nan")})  # torch-sla
+    ''
     """
-    alone = row.get("message_time_alone_s")
-    if alone is None or alone != alone or int(row["world_size"]) < 2:
+    def value(key):  # None for a missing field or NaN (older files, torch-sla rows)
+        v = row.get(key)
+        return None if v is None or v != v else float(v)
+
+    alone, imbalance = value("message_time_alone_s"), value("compute_imbalance") or 1.0
+    if alone is None or int(row["world_size"]) < 2:
         return ""
     parts = _time_parts(row)
     waits, us = parts["waits_s"], 1e6
-    steady = (float(row.get("compute_imbalance") or 1.0) - 1.0) * parts["compute_s"]
+    if waits != waits:
+        return ""
+    steady = (imbalance - 1.0) * parts["compute_s"]
     rest = waits - alone - steady
     head = (f"{int(row['world_size'])} ranks waited {waits * us:.0f} us per iteration "
             f"({waits / float(row['time_per_iteration_s']):.1%} of it) at the halo exchange and "
             f"the all-reduce: the messages alone cost {alone * us:.0f} us, the busiest rank "
-            f"computed {float(row.get('compute_imbalance') or 1.0):.2f}x the mean "
-            f"({steady * us:.0f} us more)")
+            f"computed {imbalance:.2f}x the mean ({steady * us:.0f} us more)")
     if rest <= 0:
         return head + ", which accounts for all of it."
     return (head + f", and the other {rest * us:.0f} us is the ranks arriving at different "

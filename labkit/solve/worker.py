@@ -160,7 +160,8 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         return krylov.solve(method, operator, rhs, rtol=rtol, maxiter=maxiter,
                             restart=cfg.restart)
 
-    fused = getattr(op, "fused", None) is not None and method == "cg"
+    fused = (getattr(op, "fused", None) is not None and method == "cg"
+             and op.fused.fits(op.dtype))  # as krylov.cg decides
     spmv_dots = fused and _spmv_dots_notice(op) is None
 
     def local_bytes_at(its):
@@ -223,8 +224,10 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     local_bytes = local_bytes_at(its)
     local_min = minimal_bytes_per_iteration(method, op.spmv_bytes(), op.n_owned)
     messages = message_cost(rt, op)
-    bw = max(copy_bandwidth(rt, local_bytes), copies_before[0])
-    bw_alone = max(copy_bandwidth(rt, local_bytes, alone=True), copies_before[1])
+    # the same buffer size as before the solves (GMRES's bytes per iteration depend on its
+    # iterations, not known then)
+    bw = max(copy_bandwidth(rt, local_bytes_at(None)), copies_before[0])
+    bw_alone = max(copy_bandwidth(rt, local_bytes_at(None), alone=True), copies_before[1])
     total_bytes, total_bw, halo, total_min, total_alone = _sum(
         rt, [local_bytes, bw, op.n_halo, local_min or 0.0, bw_alone])
     row = {
