@@ -18,11 +18,12 @@ copy gets ~27, and two ranks share what one leaves unused.
 
 ``cg_update`` is CG's four vector updates in one loop (:mod:`labkit.solve.fused` says why), and
 ``dots2`` the two dots in one pass where the SpMV cannot carry them. A ctypes call costs ~2 us;
-the same loops from ``torch.compile`` cost ~30 us a call more (its guards and frame), which
-at 250k rows is a sixth of the update itself, and compiling them costs each launch 3.3 s
-(12.6 s on a cold cache) where this file compiles in a fraction of a second. Measured on one thread, medians of 3 rounds of 60
-calls: the update over 1,000 / 250k / 1M / 4M rows took 2.2 / 154 / 1157 / 6518 us in C,
-32.6 / 191 / 1137 / 6284 us compiled, 6.1 / 201 / 1444 / 8655 us as four torch calls.
+the same loops from ``torch.compile`` cost ~30 us a call more (its guards and frame), which at
+250k rows is a sixth of the update itself, and compiling them costs each launch 3.3 s (12.6 s on
+a cold cache) where this file compiles in a fraction of a second. Measured on one thread,
+medians of 3 rounds of 60 calls: the update over 1,000 / 250k / 1M / 4M rows took 2.2 / 154 /
+1157 / 6518 us in C, 32.6 / 191 / 1137 / 6284 us compiled, 6.1 / 201 / 1444 / 8655 us as four
+torch calls.
 
 With these passes a CG iteration moves the fewest bytes
 :func:`labkit.solve.formulas.minimal_bytes_per_iteration` counts. Measured at 2M rows, one

@@ -77,6 +77,19 @@ def _cg_steps(k: int, gamma: float, gamma_old: float, delta: float, alpha_old: f
     return gamma / (delta - beta * gamma / alpha_old), beta
 
 
+def fused_kernels(op: DistOperator, jacobi: bool = False):
+    """The fused kernels :func:`cg` runs with on ``op``: ``op.fused`` without a preconditioner
+    and where its loops read the vectors' dtype; None (the plain loop) otherwise."""
+    fused = None if jacobi else getattr(op, "fused", None)
+    return fused if fused is not None and fused.fits(op.dtype) else None
+
+
+def dots_in_spmv(op: DistOperator, fused) -> bool:
+    """Whether :func:`cg` with ``fused`` (from :func:`fused_kernels`) sums its two dots in the
+    SpMV's pass: the pass loaded, and it can read the operator's arrays."""
+    return getattr(fused, "spmv_dots", None) is not None and op.c_pass_unfit is None
+
+
 def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
        jacobi: bool = False) -> Solution:
     """Conjugate gradients, Chronopoulos-Gear form: one fused all-reduce per iteration.
@@ -100,9 +113,7 @@ def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
     (FMA) where the C loops do not, and the sums run in another order: the iterations are the
     same, the solution equal to ~1e-12 relative, not bit for bit.
     """
-    fused = None if jacobi else getattr(op, "fused", None)
-    if fused is not None and not fused.fits(op.dtype):
-        fused = None  # e.g. float32 vectors: the C loops read float64
+    fused = fused_kernels(op, jacobi)  # None e.g. for float32 vectors: the C loops read float64
     sw = op.sw
     n = op.n_owned
     bnorm = math.sqrt(op.dots([(b, b)])[0])
@@ -125,8 +136,8 @@ def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
         if jacobi:
             with sw("vector"):
                 torch.mul(r, dinv, out=u)
-        if getattr(fused, "spmv_dots", None) is not None and op.c_pass_unfit is None:
-            red = op.matvec_dots(u_ext, w, fused.spmv_dots)  # the dots ride on the SpMV
+        if dots_in_spmv(op, fused):  # the dots ride on the SpMV
+            red = op.matvec_dots(u_ext, w, fused.spmv_dots)
         elif fused is not None:
             op.matvec(u_ext, w)
             with sw("vector"):

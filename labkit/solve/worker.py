@@ -160,14 +160,14 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         return krylov.solve(method, operator, rhs, rtol=rtol, maxiter=maxiter,
                             restart=cfg.restart)
 
-    fused = (getattr(op, "fused", None) is not None and method == "cg"
-             and op.fused.fits(op.dtype))  # as krylov.cg decides
-    spmv_dots = fused and _spmv_dots_notice(op) is None
+    kernels = krylov.fused_kernels(op) if method == "cg" else None  # what cg runs with
+    fused = kernels is not None
+    spmv_dots = fused and krylov.dots_in_spmv(op, kernels)
 
     def local_bytes_at(its):
         return bytes_per_iteration(method, op.spmv_bytes(), op.n_owned, restart=cfg.restart,
                                    iterations=its, fused=fused, spmv_dots=spmv_dots,
-                                   one_pass_dots=fused and op.fused.dots_pass is not None)
+                                   one_pass_dots=fused and kernels.one_pass_dots())
 
     copies_before = None
     if sla is None:
@@ -211,11 +211,11 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         return _sla_row(rt, cfg, times, residuals, n_global, maxiter), sol.x
     its = int(np.median(iterations))
     # the split: each rank's median over repeats, averaged over ranks
-    split = [v / rt.world_size for v in _sum(rt, np.median(np.array(splits), axis=0).tolist())]
+    mine = np.median(np.array(splits), axis=0)
+    split = [v / rt.world_size for v in _sum(rt, mine.tolist())]
     # a rank that computes more than the others makes them wait at every halo and all-reduce:
     # its share over the mean is the steady part of the waits (the rest: each iteration's jitter
     # and the messages' own cost)
-    mine = np.median(np.array(splits), axis=0)
     compute = torch.tensor([float(mine[0] + mine[3])], dtype=torch.float64, device=rt.device)
     if rt.world_size > 1:
         dist.all_reduce(compute, op=dist.ReduceOp.MAX)
