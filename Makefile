@@ -36,10 +36,16 @@ $(STAMP): pyproject.toml constraints.txt
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 
-# Debian's chromium, for the browser tests (JupyterLab, the Quarto site, the preview), driven by
-# Playwright from the dev extra (root on these machines)
-setup-browser:
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+# A browser for the browser tests (JupyterLab, the Quarto site, the preview), driven by Playwright
+# from the dev extra: tests/_browser.py finds Playwright's own chromium or a chromium on PATH and
+# says which. Where there is none, Debian's chromium is installed when make runs as root with
+# apt; elsewhere nothing is installed, and those tests are skipped and say why
+setup-browser: setup
+	@if found=$$($(PY) -m tests._browser); then echo "setup-browser: $$found"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "setup-browser: installing Debian's chromium for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "setup-browser: not root with apt-get: the browser tests will be skipped ($$found)"; fi
 
 # Debian's slurm-wlm and munge, for the test against a real SLURM (tests/slurm/ starts its own
 # daemons, nothing is enabled): installed when make runs as root with apt; elsewhere that test is

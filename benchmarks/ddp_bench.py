@@ -179,7 +179,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads-per-rank", type=int, default=1,
                    help="part 2: threads of every process, the no-DDP one included")
     args = p.parse_args(argv)
-    print(f"load average before: {os.getloadavg()} on {len(os.sched_getaffinity(0))} cores "
+    from labkit.procs import available_cores
+
+    print(f"load average before: {os.getloadavg()} on {available_cores()} cores "
           "(shared machine: medians of repeats, side by side)")
     if args.part in ("harness", "all"):
         harness_overhead("mlp", 64, args.blocks, args.steps_per_block, args.threads)

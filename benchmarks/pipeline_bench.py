@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         loads.append(os.getloadavg()[0])
         assert df.matches_single_process.all(), "a pipelined step differs from one process"
         rows += [{**row, "round": r} for row in df.to_dict("records")]
-        best = {s: int(pipeline.report.best_microbatches(df, s).num_microbatches)
+        best = {s: int(pipeline.verdicts.best_microbatches(df, s).num_microbatches)
                 for s in dict.fromkeys(df.schedule)}
         print(f"round {r + 1}: launch {walls[-1]:.1f} s, load {loads[-1]:.1f}, shortest step at "
               + ", ".join(f"{s} M={m}" for s, m in best.items()), flush=True)

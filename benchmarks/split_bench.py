@@ -23,11 +23,11 @@ measured side by side, and the load average is printed before and after.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import time
+
+from _common import main_on_ranks, print_side_by_side
 
 
 def _rank_side(args) -> None:
@@ -103,14 +103,11 @@ def _rank_side(args) -> None:
         alll = timing.gather_samples(got["labkit"]).ravel()
         allr = timing.gather_samples(ratios).ravel()
         if rt.rank == 0:
-            mb, ml = statistics.median(allb), statistics.median(alll)
             print(f"[{name}] {rt.world_size} ranks, {torch.get_num_threads()} thread(s) each, "
                   f"{args.rounds} rounds x {args.steps_per_round} steps per path, alternating",
                   flush=True)
-            print(f"  bare loop     median step {mb * 1e3:8.3f} ms", flush=True)
-            print(f"  labkit timed  median step {ml * 1e3:8.3f} ms", flush=True)
-            print(f"  ratio labkit/bare: {ml / mb:.4f} over all steps; median of per-round ratios "
-                  f"{statistics.median(allr):.4f} (goal: within 0.97-1.03)", flush=True)
+            print_side_by_side({"bare loop": allb, "labkit timed": alll}, allr, what="step",
+                               unit="ms", goal=" (goal: within 0.97-1.03)")
     runtime.finalize()
 
 
@@ -118,21 +115,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=16)
     p.add_argument("--steps-per-round", type=int, default=5)
-    p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--rank-side", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.rank_side:
-        _rank_side(args)
-        return 0
-    print(f"load average before: {os.getloadavg()} on {len(os.sched_getaffinity(0))} cores "
-          "(shared machine: medians of rounds, side by side)", flush=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={args.nproc}", os.path.abspath(__file__), "--rank-side",
-           "--rounds", str(args.rounds), "--steps-per-round", str(args.steps_per_round)]
-    rc = subprocess.run(cmd, env=env).returncode
-    print(f"load average after: {os.getloadavg()}", flush=True)
-    return rc
+    return main_on_ranks(__file__, p, argv, _rank_side, env={"OMP_NUM_THREADS": "1"},
+                         note="shared machine: medians of rounds, side by side")
 
 
 if __name__ == "__main__":

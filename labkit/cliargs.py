@@ -9,7 +9,6 @@ so a parameter is written once, in the lab's ``config``. Launch flags are the sa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
@@ -27,15 +26,15 @@ def _int(text: str, minimum: int) -> int:
         raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}") from None
 
 
-def positive_int(text: str) -> int:
+def positive_int_arg(text: str) -> int:
     return _int(text, 1)
 
 
-def nonneg_int(text: str) -> int:
+def nonneg_int_arg(text: str) -> int:
     return _int(text, 0)
 
 
-def positive_float(text: str) -> float:
+def positive_float_arg(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
@@ -48,15 +47,15 @@ def positive_float(text: str) -> float:
 def add_launch_args(p: argparse.ArgumentParser, default_nproc=(1, 2)) -> None:
     """--nproc N [N ...], --timeout, --threads-per-rank, --backend, and the multi-node flags."""
     g = p.add_argument_group("launch")
-    g.add_argument("--nproc", type=positive_int, nargs="+", default=list(default_nproc),
+    g.add_argument("--nproc", type=positive_int_arg, nargs="+", default=list(default_nproc),
                    metavar="N", help="ranks per node; one launch per value (default: %(default)s)")
-    g.add_argument("--timeout", type=positive_float, default=600.0, metavar="S",
+    g.add_argument("--timeout", type=positive_float_arg, default=600.0, metavar="S",
                    help="seconds before a launch is killed, with all its ranks (default: %(default)s)")
-    g.add_argument("--threads-per-rank", type=positive_int, default=None, metavar="T",
+    g.add_argument("--threads-per-rank", type=positive_int_arg, default=None, metavar="T",
                    help="OMP_NUM_THREADS per rank (default: cores // ranks per node)")
     g.add_argument("--backend", choices=("gloo", "nccl"), default=None,
                    help="default: nccl when CUDA devices >= ranks per node, else gloo")
-    g.add_argument("--nnodes", type=positive_int, default=1, help="nodes (multi-node launch)")
+    g.add_argument("--nnodes", type=positive_int_arg, default=1, help="nodes (multi-node launch)")
     g.add_argument("--node-rank", type=int, default=0, help="this node's index (multi-node)")
     g.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
                    help="c10d rendezvous on the first node (multi-node)")
@@ -90,14 +89,14 @@ def validate_launch(config):
 
     The hook runs, from parsed flags, the checks the command makes before its first launch,
     and launches nothing: the config, the launch options, the config at every world size of
-    the sweep (``check_world_size``) and the results file (``--json``). :func:`check_command`
+    the sweep (``check_world_size``) and the results file (``--json``). :func:`labkit.cli.check_command`
     calls it, so ``labkit slurm`` refuses a command that would fail on the cluster before it
     writes the script.
     """
     def validate(args: argparse.Namespace) -> None:
         from labkit.results import check_writable
 
-        cfg = config_from_args(config, args) if isinstance(config, type) else config(args)
+        cfg = _config_of(config, args)
         launch = launch_options(args)
         check = getattr(cfg, "check_world_size", None)
         if check is not None:
@@ -109,30 +108,30 @@ def validate_launch(config):
     return validate
 
 
-def check_command(argv: list[str]) -> argparse.Namespace:
-    """Parse ``labkit ARGV`` and run the checks it makes before launching, launching nothing:
-    the command's ``validate`` hook (:func:`validate_launch`) where it has one, else its launch
-    options. UsageError (one line) when the command would be refused; the parsed flags else.
+def _config_of(config, args: argparse.Namespace):
+    """``config`` (a lab's config class, or a function of the parsed flags that builds it)
+    built from the parsed flags."""
+    return config_from_args(config, args) if isinstance(config, type) else config(args)
+
+
+def run_lab(args: argparse.Namespace, config, run):
+    """A lab command's config and rows, ``(config, rows)``: ``config`` (as
+    :func:`validate_launch` takes it) built from the parsed flags, then the lab's
+    ``run(config, launch=..., store=args.json)`` with the launch flags. The config and the
+    launch options are checked before anything launches or is written (the lab's ``run``
+    checks the rest before its first launch).
+
+    >>> from labkit.cli import Parser
+    >>> from labkit.tp.config import TPConfig
+    >>> p = add_lab_command(Parser(prog="labkit").add_subparsers(), "tp", TPConfig, print,
+    ...                     help="h")
+    >>> def run(config, *, launch, store):
+    ...     return [config.hidden, launch.nprocs, store]
+    >>> run_lab(p.parse_args(["--hidden", "64", "--nproc", "2"]), TPConfig, run)[1]
+    [64, (2,), None]
     """
-    import contextlib
-    import io
-
-    from labkit.cli import build_parser
-    from labkit.errors import UsageError
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            args = build_parser().parse_args(argv)
-    except SystemExit:
-        last = (err.getvalue().strip().splitlines() or ["invalid command"])[-1]
-        raise UsageError(last) from None
-    hook = getattr(args, "validate", None)
-    if callable(hook):
-        hook(args)
-    elif hasattr(args, "nproc"):
-        launch_options(args)
-    return args
+    cfg = _config_of(config, args)
+    return cfg, run(cfg, launch=launch_options(args), store=args.json)
 
 
 #: ``--json``'s help; :data:`ALSO_STORE` where the launch flags come first
@@ -287,30 +286,6 @@ def config_from_args(cls, args: argparse.Namespace, **extra):
     return cls(**values)
 
 
-def print_frame(df, columns=None, floatfmt: str = "{:.4g}", file=None) -> None:
-    """Print a DataFrame as an aligned text table (no index), formatting floats compactly."""
-    file = file or sys.stdout
-    if columns is not None:
-        df = df[[c for c in columns if c in df.columns]]
-    if df.empty:
-        print("(no rows)", file=file)
-        return
-
-    def fmt(v):
-        if isinstance(v, float):
-            return "-" if v != v else floatfmt.format(v)
-        if isinstance(v, (dict, list)):
-            return json.dumps(v)[:40]
-        return str(v)
-
-    cells = [[str(c) for c in df.columns]] + [[fmt(v) for v in row] for row in df.itertuples(index=False)]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-    for j, r in enumerate(cells):
-        print("  ".join(c.rjust(w) for c, w in zip(r, widths)), file=file)
-        if j == 0:
-            print("  ".join("-" * w for w in widths), file=file)
-
-
 def write_json_rows(path: str, rows, key=()) -> None:
     """Store rows (with provenance) in a results file."""
     from labkit import results
@@ -323,7 +298,3 @@ def say_stored(path: str | None, df) -> None:
     """The line a command prints after its lab's ``run`` stored rows in ``--json PATH``."""
     if path:
         print(f"wrote {len(df)} row(s) to {path}", file=sys.stderr)
-
-
-def launch_kwargs(args: argparse.Namespace) -> dict:  # TRANSITION: removed once every lab uses launch_options
-    return launch_options(args).spec_kwargs()

@@ -50,6 +50,27 @@ def positive_int(name: str, value, *, minimum: int = 1) -> int:
     return value
 
 
+def distinct_positive_ints(name: str, values, *, minimum: int = 1) -> tuple:
+    """One value or several, as a non-empty tuple of distinct integers >= ``minimum`` (a sweep's
+    points: one run each, so a repeat is a mistake).
+
+    >>> distinct_positive_ints("ranks", 2), distinct_positive_ints("ranks", [1, 2])
+    ((2,), (1, 2))
+    >>> distinct_positive_ints("ranks", (1, 1))
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: ranks has repeats: [1, 1]
+    """
+    values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+    if not values:
+        raise UsageError(f"{name} needs at least one value")
+    for v in values:
+        positive_int(name, v, minimum=minimum)
+    if len(set(values)) != len(values):
+        raise UsageError(f"{name} has repeats: {list(values)}")
+    return values
+
+
 def positive_number(name: str, value) -> float:
     """The one check of a real quantity (a time, a size): a finite number > 0, as a float.
 

@@ -1,4 +1,5 @@
-"""Reading a launch's remains: per-rank logs, rank 0's live output, and who caused a failure."""
+"""Reading a launch's remains: per-rank logs, rank 0's live output, who caused a failure, which
+ranks stalled, and what the ranks reported (peak memory, where global rank 0 ran)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from labkit.errors import RankFailed
@@ -31,9 +33,23 @@ def echo_rank0(log_dir: Path, stop: threading.Event) -> None:
         stop.wait(0.2)
 
 
-def collect_logs(log_dir: Path, status_dir: Path) -> dict[int, str]:
-    """Per-rank stdout + stderr, keyed by global rank (from the rank's status file)."""
-    local_to_global = {}
+#: the agent's failure summary names each failed rank as "rank : GLOBAL (local_rank: LOCAL)"
+_RANK_NAMES = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
+
+
+def collect_logs(log_dir: Path, status_dir: Path, agent_text: str = "") -> dict[int, str]:
+    """Per-rank stdout + stderr, keyed by global rank: from the rank's status file, else from
+    the agent's failure summary (``agent_text``; a rank that died before it joined the world
+    wrote no status file), else by its local rank (one node: the same number).
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> (d / "logs/x/attempt_0/1").mkdir(parents=True)
+    >>> _ = (d / "logs/x/attempt_0/1/stderr.log").write_text("boom")
+    >>> collect_logs(d / "logs", d, "  rank      : 5 (local_rank: 1)")
+    {5: 'boom'}
+    """
+    local_to_global = {int(local): int(rank) for rank, local in _RANK_NAMES.findall(agent_text)}
     for f in status_dir.glob("local*.json"):
         with contextlib.suppress(OSError, json.JSONDecodeError, KeyError):
             info = json.loads(f.read_text())
@@ -103,3 +119,59 @@ def failure(spec, rc: int, agent_text: str, logs: dict[int, str], status_dir: Pa
         msg += f"\n(rank(s) {', '.join(map(str, others))} failed too, as a consequence)"
     msg += f"\n--- last lines of {who}'s log ---\n{log_tail or '(empty: it printed nothing before it died)'}"
     return RankFailed(msg, rank=rank, exitcode=exitcode, signal_name=signal_name, log_tail=log_tail)
+
+
+def stalled_ranks(status_dir: Path, now: float | None = None) -> str:
+    """Which ranks stopped making progress, from their heartbeat files (labkit.harness):
+    a rank with no heartbeat for seconds is stopped or stuck outside Python; otherwise the
+    ranks whose last progress is oldest are the stuck ones (the others wait for them).
+
+    >>> import json, tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "rank0.beat").write_text(json.dumps({"time": 100.0, "progress": 99.0}))
+    >>> _ = (d / "rank1.beat").write_text(json.dumps({"time": 70.0, "progress": 60.0}))
+    >>> stalled_ranks(d, now=100.5)
+    'rank 1 stopped (no heartbeat for 30 s, no progress for 40 s)'
+    >>> _ = (d / "rank1.beat").write_text(json.dumps({"time": 100.0, "progress": 60.0}))
+    >>> stalled_ranks(d, now=100.2)
+    'rank 1 made no progress for 40 s (rank 0 last progressed 1 s ago)'
+    """
+    now = time.time() if now is None else now
+    beats = {}
+    for f in status_dir.glob("rank*.beat"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            d = json.loads(f.read_text())
+            beats[int(f.name[4:-5])] = (float(d["time"]), float(d["progress"]))
+    if not beats:
+        return "no rank reported a heartbeat (stuck before it started)"
+    dead = {r: b for r, b in beats.items() if now - b[0] > 5.0}
+    if dead:
+        return "; ".join(f"rank {r} stopped (no heartbeat for {now - t:.0f} s, no progress for "
+                         f"{now - pr:.0f} s)" for r, (t, pr) in sorted(dead.items()))
+    oldest = min(pr for _, pr in beats.values())
+    stuck = sorted(r for r, (_, pr) in beats.items() if pr - oldest < 1.0)
+    others = sorted(set(beats) - set(stuck))
+    text = (f"rank{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))} made no progress "
+            f"for {now - oldest:.0f} s")
+    if others:
+        latest = max(beats[r][1] for r in others)
+        text += (f" (rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} last "
+                 f"progressed {now - latest:.0f} s ago)")
+    return text
+
+
+def rank0_host(status_dir: Path) -> dict | None:
+    """Where global rank 0 ran, as this node's ranks heard it (multi-node; labkit.harness)."""
+    with contextlib.suppress(OSError, ValueError):
+        where = json.loads((status_dir / "rank0_host.json").read_text())
+        return where if isinstance(where, dict) else None
+    return None
+
+
+def peak_rss(status_dir: Path) -> int | None:
+    """The largest peak resident set (bytes) any rank of this node reported (labkit.harness)."""
+    peaks = []
+    for f in status_dir.glob("rank*.peak"):
+        with contextlib.suppress(OSError, ValueError):
+            peaks.append(int(f.read_text()))
+    return max(peaks) if peaks else None

@@ -15,10 +15,12 @@ Worked reference (DDP training on RTX 2080 Ti, N GPUs -> seconds)::
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from labkit.config import positive_int
 from labkit.errors import UsageError
 
 PERCENTILES = (50, 75, 90, 95)
@@ -34,10 +36,18 @@ def _positive(name: str, value: float) -> float:
     return v
 
 
-def _ranks(name: str, value: int) -> int:
-    if isinstance(value, bool) or int(value) != value or value < 1:
-        raise UsageError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
+def positive_count(name: str, value) -> int:
+    """A count (ranks, nodes, microbatches, steps) >= 1, as an int: the check of
+    :func:`labkit.config.positive_int`, but a whole number read from a table (numpy's int, a
+    float like 4.0) counts too.
+
+    >>> positive_count("ranks", 4.0), positive_count("ranks", 2)
+    (4, 2)
+    """
+    if (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and float(value).is_integer()):
+        value = int(value)
+    return positive_int(name, value)
 
 
 def speedup(t1: float, tn: float) -> float:
@@ -57,7 +67,7 @@ def strong_efficiency(t1: float, tn: float, n: int) -> float:
     >>> round(strong_efficiency(171, 49, 8), 3)
     0.436
     """
-    return speedup(t1, tn) / _ranks("N", n)
+    return speedup(t1, tn) / positive_count("N", n)
 
 
 def weak_efficiency(t1: float, tn: float) -> float:
@@ -75,7 +85,32 @@ def throughput_efficiency(thr1: float, thrn: float, n: int) -> float:
     >>> throughput_efficiency(100.0, 180.0, 2)
     0.9
     """
-    return (_positive("throughput N", thrn) / _ranks("N", n)) / _positive("throughput 1", thr1)
+    per_rank = _positive("throughput N", thrn) / positive_count("N", n)
+    return per_rank / _positive("throughput 1", thr1)
+
+
+def model_error_pct(*, model_s: float, measured_s: float) -> float:
+    """Model error in % of the measurement: 100·(model − measured)/measured (every lab puts
+    its prediction beside its measurement this way).
+
+    >>> model_error_pct(model_s=1.1, measured_s=1.0)
+    10.000000000000009
+    """
+    if measured_s <= 0:
+        raise UsageError(f"measured time must be > 0, got {measured_s}")
+    return relative_error_pct(model_s, measured_s)
+
+
+def relative_error_pct(value: float, reference: float) -> float:
+    """100·(value − reference)/reference, for any two quantities (bytes, FLOPs, one engine's
+    term against another's): 0 where both are 0, NaN where only the reference is.
+
+    >>> relative_error_pct(12, 10), relative_error_pct(0, 0), relative_error_pct(3, 0)
+    (20.0, 0.0, nan)
+    """
+    if not (isinstance(reference, (int, float)) and reference):
+        return 0.0 if value == reference else math.nan
+    return 100.0 * (value - reference) / reference
 
 
 def relative_su(s: float, n: int) -> float:
@@ -86,7 +121,7 @@ def relative_su(s: float, n: int) -> float:
     >>> round(relative_su(171 / 49, 8), 2)
     2.29
     """
-    return _ranks("N", n) / _positive("speedup", s)
+    return positive_count("N", n) / _positive("speedup", s)
 
 
 def service_units(walltime_s: float, *, cores: int = 0, gpus: int = 0) -> float:
@@ -113,7 +148,7 @@ def amdahl_speedup(serial_fraction: float, n: int) -> float:
     f = float(serial_fraction)
     if not 0 <= f <= 1:
         raise UsageError(f"serial fraction must be in [0, 1], got {serial_fraction!r}")
-    n = _ranks("N", n)
+    n = positive_count("N", n)
     return 1.0 / (f + (1.0 - f) / n)
 
 
@@ -126,7 +161,7 @@ def gustafson_speedup(serial_fraction: float, n: int) -> float:
     f = float(serial_fraction)
     if not 0 <= f <= 1:
         raise UsageError(f"serial fraction must be in [0, 1], got {serial_fraction!r}")
-    n = _ranks("N", n)
+    n = positive_count("N", n)
     return round(n - f * (n - 1), 12)
 
 
@@ -139,7 +174,7 @@ def karp_flatt(s: float, n: int) -> float:
     >>> round(karp_flatt(226 / 76, 4), 3)
     0.115
     """
-    n = _ranks("N", n)
+    n = positive_count("N", n)
     s = _positive("speedup", s)
     if n == 1:
         return float("nan")
@@ -215,7 +250,7 @@ def _time_table(ns: Iterable[int], times: Iterable[float]) -> dict[int, float]:
         raise UsageError(f"{len(ns)} rank counts but {len(times)} times")
     table: dict[int, float] = {}
     for n, t in zip(ns, times):
-        n = _ranks("N", n)
+        n = positive_count("N", n)
         if n in table:
             raise UsageError(f"N = {n} given twice")
         table[n] = _positive(f"time at N = {n}", t)
@@ -235,7 +270,7 @@ def parse_times(specs: Sequence[str]) -> dict[int, float]:
             n, t = int(parts[0]), float(parts[1])
         except ValueError:
             raise UsageError(f"--times entry {spec!r} is not N:SECONDS (for example 2:134)") from None
-        _ranks(f"N in {spec!r}", n)
+        positive_count(f"N in {spec!r}", n)
         _positive(f"seconds in {spec!r}", t)
         if n in out:
             raise UsageError(f"--times gives N = {n} twice")

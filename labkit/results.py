@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from labkit.errors import ResultsFileError, ResultsNotStored, UsageError
+from labkit.procs import available_cores
 
 FORMAT = "labkit-results"
 VERSION = 1
@@ -220,43 +221,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def available_cores() -> int:
-    """Cores this process may run on (affinity-aware, unlike ``os.cpu_count``)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def allocated_cores() -> int:
-    """The cores this launcher's ranks may use: :func:`available_cores` (the
-    affinity mask), and within a SLURM job no more than ``SLURM_CPUS_PER_TASK`` (a cluster
-    without CPU binding leaves the whole node in the mask; the allocation is the share the job
-    paid for). The default threads per rank and ``oversubscribed`` are judged against it.
-    """
-    cores = available_cores()
-    per_task = os.environ.get("SLURM_CPUS_PER_TASK", "").strip()
-    if os.environ.get("SLURM_JOB_ID") and per_task.isdigit() and int(per_task) > 0:
-        cores = min(cores, int(per_task))
-    return cores
-
-
-def available_memory_bytes() -> int | None:
-    """Memory a launch may use now: MemAvailable, capped by this cgroup's limit (a batch job's
-    allocation, a container); None where neither can be read."""
-    avail = None
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                avail = int(line.split()[1]) * 1024
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        with contextlib.suppress(OSError, ValueError):
-            limit = int(Path(limit_file).read_text().strip())
-            if limit < (1 << 60):
-                avail = limit if avail is None else min(avail, limit)
-    return avail
-
-
 def provenance() -> dict:
     """Fields every stored row carries about where and when it was measured."""
     from labkit import __version__
@@ -299,6 +263,26 @@ PROVENANCE_COLUMNS = (
     Column("git_commit", "", "the project's commit, when run from a git checkout"),
 )
 
+#: the fields every row of a launch carries (:meth:`labkit.launch.LaunchResult.launch_fields`)
+LAUNCH_COLUMNS = (
+    Column("world_size", "", "ranks in the world (nproc_per_node x nnodes)"),
+    Column("nproc_per_node", "", "ranks per node"),
+    Column("nnodes", "", "nodes"),
+    Column("backend", "", "torch.distributed backend: gloo or nccl"),
+    Column("device", "", "cpu or cuda"),
+    Column("device_name", "", "the CPU or GPU model"),
+    Column("threads_per_rank", "", "OMP_NUM_THREADS of each rank"),
+    Column("oversubscribed", "", "more rank-threads than cores: timings not representative"),
+    Column("launch_wall_time_s", "s", "the whole launch, torch import and start included"),
+    Column("slurm_job_id", "", "the SLURM job the launch ran in (SLURM_JOB_ID); empty outside SLURM"),
+    Column("memory_estimate_bytes_per_rank", "bytes",
+           "what the lab estimated one rank needs, checked against the machine before launch"),
+    Column("peak_rss_bytes_per_rank", "bytes", "the largest peak resident set of a rank (measured)"),
+    Column("gloo_fallback", "",
+           "the node had GPUs, but fewer than ranks per node: the launch ran on gloo on the CPU"),
+)
+
+
 #: the labs whose report declares ``COLUMNS`` (pure modules: importing them is cheap)
 SCHEMA_MODULES = ("labkit.solve.report", "labkit.ddp.report", "labkit.collectives.report",
                   "labkit.pipeline.report", "labkit.speedup.report", "labkit.checks.report",
@@ -308,8 +292,6 @@ SCHEMA_MODULES = ("labkit.solve.report", "labkit.ddp.report", "labkit.collective
 def declared_columns() -> dict[str, Column]:
     """Every declared column of every lab, the launch fields and provenance, by name."""
     import importlib
-
-    from labkit.launch import LAUNCH_COLUMNS
 
     out = {c.name: c for c in PROVENANCE_COLUMNS + LAUNCH_COLUMNS}
     for mod in SCHEMA_MODULES:
@@ -326,8 +308,6 @@ def undeclared(rows: Iterable[dict], columns: Iterable[Column]) -> list[str]:
     >>> undeclared([{"y": 1}], [])
     ['y']
     """
-    from labkit.launch import LAUNCH_COLUMNS
-
     known = {c.name for c in tuple(columns) + PROVENANCE_COLUMNS + LAUNCH_COLUMNS}
     return sorted({k for r in rows for k in r} - known)
 
@@ -342,8 +322,6 @@ def describe(names: Iterable[str], context: Iterable[str] = ()):
     import importlib
 
     import pandas as pd
-
-    from labkit.launch import LAUNCH_COLUMNS
 
     names = list(names)
     schemas = [{c.name: c for c in getattr(importlib.import_module(m), "COLUMNS", ())}
@@ -361,6 +339,13 @@ def describe(names: Iterable[str], context: Iterable[str] = ()):
 
 #: the percentiles :func:`labkit.metrics.summarize_times` reports
 TIMED_PCTS = (50, 75, 90, 95)
+
+#: the device memory peak of a measured point (:func:`labkit.runtime.max_device_peak_bytes`),
+#: declared by every lab whose worker records it
+DEVICE_MEMORY_COLUMNS = (
+    Column("device_memory_peak_bytes", "bytes",
+           "the largest device memory a rank held during the point (CUDA; empty on CPU)"),
+)
 
 
 def timed_columns(prefix: str, what: str, *, each: str = "step") -> tuple:

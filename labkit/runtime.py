@@ -53,6 +53,8 @@ def init(timeout_s: float | None = None) -> Runtime:
     Outside torchrun (no ``WORLD_SIZE``) this is a world of one, still with a real gloo process
     group so that collectives in worker code run unchanged in a plain ``python -m``.
     """
+    from labkit import audit
+
     global _RUNTIME
     if _RUNTIME is not None:
         return _RUNTIME
@@ -64,14 +66,22 @@ def init(timeout_s: float | None = None) -> Runtime:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     backend = _choose_backend(local_world_size)
     if backend == "nccl":
+        if local_rank >= torch.cuda.device_count():  # one rank per GPU, or set_device dies
+            raise RuntimeError(f"nccl: local rank {local_rank} has no GPU of its own (this node "
+                               f"has {torch.cuda.device_count()}): start at most that many ranks "
+                               "per node, or use gloo")
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
-        device = torch.device("cpu")
+        # the device audit (labkit.audit): cpu:0 stands for the GPU, a real CPU device that a
+        # call's arguments tell apart from the host's default
+        device = torch.device("cpu", 0) if audit.enabled() else torch.device("cpu")
     timeout = _dt.timedelta(seconds=float(timeout_s or pg_timeout_s()))
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout,
                             **kwargs)
+    if audit.enabled() and backend != "nccl":
+        audit.install(device, rank=rank, local_rank=local_rank)
     _RUNTIME = Runtime(rank, world_size, local_rank, local_world_size, backend, device)
     return _RUNTIME
 
@@ -187,14 +197,12 @@ def rank0_host(rt: Runtime) -> dict | None:
 
 
 def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return "cpu: " + line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu"
+    """``"cpu: MODEL"``, or ``"cpu"`` where the platform does not tell the model
+    (:func:`labkit.procs.cpu_model`, which asks torch's own CPU probe in a rank)."""
+    from labkit.procs import cpu_model
+
+    model = cpu_model()
+    return f"cpu: {model}" if model else "cpu"
 
 
 def run_meta(rt: Runtime) -> dict:
@@ -206,3 +214,42 @@ def run_meta(rt: Runtime) -> dict:
     meta["torch_version"] = torch.__version__
     meta["threads_per_rank"] = torch.get_num_threads()
     return meta
+
+
+def reset_device_peak(device: torch.device | None) -> None:
+    """Start a new peak of device memory on ``device`` (CUDA); nothing on a CPU, whose
+    memory is the host's (measured as RSS by the launcher)."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def device_peak_bytes(device: torch.device | None) -> int | None:
+    """The most device memory this process's tensors held on ``device`` since the last
+    :func:`reset_device_peak` (CUDA); None on a CPU, where there is no device memory apart
+    from the host's."""
+    if device is not None and device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return None
+
+
+def rank_device() -> torch.device:
+    """This rank's device as :func:`init` chose it: where a tensor handed to torch.distributed
+    lives when the caller holds no :class:`Runtime`. A process group joined without ``init``
+    gives the current GPU on NCCL; none at all, the CPU."""
+    if _RUNTIME is not None:
+        return _RUNTIME.device
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def max_device_peak_bytes(device: torch.device | None) -> int | None:
+    """The largest :func:`device_peak_bytes` of any rank, on every rank. Collective on CUDA
+    (one all-reduce); on a CPU None, and no message (every rank of a world has one kind of
+    device, so all of them take the same branch)."""
+    mine = device_peak_bytes(device)
+    if mine is None or not dist.is_initialized() or dist.get_world_size() == 1:
+        return mine
+    t = torch.tensor([mine], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())

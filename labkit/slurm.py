@@ -12,7 +12,7 @@ A ``labkit ...`` command gets the same settings through its launch flags (``--nn
 * **CPU jobs** (G = 0): no ``--gres`` line; R = the labkit command's largest ``--nproc`` (or
   ``ranks_per_node``, default 1), one core per rank unless ``cpus_per_task`` says otherwise.
   labkit gives each rank ``SLURM_CPUS_PER_TASK // R`` threads and marks a run oversubscribed
-  against the cores the job has (:func:`labkit.results.allocated_cores`).
+  against the cores the job has (:func:`labkit.procs.allocated_cores`).
 * **Environment**: the script puts the scripts folder of the Python environment it was
   written from first on ``PATH`` (an absolute path: the nodes must see it, e.g. on a shared
   filesystem), or runs the ``setup`` line given instead, and checks that the command is there.
@@ -259,9 +259,13 @@ class SlurmJob:
                      ' --rdzv-endpoint "$RDZV_ENDPOINT" --rdzv-id "$SLURM_JOB_ID"')
             return f"{srun} bash -c {shlex.quote(inner)}"
         target = list(self.command[1:])
-        return (f'{srun} torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {self.ranks_per_node} '
-                '--rdzv-backend c10d --rdzv-endpoint "$RDZV_ENDPOINT" --rdzv-id "$SLURM_JOB_ID" '
-                f"{shlex.join(target)}")
+        # the first node hosts the rendezvous store by being told so: torch's guess compares
+        # the endpoint with its own host names and misses where SLURM's NodeAddr is another
+        # interface (or Debian's 127.0.1.1 entry), and then no node hosts it
+        inner = (f'torchrun --nnodes "$SLURM_NNODES" --nproc-per-node {self.ranks_per_node} '
+                 '--rdzv-backend c10d --rdzv-endpoint "$RDZV_ENDPOINT" --rdzv-id "$SLURM_JOB_ID" '
+                 '--rdzv-conf "is_host=$(( SLURM_NODEID == 0 ))" ' + shlex.join(target))
+        return f"{srun} bash -c {shlex.quote(inner)}"
 
 
 def render(job: SlurmJob) -> str:

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.metrics import slowest_rank, summarize_times
-from labkit.runtime import mark_progress, sync
+from labkit.runtime import mark_progress, rank_device, sync
 
 
 def repeat_timed(fn: Callable[[], object], *, warmup: int, repeat: int,
@@ -30,10 +30,13 @@ def repeat_timed(fn: Callable[[], object], *, warmup: int, repeat: int,
     """Run ``fn`` ``warmup`` times untimed, then ``repeat`` times timed; this rank's seconds.
 
     With ``barrier`` every timed repeat starts with all ranks together, so per-rank times of
-    one repeat are comparable and their maximum is that repeat's wall time.
+    one repeat are comparable and their maximum is that repeat's wall time. ``device``
+    (default: the rank's, :func:`labkit.runtime.rank_device`) is synchronised before each
+    clock read.
     """
     if warmup < 0 or repeat < 1:
         raise ValueError(f"warmup must be >= 0 and repeat >= 1, got {warmup}, {repeat}")
+    device = rank_device() if device is None else device
     for _ in range(warmup):
         fn()
     sync(device)
@@ -51,14 +54,14 @@ def repeat_timed(fn: Callable[[], object], *, warmup: int, repeat: int,
 
 
 def gather_samples(local: list[float]) -> np.ndarray:
-    """All ranks' samples as a (world_size, n) array, on every rank (n must match)."""
-    t = torch.tensor(local, dtype=torch.float64)
+    """All ranks' samples as a (world_size, n) array, on every rank (n must match).
+
+    One tensor all_gather (not all_gather_object: no pickling) of a tensor made on the rank's
+    device (:func:`labkit.runtime.rank_device`): a host tensor is no NCCL buffer.
+    """
     if not dist.is_initialized() or dist.get_world_size() == 1:
-        return t.numpy()[None, :]
-    # one tensor all_gather (not all_gather_object: no pickling); nccl needs it on the GPU
-    backend = dist.get_backend()
-    dev = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else t.device
-    t = t.to(dev)
+        return np.asarray(local, dtype=np.float64)[None, :]
+    t = torch.tensor(local, dtype=torch.float64, device=rank_device())
     out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
     dist.all_gather(out, t)
     return torch.stack(out).cpu().numpy()
@@ -80,7 +83,8 @@ def summarize(local: list[float], prefix: str = "step_time") -> dict:
 
 
 class Stopwatch:
-    """Accumulates time into named buckets, synchronising CUDA around each read.
+    """Accumulates time into named buckets, synchronising CUDA around each read (``device``,
+    default the rank's).
 
     >>> sw = Stopwatch()
     >>> with sw("spmv"):
@@ -102,15 +106,19 @@ class Stopwatch:
 
     def __enter__(self) -> Stopwatch:
         if self.enabled:
-            sync(self.device)
+            sync(self._device())
             self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         if self.enabled:
-            sync(self.device)
+            sync(self._device())
             name = self._name or "total"
             self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - self._t0
+
+    def _device(self) -> torch.device:
+        # resolved at each read: a stopwatch may be made before the rank joins its world
+        return rank_device() if self.device is None else self.device
 
     def reset(self) -> None:
         self.totals.clear()

@@ -1,15 +1,105 @@
-"""What the Playwright browser tests share: Debian's chromium, its flags for a closed network,
-and a context that refuses every request leaving the site under test."""
+"""What the browser tests share: the browser to drive (:func:`find_browser`), its flags for a
+closed network, and a context that refuses every request leaving the site under test.
+
+``python -m tests._browser`` prints the browser the tests will drive (exit 0) or why there is
+none (exit 1); ``make setup-browser`` runs it.
+"""
 
 from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
 
 from labkit.book.notebooks import REPO_ROOT
 
 ARTIFACTS = REPO_ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-# without the background-networking flags chromium keeps trying hosts this machine cannot reach
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+#: the system browsers looked for on PATH, in this order, after Playwright's own chromium
+SYSTEM_BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+HOW_TO_GET_ONE = ("to get one: `.venv/bin/playwright install chromium` as you, or the "
+                  "system's chromium package (on Debian `make setup-browser` as root)")
+# without the background-networking flags chromium keeps trying hosts this machine cannot reach.
+# Chromium refuses to start as root with its sandbox on, so root turns it off; a user keeps it
+# where the browser is started directly (test_site). Playwright starts it without its sandbox
+# unless told chromium_sandbox=True.
+CHROMIUM_ARGS = ["--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+if hasattr(os, "geteuid") and os.geteuid() == 0:
+    CHROMIUM_ARGS.insert(0, "--no-sandbox")
+
+
+def _runs(path: str) -> str | None:
+    """None where ``path --version`` works; else what went wrong (a browser installed without
+    the libraries it needs, a wrapper for a snap that is not there)."""
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{path} does not run ({type(e).__name__}: {e})"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
+        return f"{path} --version failed ({last[0][:200]})"
+    return None
+
+
+def _playwright_chromium() -> tuple[str | None, str]:
+    """(path, "") of the chromium Playwright installed for itself, or (None, why not)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None, "Playwright is not installed (the dev extra: make setup)"
+    try:
+        with sync_playwright() as pw:
+            path = pw.chromium.executable_path
+    except Exception as e:  # the driver did not start: say so and look on PATH
+        return None, f"Playwright's driver did not start ({type(e).__name__}: {str(e)[:200]})"
+    if not os.path.isfile(path):
+        return None, "Playwright's chromium is not installed"
+    return path, ""
+
+
+def locate_browser(search_path: str | None = None) -> tuple[str | None, str]:
+    """(executable, what it is) of the browser the tests drive, or (None, why there is none).
+
+    Playwright's own chromium where it is installed, else the first of :data:`SYSTEM_BROWSERS`
+    on ``search_path`` (default: PATH); each must answer ``--version``. Playwright's build comes
+    first because it is the one the installed Playwright is made for."""
+    tried = []
+    path, why = _playwright_chromium()
+    if path:
+        broken = _runs(path)
+        if broken is None:
+            return path, "Playwright's chromium"
+        why = f"Playwright's chromium: {broken}"
+    tried.append(why)
+    on_path = [p for p in (shutil.which(n, path=search_path) for n in SYSTEM_BROWSERS) if p]
+    for path in on_path:
+        broken = _runs(path)
+        if broken is None:
+            return path, "on PATH"
+        tried.append(broken)
+    if not on_path:
+        tried.append(f"no {', '.join(SYSTEM_BROWSERS[:-1])} or {SYSTEM_BROWSERS[-1]} on PATH")
+    return None, f"no browser for the browser tests: {'; '.join(tried)}; {HOW_TO_GET_ONE}"
+
+
+@functools.lru_cache(maxsize=1)
+def find_browser() -> tuple[str | None, str]:
+    """:func:`locate_browser`, looked up once per test session."""
+    return locate_browser()
+
+
+def browser_executable() -> str:
+    """The browser to drive; skips the calling test, with the reason, where there is none
+    (conftest has already skipped every ``browser`` test then)."""
+    import pytest
+
+    path, why = find_browser()
+    if path is None:
+        pytest.skip(why)
+    return path
 
 
 def block_offsite(ctx, base: str, blocked: list) -> None:
@@ -23,3 +113,9 @@ def block_offsite(ctx, base: str, blocked: list) -> None:
             route.abort()
 
     ctx.route("**/*", offline)
+
+
+if __name__ == "__main__":
+    found, what = find_browser()
+    print(f"the browser tests drive {found} ({what})" if found else what)
+    sys.exit(0 if found else 1)

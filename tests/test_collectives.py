@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from labkit import collectives, results
+from labkit import collectives, metrics, results
 from labkit.collectives import formulas, report
 from labkit.errors import UsageError
 from labkit.launch import LaunchOptions
@@ -64,7 +64,7 @@ def test_fit_with_noise_and_model_error():
     fitted = formulas.add_fit(rows)
     assert all(abs(r["model_error_pct"]) < 5 for r in fitted)
     assert fitted[0]["crossover_bytes"] == pytest.approx(2 * a * b)
-    assert formulas.model_error_pct(model_s=1.1, measured_s=1.0) == pytest.approx(10.0)
+    assert metrics.model_error_pct(model_s=1.1, measured_s=1.0) == pytest.approx(10.0)
 
 
 def test_fit_refuses_degenerate_input():
@@ -122,6 +122,7 @@ def test_two_rank_sweep_every_op_checked(tmp_path):
                          store=store)
     assert set(df.op) == set(formulas.OPS)
     assert (df.wrong == 0).all(), df[["op", "size_bytes", "wrong"]]
+    assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     for r in df.itertuples():
         assert r.algbw_gb_per_s == pytest.approx(r.size_bytes / r.time_p50_s / 1e9)
         assert r.busbw_gb_per_s == pytest.approx(r.algbw_gb_per_s * formulas.busbw_factor(r.op, 2))

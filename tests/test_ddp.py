@@ -19,7 +19,7 @@ from labkit import cli, ddp, results
 from labkit.collectives.formulas import busbw_gb_per_s
 from labkit.ddp import config as ddp_config
 from labkit.ddp import diff as ddp_diff
-from labkit.ddp import formulas, report
+from labkit.ddp import formulas, report, verdicts
 from labkit.ddp.config import DDPConfig
 from labkit.ddp.diff import compare, delta_pct
 from labkit.ddp.models import build_model, grad_bytes, num_params, synthetic_batches
@@ -96,7 +96,7 @@ def test_synthetic_batches_are_seeded_per_rank():
     assert not torch.equal(a0[0][0], a0[1][0])
 
 
-@pytest.mark.parametrize("module", [formulas, ddp_config, ddp_diff, report])
+@pytest.mark.parametrize("module", [formulas, ddp_config, ddp_diff, report, verdicts])
 def test_docstring_examples(module):
     assert doctest.testmod(module).failed == 0
 
@@ -139,7 +139,7 @@ def test_cli_bad_input_exits_2_and_writes_nothing(args, tmp_path, capsys):
 
 
 def test_threads_per_rank_above_the_cores_exits_2_before_launching(tmp_path, capsys):
-    from labkit.results import allocated_cores
+    from labkit.procs import allocated_cores
 
     out = tmp_path / "r.json"
     too_many = str(allocated_cores() + 1)
@@ -241,26 +241,26 @@ def test_fit_step_time_recovers_the_line_and_refuses_one_batch():
 
 def test_verdict_sentences_flip_with_the_numbers():
     b = [16, 32, 64, 128]
-    wins = report.pays_sentence(b, [0.8, 0.9, 1.1, 1.3])
+    wins = verdicts.pays_sentence(b, [0.8, 0.9, 1.1, 1.3])
     assert wins.startswith("DDP on 2 ranks pays from batch 45 per rank on")
-    never = report.pays_sentence(b, [0.5, 0.6, 0.7, 0.8])
+    never = verdicts.pays_sentence(b, [0.5, 0.6, 0.7, 0.8])
     assert "does not pay at any batch" in never and "0.80x, at batch 128" in never
-    always = report.pays_sentence(b, [1.1, 1.2, 1.3, 1.4])
+    always = verdicts.pays_sentence(b, [1.1, 1.2, 1.3, 1.4])
     assert "pays at every batch swept, from batch 16" in always
-    assert "does not pay at the largest batch" in report.pays_sentence(b, [0.8, 1.1, 1.2, 0.9])
+    assert "does not pay at the largest batch" in verdicts.pays_sentence(b, [0.8, 1.1, 1.2, 0.9])
     # the crossover moves with the numbers: a later crossing, a later batch
-    assert "from batch 91 per rank on" in report.pays_sentence(b, [0.7, 0.8, 0.9, 1.1])
-    assert "at every batch" in report.model_sentence(b, [1, -2, 3, 24.9])
-    assert "misses at batch 128 (+26%)" in report.model_sentence(b, [1, -2, 3, 26])
-    assert report.threads_sentence(batch=64, ranks=2, threads=2, ratio=0.8).endswith(
+    assert "from batch 91 per rank on" in verdicts.pays_sentence(b, [0.7, 0.8, 0.9, 1.1])
+    assert "at every batch" in verdicts.model_sentence(b, [1, -2, 3, 24.9])
+    assert "misses at batch 128 (+26%)" in verdicts.model_sentence(b, [1, -2, 3, 26])
+    assert verdicts.threads_sentence(batch=64, ranks=2, threads=2, ratio=0.8).endswith(
         "the one process wins.")
-    assert report.threads_sentence(batch=64, ranks=2, threads=2, ratio=1.2).endswith(
+    assert verdicts.threads_sentence(batch=64, ranks=2, threads=2, ratio=1.2).endswith(
         "the ranks win.")
     nan, inf = float("nan"), float("inf")
-    assert "measured batch 45 per rank, predicted 40" in report.crossover_sentence(
+    assert "measured batch 45 per rank, predicted 40" in verdicts.crossover_sentence(
         {"world_size": 2, "measured": 45.2, "predicted": 40.0, "batches": b})
-    text = report.crossover_sentence({"world_size": 2, "measured": nan, "predicted": inf,
-                                      "batches": b})
+    text = verdicts.crossover_sentence({"world_size": 2, "measured": nan, "predicted": inf,
+                                        "batches": b})
     assert "measured not inside the sweep (16 to 128 per rank), predicted never" in text
 
 
@@ -391,6 +391,7 @@ def test_baseline_row_scaling_and_stored_rows(run_a):
 @pytest.mark.slow
 def test_every_row_field_is_declared(run_a):
     df, path = run_a
+    assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     assert results.undeclared(results.read_rows(path), report.COLUMNS) == []
 
@@ -436,7 +437,7 @@ def test_diff_bucket_25_vs_1(run_a, run_b, capsys):
 @pytest.mark.slow
 def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
     """One thread per process, the all-cores run at one batch, the model beside every DDP run."""
-    from labkit.results import allocated_cores
+    from labkit.procs import allocated_cores
 
     config = ddp.DDPConfig(**{**TINY, "batch_size": (8, 16)}, all_cores_batches=(16,))
     df = ddp.run(config, launch=LaunchOptions(nprocs=(1, 2), threads_per_rank=1,
@@ -475,4 +476,5 @@ def test_cuda_uses_nccl_one_rank_per_gpu():
                  launch=LaunchOptions(nprocs=n, timeout_s=LAUNCH_TIMEOUT_S, progress=False))
     row = df[df.variant == "ddp"].iloc[0]
     assert row.backend == "nccl" and row.placement_ok
+    assert row.device_memory_peak_bytes > 0  # measured on the GPUs
     assert [p["device"] for p in row.placement] == [f"cuda:{i}" for i in range(n)]

@@ -19,7 +19,7 @@ import pytest
 from labkit import results
 from labkit.cli import main
 from labkit.errors import ResultsFileError, ResultsNotStored
-from labkit.orphans import processes_of
+from labkit.procs import processes_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00\x90wS\xde"
@@ -222,9 +222,9 @@ def test_a_dead_kernel_leaves_no_process_before_the_next_run(tmp_path):
             "from labkit.launch import launch\n"
             "threading.Thread(target=launch, args=('selftest', 2, {'fault': 'hang', "
             "'fault_rank': 1}), kwargs={'timeout_s': 300, }, daemon=True).start()\n"
-            # the kernel set the mark after it started, so /proc shows it on the torchrun
-            # agent and its 2 ranks only
-            "from labkit.orphans import processes_of\n"
+            # the kernel set the mark after it started, so only the agent and its 2 ranks
+            # carry it in the environment they started with
+            "from labkit.procs import processes_of\n"
             "deadline = time.time() + 120\n"
             "while len(processes_of(os.environ['LABKIT_TEST_MARK'], 'LABKIT_TEST_MARK')) < 3 "
             "and time.time() < deadline:\n"
@@ -252,7 +252,8 @@ def test_timeout_names_the_rank_that_stopped():
 
 
 def test_stale_workdirs_of_dead_launchers_are_removed(tmp_path):
-    from labkit.launch import clean_stale_workdirs, process_start
+    from labkit.launch import clean_stale_workdirs
+    from labkit.procs import process_start
 
     dead = tmp_path / "labkit-solve-dead"
     dead.mkdir()
@@ -260,5 +261,8 @@ def test_stale_workdirs_of_dead_launchers_are_removed(tmp_path):
     alive = tmp_path / "labkit-solve-alive"
     alive.mkdir()
     (alive / "owner").write_text(f"{os.getpid()} {process_start(os.getpid())}")
-    assert clean_stale_workdirs(str(tmp_path)) == [dead]
-    assert alive.exists() and not dead.exists()
+    reused = tmp_path / "labkit-solve-reused"  # its owner's pid now names another process
+    reused.mkdir()
+    (reused / "owner").write_text(f"{os.getpid()} 12.000")
+    assert sorted(clean_stale_workdirs(str(tmp_path))) == [dead, reused]
+    assert alive.exists() and not dead.exists() and not reused.exists()

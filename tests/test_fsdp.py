@@ -130,6 +130,7 @@ def test_two_ranks_match_one_process_and_hold_half(tmp_path):
     assert z1.optimizer_bytes_per_rank == pytest.approx(z1.ddp_optimizer_bytes_per_rank / 2,
                                                         rel=0.10)
     assert z1.param_bytes_per_rank == z1.ddp_param_bytes_per_rank
+    assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     stored = results.read_rows(store)
     assert len(stored) == 3 and results.undeclared(stored, report.COLUMNS) == []
@@ -151,3 +152,4 @@ def test_cuda_uses_nccl_one_gpu_per_rank():
                   launch=LaunchOptions(nprocs=n, timeout_s=LAUNCH_TIMEOUT_S, progress=False))
     assert (df.backend == "nccl").all() and df.device.str.startswith("cuda").all()
     assert df.matches_single_process.all()
+    assert (df.device_memory_peak_bytes > 0).all()  # measured on the GPUs

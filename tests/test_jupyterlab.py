@@ -25,12 +25,13 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from labkit.book.lab import jupyterlab_command
 from labkit.book.notebooks import NOTEBOOK_DIR, REPO_ROOT
 from labkit.orphans import kill_marked, processes_of
-from tests._browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, block_offsite
+from tests._browser import ARTIFACTS, CHROMIUM_ARGS, block_offsite, browser_executable
 
 from ._notebook_runs import load_test_params
 
@@ -134,21 +135,12 @@ def jupyterlab(notebook: Path, home: Path):
 
 
 def descendants(pid: int | None = None) -> set[int]:
-    """Live (not zombie) processes below ``pid`` (default: this one), from /proc."""
-    parent_of = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                parent_of[int(entry)] = int(fields[1])
-    found, frontier = set(), {pid or os.getpid()}
-    while frontier:
-        frontier = {p for p, parent in parent_of.items() if parent in frontier} - found
-        found |= frontier
+    """Live (not zombie) processes below ``pid`` (default: this one), through psutil."""
+    found = set()
+    for child in psutil.Process(pid or os.getpid()).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.add(child.pid)
     return found
 
 
@@ -240,7 +232,7 @@ def check_notebook_in_jupyterlab(notebook: Path, tmp_path: Path, parameters: dic
     before = descendants()
     t0 = time.monotonic()
     with jupyterlab(work, tmp_path / "jupyter") as (base, token), sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=browser_executable(), args=CHROMIUM_ARGS)
         try:
             ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
             block_offsite(ctx, base, seen["blocked"])

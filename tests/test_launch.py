@@ -1,6 +1,8 @@
 """The launcher, with real ranks on gloo (the light agent on one node, torchrun across nodes):
 success, failures, hangs, multi-node, no orphans."""
 
+import contextlib
+import dataclasses
 import os
 import socket
 import sys
@@ -9,9 +11,10 @@ import time
 
 import pytest
 
+from labkit import agent as A
 from labkit import launch as L
-from labkit.errors import LaunchTimeout, RankFailed, UsageError
-from labkit.orphans import processes_of
+from labkit.errors import LaunchTimeout, RankFailed, ResultsFileError, UsageError
+from labkit.procs import processes_of
 
 from .conftest import LAUNCH_TIMEOUT_S
 
@@ -63,15 +66,10 @@ def test_a_rank_killed_by_a_signal_is_named():
 def _watch_launch_processes(stop, seen, mark):
     """Record the process groups of this test's launch (its processes inherit ``mark``)."""
     while not stop.is_set():
-        for entry in os.listdir("/proc"):
-            if entry.isdigit() and int(entry) != os.getpid():
-                try:
-                    with open(f"/proc/{entry}/environ", "rb") as f:
-                        env = f.read().split(b"\0")
-                    if mark in env and any(v.startswith(L.LAUNCH_ENV.encode()) for v in env):
-                        seen.add(os.getpgid(int(entry)))
-                except OSError:
-                    pass
+        for pid in processes_of(mark, "LABKIT_TEST_MARK"):
+            if pid != os.getpid():
+                with contextlib.suppress(ProcessLookupError):
+                    seen.add(os.getpgid(pid))
         time.sleep(0.2)
 
 
@@ -90,7 +88,7 @@ def test_a_hang_is_killed_at_the_timeout_and_nothing_survives(monkeypatch):
     monkeypatch.setenv("LABKIT_TEST_MARK", mark)  # other launches may run beside this test
     stop, seen = threading.Event(), set()
     watcher = threading.Thread(target=_watch_launch_processes,
-                               args=(stop, seen, f"LABKIT_TEST_MARK={mark}".encode()))
+                               args=(stop, seen, mark))
     watcher.start()
     t0 = time.perf_counter()
     try:
@@ -157,11 +155,24 @@ def test_bad_launch_specs_are_refused_before_launching(kwargs, match):
         L.LaunchSpec(**kwargs)
 
 
-def test_launch_many_validates_every_entry_first():
-    t0 = time.perf_counter()
-    with pytest.raises(UsageError):
-        L.launch_many("placement", [1, 0], {}, progress=False)
-    assert time.perf_counter() - t0 < 2  # nothing was launched
+@dataclasses.dataclass(frozen=True)
+class _OneRankOnly:
+    def check_world_size(self, n):
+        if n != 1:
+            raise UsageError(f"world size {n} is not allowed here")
+
+
+def test_a_sweep_is_checked_whole_before_its_first_launch(monkeypatch, tmp_path):
+    started = []
+    monkeypatch.setattr(L, "run_spec", lambda spec, **kw: started.append(spec))
+    with pytest.raises(UsageError, match="ranks per node"):
+        L.LaunchOptions(nprocs=(1, 0))
+    with pytest.raises(UsageError, match="world size 2 is not allowed"):
+        L.launch_lab("selftest", _OneRankOnly(), L.LaunchOptions(nprocs=(1, 2), progress=False))
+    with pytest.raises(ResultsFileError, match="is a directory"):
+        L.launch_lab("selftest", _OneRankOnly(), L.LaunchOptions(nprocs=1, progress=False),
+                     store=tmp_path)
+    assert started == []  # nothing was launched
 
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
@@ -234,16 +245,16 @@ def test_python_m_labkit_launch_picks_its_agent(monkeypatch, argv, agent):
     """One node in the launcher's own form: the light agent (no torch import); every other
     form, and LABKIT_AGENT=torchrun, torchrun's main."""
     seen = []
-    monkeypatch.setattr(L, "torchrun_main", lambda a: seen.append(("torchrun", a)) or sys.exit(0))
-    monkeypatch.setattr(L, "light_agent",
+    monkeypatch.setattr(A, "torchrun_main", lambda a: seen.append(("torchrun", a)) or sys.exit(0))
+    monkeypatch.setattr(A, "light_agent",
                         lambda n, d, args: seen.append(("light", n, str(d), args)) or 0)
     monkeypatch.delenv("LABKIT_AGENT", raising=False)
     with pytest.raises(SystemExit):
-        L.agent_main(argv)
+        A.agent_main(argv)
     assert seen[0][0] == agent
     if agent == "light":
         assert seen[0][1:] == (2, "/tmp/x", ["labkit.checks.selftest_worker", "--out", "o.json"])
         monkeypatch.setenv("LABKIT_AGENT", "torchrun")
         with pytest.raises(SystemExit):
-            L.agent_main(argv)
+            A.agent_main(argv)
         assert seen[1][0] == "torchrun"

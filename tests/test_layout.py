@@ -17,15 +17,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "labkit"
 
 #: the flat modules every lab shares (pure, argparse-only, host machinery, rank machinery)
-SHARED = {"__init__", "cli", "cliargs", "errors", "config", "results", "metrics", "figures",
-          "launch", "orphans", "diagnose", "slurm", "runtime", "timing", "harness"}
+SHARED = {"__init__", "cli", "cliargs", "tables", "errors", "config", "results", "metrics",
+          "figures", "launch", "launchspec", "agent", "procs", "devices", "orphans", "diagnose",
+          "slurm", "runtime", "timing", "harness", "audit"}
 
 #: each lab package and the rooms it must have (a lab may have more modules)
 LABS = {
-    "solve": {"config", "formulas", "worker", "run", "report", "plots", "cli"},
-    "ddp": {"config", "formulas", "worker", "run", "report", "plots", "cli"},
+    "solve": {"config", "formulas", "worker", "run", "report", "verdicts", "plots", "cli"},
+    "ddp": {"config", "formulas", "worker", "run", "report", "verdicts", "plots", "cli"},
     "collectives": {"config", "formulas", "worker", "run", "report", "plots", "cli"},
-    "pipeline": {"config", "formulas", "worker", "run", "report", "plots", "cli"},
+    "pipeline": {"config", "formulas", "worker", "run", "report", "verdicts", "plots", "cli"},
     "speedup": {"config", "worker", "run", "report", "plots", "cli"},
     "tp": {"config", "formulas", "worker", "run", "report", "plots", "cli"},
     "fsdp": {"config", "formulas", "worker", "run", "report", "plots", "cli", "widgets"},
@@ -39,7 +40,7 @@ NOTEBOOK_LAB = {"01": "checks", "02": "speedup", "03": "solve", "04": "ddp", "05
                 "06": "pipeline", "07": "perfmodel", "08": None}
 
 #: modules that hold pure code: no torch at import time
-PURE_ROOMS = {"config", "formulas", "report"}
+PURE_ROOMS = {"config", "formulas", "report", "verdicts"}
 
 
 def _modules():
@@ -79,6 +80,14 @@ def test_workers_live_in_their_lab_and_never_launch():
             f"{module}: rank code never launches"
         assert "torchrun" in (ast.get_docstring(ast.parse(path.read_text())) or ""), \
             f"{module}: its docstring gives the torchrun command"
+
+
+def test_names_say_which_side_they_run_on():
+    """A worker's entry is ``on_rank``; ``run`` is the host side's (``labkit.<lab>.run.run``)."""
+    for module in WORKERS.values():
+        path = PKG.joinpath(*module.split(".")[1:]).with_suffix(".py")
+        top = {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+        assert "on_rank" in top and "run" not in top, module
 
 
 def _import_names(node):

@@ -19,7 +19,8 @@ from labkit.perfmodel.calibrate import (
     write_local,
 )
 from labkit.perfmodel.catalog import Fabric
-from labkit.perfmodel.model import Cluster, Layout, Workload, link_time, predict, search
+from labkit.perfmodel.layouts import search
+from labkit.perfmodel.model import Cluster, Layout, Workload, link_time, predict
 from labkit.pipeline.formulas import bubble_fraction, bubble_time
 
 LINK50 = Fabric("x", "x", bandwidth_gb_per_s=50, latency_us=0)

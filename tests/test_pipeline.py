@@ -10,7 +10,7 @@ import pytest
 from labkit import pipeline, results
 from labkit.errors import UsageError
 from labkit.launch import LaunchOptions
-from labkit.pipeline import formulas, report, schedules
+from labkit.pipeline import formulas, report, schedules, verdicts
 from labkit.pipeline.config import PipelineConfig
 
 from .conftest import LAUNCH_TIMEOUT_S
@@ -182,31 +182,31 @@ def _rows(**over):
 
 def test_verdict_sentences_follow_the_numbers():
     df = _rows()
-    assert "within 0.05 of the formula at every M" in report.bubble_sentence(df, "gpipe")
-    assert "falls from 0.34 at M = 2 to 0.12 at M = 8" in report.bubble_sentence(df, "gpipe")
+    assert "within 0.05 of the formula at every M" in verdicts.bubble_sentence(df, "gpipe")
+    assert "falls from 0.34 at M = 2 to 0.12 at M = 8" in verdicts.bubble_sentence(df, "gpipe")
     far = _rows(bubble_fill_drain=[0.34, 0.21, 0.30])
-    assert "more than 0.05 from the formula at M = 8" in report.bubble_sentence(far, "gpipe")
-    assert "does not fall" in report.bubble_sentence(far.assign(bubble_fill_drain=[0.3, 0.3, 0.35]),
-                                                      "gpipe")
+    assert "more than 0.05 from the formula at M = 8" in verdicts.bubble_sentence(far, "gpipe")
+    rising = far.assign(bubble_fill_drain=[0.3, 0.3, 0.35])
+    assert "does not fall" in verdicts.bubble_sentence(rising, "gpipe")
 
-    assert "within 15% at every M" in report.step_sentence(df, "gpipe")
+    assert "within 15% at every M" in verdicts.step_sentence(df, "gpipe")
     off = _rows(step_time_error_pct=[-4.0, -20.0, -9.0])
-    assert "off by more than 15% at M = 4" in report.step_sentence(off, "gpipe")
+    assert "off by more than 15% at M = 4" in verdicts.step_sentence(off, "gpipe")
 
-    best = report.best_microbatches(df, "gpipe")
+    best = verdicts.best_microbatches(df, "gpipe")
     assert best.num_microbatches == 4  # computed from the rows: the shortest measured step
     assert "shortest step is at M = 4 (100.0 ms), not at the largest M = 8" in \
-        report.best_m_sentence(df, "gpipe")
+        verdicts.best_m_sentence(df, "gpipe")
     largest = _rows(step_time_s=[0.12, 0.10, 0.09])
-    assert report.best_microbatches(largest, "gpipe").num_microbatches == 8
-    assert "shortest step is at the largest M = 8" in report.best_m_sentence(largest, "gpipe")
-    assert "outweighs the slower small microbatches" in report.best_m_sentence(largest, "gpipe")
+    assert verdicts.best_microbatches(largest, "gpipe").num_microbatches == 8
+    assert "shortest step is at the largest M = 8" in verdicts.best_m_sentence(largest, "gpipe")
+    assert "outweighs the slower small microbatches" in verdicts.best_m_sentence(largest, "gpipe")
     cheap = largest.assign(slot_time_s=[0.04, 0.02, 0.009])  # M x t_slot falls: 80 -> 72 ms
-    assert "cost no more here" in report.best_m_sentence(cheap, "gpipe")
+    assert "cost no more here" in verdicts.best_m_sentence(cheap, "gpipe")
     flat = largest.assign(bubble_fill_drain=[0.2, 0.2, 0.25])
-    assert "does not fall" in report.best_m_sentence(flat, "gpipe")
-    assert "bubble shrinks (0.21 -> 0.12" in report.best_m_sentence(df, "gpipe")
-    assert "does not shrink here" in report.best_m_sentence(
+    assert "does not fall" in verdicts.best_m_sentence(flat, "gpipe")
+    assert "bubble shrinks (0.21 -> 0.12" in verdicts.best_m_sentence(df, "gpipe")
+    assert "does not shrink here" in verdicts.best_m_sentence(
         df.assign(bubble_fill_drain=[0.34, 0.21, 0.25]), "gpipe")
 
     rows = report.best_m_laws(df)
@@ -227,16 +227,17 @@ def test_recv_ahead_sentence_follows_the_numbers():
                       "step_ms_torch": 200.0, "step_ms_ahead": 160.0, "slot_ms_torch": 30.0,
                       "slot_ms_ahead": 30.0, "error_pct_torch": -20.0, "error_pct_ahead": -5.0,
                       "idle_other_torch": 0.2, "idle_other_ahead": 0.05})
-    assert "(1.25x faster)" in report.recv_ahead_sentence(line)
-    assert "-20% with torch's placement (outside 15%)" in report.recv_ahead_sentence(line)
+    assert "(1.25x faster)" in verdicts.recv_ahead_sentence(line)
+    assert "-20% with torch's placement (outside 15%)" in verdicts.recv_ahead_sentence(line)
     slower = line.copy()
     slower["step_ms_ahead"] = 250.0
-    assert "(1.25x slower)" in report.recv_ahead_sentence(slower)
+    assert "(1.25x slower)" in verdicts.recv_ahead_sentence(slower)
     same = line.copy()
     same[["step_ms_ahead", "slot_ms_ahead"]] = [199.0, 33.0]
-    assert "(about the same: the idle time fell and t_slot rose" in report.recv_ahead_sentence(same)
+    assert ("(about the same: the idle time fell and t_slot rose"
+            in verdicts.recv_ahead_sentence(same))
     same["slot_ms_ahead"] = 29.0  # the idle time fell, t_slot did not rise: no such claim
-    assert "(about the same)" in report.recv_ahead_sentence(same)
+    assert "(about the same)" in verdicts.recv_ahead_sentence(same)
     df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": [4, 8],
                        "recv_ahead": [True, True], "step_time_s": 0.1, "slot_time_s": 0.01,
                        "step_time_error_pct": 0.0, "idle_other": 0.1})
@@ -308,6 +309,33 @@ def test_receives_ahead_leave_a_stage_without_the_methods_alone():
     bare = Bare()
     assert ahead.post_receives_ahead(bare, 4) is False
     assert "get_fwd_recv_ops" not in vars(bare)
+
+
+def test_timed_blocks_are_seconds_since_the_step_start():
+    """A stage's F and B on the host clock from the step's start, in the order they ran; a W
+    block starts where a B run inside its weight pass ends."""
+    import time
+
+    import torch
+    from torch import nn
+
+    from labkit.pipeline.worker import Timed
+
+    torch.manual_seed(0)
+    mod = Timed(nn.Sequential(nn.Linear(4, 4), nn.Tanh()), 3, device=torch.device("cpu"))
+    assert mod._anchor.device == torch.device("cpu")
+    mod.reset(time.perf_counter())
+    x = torch.randn(2, 4, requires_grad=True)
+    mod(x).sum().backward()
+    y = mod(x)
+    mod.timed_weight(lambda mb: y.sum().backward())(1)
+    blocks = mod.blocks()
+    assert [(b["stage"], b["kind"], b["microbatch"]) for b in blocks] == [
+        (3, "F", 0), (3, "B", 0), (3, "F", 1), (3, "B", 1), (3, "W", 1)]
+    assert list(blocks[0]) == ["stage", "kind", "microbatch", "start_s", "end_s"]
+    assert all(0 <= b["start_s"] <= b["end_s"] for b in blocks)
+    assert all(a["end_s"] <= b["start_s"] for a, b in zip(blocks[:3], blocks[1:4]))
+    assert blocks[4]["start_s"] == blocks[3]["end_s"]  # W after the B inside its pass
 
 
 def test_1f1b_holds_at_most_p_microbatches():
@@ -394,7 +422,7 @@ def test_every_schedule_on_two_ranks():
     table = report.recv_ahead_table(df)
     assert sorted(zip(table.schedule, table.num_microbatches)) == [("1f1b", 2), ("gpipe", 1),
                                                                   ("gpipe", 2)]
-    assert "posting every receive" in report.recv_ahead_sentence(table.iloc[0])
+    assert "posting every receive" in verdicts.recv_ahead_sentence(table.iloc[0])
     for r in df[df.num_microbatches == 1].itertuples():  # (P−1)/P = 0.5 at M = 1
         assert r.bubble_formula == 0.5
         assert abs(r.bubble_measured - 0.5) < 0.1, (r.schedule, r.bubble_measured)
@@ -440,6 +468,7 @@ def test_zero_bubble_and_timeline_on_two_ranks():
         split = formulas.timeline_split(r.blocks)  # the stored blocks: one clock, from 0
         assert split["compute_s"] > 0 and min(b["start_s"] for b in r.blocks) >= 0
     assert df[df.schedule == "zero_bubble"].weight_time_s.notna().all()
+    assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     assert "bubble_fill_drain" in report.bubble_table(df)
     assert len(report.ideal_blocks(df, "zero_bubble", 2, 4)) == 3 * 2 * 4

@@ -22,9 +22,10 @@ import nbformat
 import pytest
 
 from labkit.book.notebooks import REPO_ROOT, list_notebooks
-from labkit.book.site import FRONT_FIGURE, MARKER, QUARTO_LIBS, quarto_available, render_quarto
+from labkit.book.offline import QUARTO_LIBS
+from labkit.book.site import FRONT_FIGURE, MARKER, quarto_available, render_quarto
 from labkit.cli import main
-from tests._browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, block_offsite
+from tests._browser import ARTIFACTS, CHROMIUM_ARGS, block_offsite, browser_executable
 
 from ._notebook_runs import NOTEBOOKS, executed_dir, run
 
@@ -92,7 +93,7 @@ def test_quarto_project_lists_every_tutorial_in_order():
 def test_make_offline_points_cdn_scripts_at_local_copies_and_refuses_unknown_ones(tmp_path):
     """What Quarto 1.7 loads from CDNs becomes the site's own copy (relative to each page);
     a script from anywhere else is an error naming the page and the URL."""
-    from labkit.book.site import make_offline
+    from labkit.book.offline import make_offline
     from labkit.errors import LabkitError
 
     site = tmp_path / "site"
@@ -124,7 +125,7 @@ def test_widget_state_is_restored_from_the_executed_notebook(tmp_path):
     JSON); labkit site puts the notebook's own state back, escaped for <script>."""
     import json
 
-    from labkit.book.site import WIDGET_STATE_MIME, restore_widget_state
+    from labkit.book.offline import WIDGET_STATE_MIME, restore_widget_state
     from labkit.errors import LabkitError
 
     state = {"state": {"m1": {"model_name": "HTMLModel", "state": {"value": "<table>\n<tr></tr></table>"}}},
@@ -259,7 +260,7 @@ def check_site_in_chromium(site: Path, executed: Path, base: str) -> dict:
     report = {"blocked": [], "failed": [], "errors": [], "pages": {}}
     pages = ["index.html"] + [f"notebooks/{p.stem}.html" for p in list_notebooks(executed)]
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = pw.chromium.launch(executable_path=browser_executable(), args=CHROMIUM_ARGS)
         try:
             ctx = browser.new_context(viewport={"width": 1280, "height": 1000})
             block_offsite(ctx, base, report["blocked"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import http.server
 import re
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -19,17 +18,16 @@ from labkit.book.site import MARKER, build_preview
 from labkit.cli import main
 from labkit.errors import UsageError
 
+from ._browser import CHROMIUM_ARGS, browser_executable
 from ._notebook_runs import NOTEBOOKS, executed_dir, run
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def chromium(url: str, user_data_dir: Path, *extra: str) -> str:
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-           "--no-first-run", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", f"--user-data-dir={user_data_dir}",
+    cmd = [browser_executable(), "--headless", *CHROMIUM_ARGS, "--disable-quic",
+           f"--user-data-dir={user_data_dir}",
            # let require.js, the widget manager and MathJax finish before the DOM is read
            "--virtual-time-budget=20000", *extra, url]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)

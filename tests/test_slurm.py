@@ -185,7 +185,7 @@ def test_cli_refuses_what_the_command_would_refuse(argv, match, tmp_path, capsys
 
 
 def test_check_command_uses_the_commands_validate_hook():
-    from labkit.cliargs import check_command
+    from labkit.cli import check_command
 
     args = check_command([*SOLVE[1:], "--nproc", "2"])
     assert callable(args.validate)
@@ -196,9 +196,9 @@ def test_check_command_uses_the_commands_validate_hook():
 # -- threads follow the allocation ---------------------------------------------------------
 
 def test_threads_follow_the_slurm_allocation(monkeypatch):
-    from labkit import results
+    from labkit import procs
 
-    monkeypatch.setattr(results, "available_cores", lambda: 16)
+    monkeypatch.setattr(procs, "available_cores", lambda: 16)
     for var in ("SLURM_JOB_ID", "SLURM_CPUS_PER_TASK"):
         monkeypatch.delenv(var, raising=False)
     assert L.allocated_cores() == 16 and L.default_threads(4) == 4
@@ -207,7 +207,7 @@ def test_threads_follow_the_slurm_allocation(monkeypatch):
     assert L.allocated_cores() == 4 and L.default_threads(2) == 2 and L.default_threads(8) == 1
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "1")  # 2 ranks on 1 core: 1 thread, oversubscribed
     assert L.default_threads(2) == 1
-    monkeypatch.setattr(results, "available_cores", lambda: 2)  # a binding mask tighter still
+    monkeypatch.setattr(procs, "available_cores", lambda: 2)  # a binding mask tighter still
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "8")
     assert L.allocated_cores() == 2
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import types
 import warnings
 
 import numpy as np
@@ -270,7 +271,7 @@ def _strong_rows(sizes, *, c, k, c_p, ranks=2):
 
 
 def test_crossover_recovers_the_model_on_synthetic_rows():
-    from labkit.solve import report
+    from labkit.solve import report, verdicts
 
     # c = 30 us, k = 5 ns/DOF, c_2 = 130 us: N* = 100 us / 2.5 ns = 40,000 DOF; messages 40 us
     df = _strong_rows([2_000, 10_000, 25_000, 50_000, 100_000, 250_000], c=30e-6, k=5e-9, c_p=130e-6)
@@ -286,7 +287,7 @@ def test_crossover_recovers_the_model_on_synthetic_rows():
     assert table["calibration"].tolist() == [True] + [False] * 5
     assert 25_000 < summary["measured_crossover_dof"] < 50_000
     assert abs(math.log(summary["measured_crossover_dof"] / 40_000)) < math.log(1.1)
-    assert "start to pay at about" in report.crossover_sentence(summary, table)
+    assert "start to pay at about" in verdicts.crossover_sentence(summary, table)
 
 
 def test_crossover_takes_the_inline_t1_of_each_row():
@@ -313,7 +314,7 @@ def test_crossover_takes_the_inline_t1_of_each_row():
 @pytest.mark.parametrize("extra_compute, extra_waits, words", [(100e-6, 10e-6, "largest part: compute."),
                                                                (10e-6, 100e-6, "largest part: waits.")])
 def test_crossover_misses_add_up_and_name_the_part(extra_compute, extra_waits, words):
-    from labkit.solve import report
+    from labkit.solve import report, verdicts
 
     sizes = [2_000, 10_000, 50_000, 250_000]
     df = _strong_rows(sizes, c=30e-6, k=5e-9, c_p=130e-6)
@@ -334,7 +335,7 @@ def test_crossover_misses_add_up_and_name_the_part(extra_compute, extra_waits, w
     assert np.allclose(parts, gap, atol=1e-12, rtol=0)
     r = table.set_index("dof_global").loc[50_000]
     assert r["excess_compute_s"] == pytest.approx(extra_compute) and r["excess_waits_s"] == pytest.approx(extra_waits)
-    sentence = report.miss_sentence(table, 2)
+    sentence = verdicts.miss_sentence(table, 2)
     assert sentence.startswith("Largest miss at 50,000 DOF") and sentence.endswith(words)
 
 
@@ -361,11 +362,11 @@ def test_inline_baseline_counts_the_whole_problem_in_rank_0s_memory():
                                         (10e-3, "do not pay up to the largest size"),
                                         (130e-6, "start to pay at about")])
 def test_crossover_sentence_flips_with_the_numbers(c_p, words):
-    from labkit.solve import report
+    from labkit.solve import report, verdicts
 
     table, summary = report.crossover(_strong_rows([2_000, 50_000, 250_000], c=30e-6, k=5e-9, c_p=c_p),
                                       message_s=40e-6)
-    assert words in report.crossover_sentence(summary, table)
+    assert words in verdicts.crossover_sentence(summary, table)
 
 
 def test_print_crossover_reads_the_messages_off_the_smallest_size(capsys):
@@ -399,7 +400,9 @@ def test_two_rank_solution_equals_one_rank_and_scipy(transport):
                       methods=("cg", "pipecg", "minres"), partitioners=("simple", "metis"),
                       warmup=0, repeat=1, keep_solution=True, transport=transport)
     dims = closest_grid(3000, 2)
-    res = launch("solve", 2, to_dict(cfg), timeout_s=LAUNCH_TIMEOUT_S)
+    # shm needs CPU tensors: gloo even where GPUs would give nccl
+    res = launch("solve", 2, to_dict(cfg), timeout_s=LAUNCH_TIMEOUT_S,
+                 backend="gloo" if transport == "shm" else None)
     A = global_matrix(dims)
     b = rhs("random", dims, np.arange(A.shape[0]))
     x_scipy, scipy_its = scipy_cg(A, b)
@@ -416,6 +419,34 @@ def test_two_rank_solution_equals_one_rank_and_scipy(transport):
             assert abs(row["iterations"] - scipy_its) <= 0.02 * scipy_its + 1
         assert row["halo_values"] == sum(row["halo_values_per_rank"]) > 0
         assert sum(row["owned_rows_per_rank"]) == row["dof_global"]
+        # device memory on GPUs only; a CPU's is the launch's RSS
+        assert (row["device_memory_peak_bytes"] is None) == (row["backend"] == "gloo")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("worker,cfg", [
+    ("solve", SolveConfig(total_dof=600, methods=("cg", "pipecg", "pcg", "bicgstab", "gmres",
+                                                  "minres"), partitioners=("simple", "metis"),
+                          warmup=0, repeat=1, transport="torch", kernels="fused",
+                          baseline="inline")),
+    ("transport", None)], ids=["solve", "transport"])
+def test_every_tensor_handed_to_torch_distributed_is_on_the_rank_device(worker, cfg, tmp_path,
+                                                                        monkeypatch):
+    """Under the device audit (labkit.audit: cpu:0 stands for the GPU) a host tensor handed to
+    torch.distributed fails the launch, as on NCCL; the audit must have seen device tensors."""
+    from labkit.checks.config import TransportCheckConfig
+    from labkit.config import to_dict
+    from labkit.launch import launch
+
+    cfg = cfg or TransportCheckConfig(rounds=5, repeat=5, jitter_us=0.0)
+    monkeypatch.setenv("LABKIT_DEVICE_AUDIT", "1")
+    monkeypatch.setenv("LABKIT_DEVICE_AUDIT_DIR", str(tmp_path))
+    # the audit runs on gloo ranks (on nccl the GPU itself is the check)
+    rows = launch(worker, 2, to_dict(cfg), timeout_s=LAUNCH_TIMEOUT_S, backend="gloo").rows()
+    assert rows and all(r.get("gate_passed", r.get("errors") == 0) for r in rows)
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"rank{rank}.audit.json").read_text())
+        assert seen["failures"] == [] and seen["on_device"] > 0, seen
 
 
 @pytest.mark.slow
@@ -431,7 +462,9 @@ def test_shm_transport_delivers_every_message_in_order(nproc):
     with warnings.catch_warnings():  # 3 ranks on 2 cores: oversubscribed on purpose
         warnings.simplefilter("ignore", OversubscribedWarning)
         rows = launch("transport", nproc, to_dict(cfg), timeout_s=LAUNCH_TIMEOUT_S).rows()
-    assert [r["transport"] for r in rows] == ["shm", "torch"]
+    # unset transports: every one the ranks' device supports (no shm on GPUs)
+    assert [r["transport"] for r in rows] == (
+        ["torch"] if rows[0]["backend"] == "nccl" else ["shm", "torch"])
     for r in rows:
         assert r["errors"] == 0 and r["rounds"] == 150, r
         assert 0 < r["exchange_time_p50_s"] < 1 and 0 < r["allreduce_time_p50_s"] < 1
@@ -450,6 +483,96 @@ def test_transport_choice():
         make_transport("shm", one_node_gpu, {}, {})
     with pytest.raises(ValueError, match="unknown transport"):
         make_transport("mpi", one_node_gpu, {}, {})
+
+
+class _Recorder:
+    """Stands in for torch.distributed's point-to-point calls: records them, returns requests."""
+
+    def __init__(self, monkeypatch, backend):
+        from labkit.solve import transport
+
+        self.calls, self.waited = [], []
+        monkeypatch.setattr(transport.dist, "get_backend", lambda: backend)
+        monkeypatch.setattr(transport.dist, "isend", self._call("isend", "dst"))
+        monkeypatch.setattr(transport.dist, "irecv", self._call("irecv", "src"))
+        monkeypatch.setattr(transport.dist, "P2POp", lambda op, t, peer: (op.kind, t, peer))
+        monkeypatch.setattr(transport.dist, "batch_isend_irecv", self._batch)
+
+    def _request(self, what):
+        return types.SimpleNamespace(wait=lambda: self.waited.append(what))
+
+    def _call(self, kind, peer_name):
+        def call(tensor, **peer):
+            self.calls.append((kind, tensor, peer[peer_name]))
+            return self._request((kind, peer[peer_name]))
+        call.kind = kind
+        return call
+
+    def _batch(self, ops):
+        self.calls.append(("batch", ops))
+        return [self._request((kind, peer)) for kind, _, peer in ops]
+
+
+@pytest.mark.parametrize("backend,gloo_batched,batched", [
+    ("nccl", False, True), ("gloo", False, False), ("gloo", True, True)])
+def test_halo_exchange_is_one_batch_on_nccl_and_as_chosen_on_gloo(monkeypatch, backend,
+                                                                   gloo_batched, batched):
+    """nccl deadlocks on separately posted pairs: every exchange of the operator is one
+    batch_isend_irecv there; gloo posts as GLOO_BATCHED says. Either way each receive lands in
+    its neighbour's slice of the halo, each send carries the values that neighbour expects, and
+    the requests are waited on later."""
+    from labkit.solve import transport
+
+    monkeypatch.setattr(transport, "GLOO_BATCHED", gloo_batched)
+    rec = _Recorder(monkeypatch, backend)
+    part = make_partition("coordinate", (12, 12), 4)
+    local, (indptr, cols, vals), _ = local_system((12, 12), part, 0, "random", 0)
+    assert len(local.neighbours) == 2
+    op = DistOperator(local, indptr, cols, vals, world_size=4,
+                      transport=transport.TorchTransport())
+    x = torch.rand(op.n_ext, dtype=torch.float64)
+    reqs = op.post_exchange(x)
+    assert rec.waited == []  # posted, not waited: the interior rows overlap the messages
+    ops = rec.calls[0][1] if batched else rec.calls
+    assert len(rec.calls) == (1 if batched else 4)
+    assert [(kind, peer) for kind, _, peer in ops] == (
+        [("irecv", q) for q in local.neighbours] + [("isend", q) for q in local.neighbours])
+    lo = op.n_owned
+    for (_, t, _), count in zip(ops[:2], local.recv_counts):
+        assert t.data_ptr() == x[lo:].data_ptr() and t.numel() == count  # its halo slice
+        lo += count
+    for _, t, q in ops[2:]:
+        assert torch.equal(t, x[torch.from_numpy(local.send[q])])
+    op.wait(reqs)
+    assert rec.waited == [(kind, peer) for kind, _, peer in ops]
+
+
+def test_shm_on_gpu_ranks_is_refused_before_launch_and_noted_where_only_ranks_know(
+        monkeypatch):
+    from labkit import checks, solve
+    from labkit.checks.config import TransportCheckConfig
+    from labkit.checks.transport_worker import transports_to_run
+    from labkit.launch import LaunchOptions
+    from labkit.runtime import Runtime
+    from labkit.solve.transport import shm_possible
+
+    monkeypatch.setattr("labkit.launch.choose_backend", lambda nproc, backend, **kw: ("nccl", False))
+    monkeypatch.setattr("labkit.launch.run_spec", lambda *a, **k: pytest.fail("launched"))
+    launch = LaunchOptions(nprocs=(2,), progress=False)
+    with pytest.raises(UsageError, match="shm copies CPU memory.*use torch"):
+        checks.transport_check(TransportCheckConfig(transports=("torch", "shm")), launch=launch)
+    with pytest.raises(UsageError, match="shm copies CPU memory"):
+        solve.run(SolveConfig(total_dof=3000, transport="shm"), launch=launch)
+    TransportCheckConfig().check_backend("nccl")  # unset: the ranks pick what they can run
+    SolveConfig(total_dof=3000).check_backend("nccl")  # auto: torch on GPUs
+    # on the ranks: unset means what the device supports; shm asked for gets a note
+    gpu = Runtime(0, 2, 0, 2, "nccl", torch.device("cuda", 0))
+    cpu = Runtime(0, 2, 0, 2, "gloo", torch.device("cpu"))
+    assert transports_to_run(gpu, TransportCheckConfig()) == [("torch", None)]
+    assert transports_to_run(gpu, TransportCheckConfig(transports=("shm",))) == [
+        ("shm", "tensors live on cuda")]
+    if shm_possible(2, 2, cpu.device) is None:  # x86-64 with /dev/shm
+        assert transports_to_run(cpu, TransportCheckConfig()) == [("shm", None), ("torch", None)]
 
 
 @pytest.mark.slow

@@ -76,6 +76,7 @@ def test_workshare_run_rows_are_declared_and_stored(tmp_path):
                                                     progress=False), store=store)
     assert list(live.world_size) == [1, 2] and (live.time_s > 0).all()
     assert (live.threads_per_rank == 1).all() and (live.serial_products == 10).all()
+    assert live.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     rows = results.read_rows(store)
     assert results.undeclared(rows, speedup.report.COLUMNS) == []
     table, summary = speedup.report.live_speedup(live)

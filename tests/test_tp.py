@@ -118,6 +118,7 @@ def test_two_ranks_match_one_process_and_count_the_formula(tmp_path):
             assert r.predicted_step_s == pytest.approx(r.predicted_compute_s + r.predicted_comm_s)
             assert np.isfinite(r.prediction_error_pct)
     assert report.one(df, "naive").allreduce_time_in_step_s > 0
+    assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     stored = results.read_rows(store)
     assert len(stored) == 2 and results.undeclared(stored, report.COLUMNS) == []
@@ -141,3 +142,4 @@ def test_cuda_uses_nccl_one_gpu_per_rank():
     assert (df.backend == "nccl").all() and df.device.str.startswith("cuda").all()
     assert df.matches_single_process.all()
     assert (df.comm_bytes_measured == df.comm_bytes_formula).all()
+    assert (df.device_memory_peak_bytes > 0).all()  # measured on the GPUs

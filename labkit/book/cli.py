@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from labkit.cliargs import positive_float
+from labkit.cliargs import positive_float_arg
 
 
 def register(sub) -> None:
@@ -21,7 +21,7 @@ def register(sub) -> None:
                    metavar=("NAME", "VALUE"), help="a fixed parameter (a literal)")
     p.add_argument("-f", "--parameters-file", metavar="YAML", help="fixed parameters from YAML")
     p.add_argument("--out", required=True, metavar="DIR", help="new or empty folder for the points")
-    p.add_argument("--cell-timeout", type=positive_float, default=None, metavar="S",
+    p.add_argument("--cell-timeout", type=positive_float_arg, default=None, metavar="S",
                    help="fail a point whose cell runs longer than S seconds (default: no limit)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
@@ -44,7 +44,7 @@ def register(sub) -> None:
                    help="site folder (default: _site with Quarto, _preview for the preview)")
     p.add_argument("--preview", action="store_true", help="build the preview even if quarto exists")
     p.add_argument("--no-site", action="store_true", help="execute only")
-    p.add_argument("--cell-timeout", type=positive_float, default=None, metavar="S",
+    p.add_argument("--cell-timeout", type=positive_float_arg, default=None, metavar="S",
                    help="fail a notebook whose cell runs longer than S seconds")
     p.set_defaults(func=cmd_lab)
 
@@ -79,7 +79,8 @@ def _check_site_inputs(args) -> None:
     from pathlib import Path
 
     from labkit.book.notebooks import REPO_ROOT
-    from labkit.book.site import check_node_modules, check_out_dir, quarto_available
+    from labkit.book.offline import check_node_modules
+    from labkit.book.site import check_out_dir, quarto_available
 
     quarto = quarto_available() and not args.preview
     check_node_modules(quarto=quarto)

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from labkit.config import distinct_choices, one_of, option, positive_int
 from labkit.errors import UsageError
+from labkit.solve.config import transport_refused
 
 FAULTS = ("none", "raise", "exit", "kill", "hang", "stop")
+#: the solve operator's transports the check can run (labkit.solve.transport)
 TRANSPORTS = ("shm", "torch")
 
 
@@ -57,6 +59,8 @@ class SelftestConfig:
 class TransportCheckConfig:
     """``labkit.checks.transport_worker``: the solve operator's two transports, checked and timed.
 
+    ``transports``: which to check; None (the default): every one the ranks' device
+    supports (torch always; shm where the tensors are on the CPU and all ranks on one host).
     ``rounds`` rounds of a ring exchange (each rank sends ``values`` doubles to the next rank
     and receives from the previous one) followed by an all-reduce, every message's contents
     checked; with ``jitter_us`` each rank waits a random time up to that before each round, so
@@ -64,7 +68,8 @@ class TransportCheckConfig:
     timed rounds without jitter: the latency of one exchange and of one small all-reduce.
     """
 
-    transports: tuple = option(TRANSPORTS, "shm and/or torch", cli=False)
+    transports: tuple | None = option(
+        None, "shm and/or torch (default: every one the ranks' device supports)", cli=False)
     rounds: int = option(300, "checked rounds (ring exchange + all-reduce)", cli=False)
     values: int = option(700, "doubles each rank sends per exchange", cli=False)
     jitter_us: float = option(200.0, "longest random wait before a checked round (us)",
@@ -73,8 +78,9 @@ class TransportCheckConfig:
     seed: int = option(0, "seed of the random waits", cli=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "transports",
-                           distinct_choices("transport", self.transports, TRANSPORTS))
+        if self.transports is not None:
+            object.__setattr__(self, "transports",
+                               distinct_choices("transport", self.transports, TRANSPORTS))
         for name in ("rounds", "values", "repeat"):
             positive_int(name, getattr(self, name))
         if self.jitter_us < 0:
@@ -83,3 +89,11 @@ class TransportCheckConfig:
     def check_world_size(self, world_size: int) -> None:
         """A ring of one rank sends to itself: nothing travels, nothing is checked."""
         positive_int("world size of a transport check", world_size, minimum=2)
+
+    def check_backend(self, backend: str) -> None:
+        """Refuse, before any launch, a transport asked for that ranks on ``backend`` cannot
+        use (unset transports are chosen by the ranks, so nothing is refused)."""
+        for kind in self.transports or ():
+            why = transport_refused(kind, backend)
+            if why is not None:
+                raise UsageError(why)

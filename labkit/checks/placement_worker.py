@@ -19,7 +19,7 @@ from labkit.checks.config import PlacementConfig
 from labkit.harness import worker_main
 
 
-def run(rt: runtime.Runtime, cfg: PlacementConfig) -> dict:
+def on_rank(rt: runtime.Runtime, cfg: PlacementConfig) -> dict:
     n = max(1, cfg.allreduce_bytes // 4)
     buf = torch.ones(n, dtype=torch.float32, device=rt.device)
     local = timing.repeat_timed(lambda: dist.all_reduce(buf), warmup=cfg.warmup,
@@ -36,4 +36,4 @@ def run(rt: runtime.Runtime, cfg: PlacementConfig) -> dict:
 
 
 if __name__ == "__main__":
-    worker_main(run, PlacementConfig)
+    worker_main(on_rank, PlacementConfig)

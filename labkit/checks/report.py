@@ -32,6 +32,7 @@ COLUMNS = (
     Column("values", "", "doubles each rank sent per exchange"),
     Column("jitter_us", "us", "longest random wait before a checked round"),
     Column("errors", "", "messages or all-reduces that arrived wrong (must be 0)"),
+    Column("note", "", "why a transport asked for did not run on these ranks (empty where it ran)"),
     *timed_columns("exchange_time", "one ring exchange", each="repeat"),
     # selftest (labkit.checks.selftest_worker)
     Column("rank_sum", "", "all-reduced sum of the ranks: N (N - 1) / 2"),
@@ -52,7 +53,7 @@ def sharing_problems(df):
 
 def print_placement(df, file=None) -> None:
     """Per world size: where each rank ran, then the all-reduce's time and its check."""
-    from labkit.cliargs import print_frame
+    from labkit.tables import print_frame
 
     for n, part in df.groupby("world_size"):
         print(f"\nworld_size {n}: placement", file=file)

@@ -20,8 +20,10 @@ def env_info() -> dict:
     import torch
     import torch.distributed as dist
 
-    from labkit.launch import default_threads, detect_backend
-    from labkit.results import available_cores, provenance
+    from labkit.devices import choose_backend
+    from labkit.launch import default_threads
+    from labkit.procs import available_cores
+    from labkit.results import provenance
 
     info = provenance()
     cuda = torch.cuda.is_available()
@@ -31,7 +33,7 @@ def env_info() -> dict:
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
         "gloo_available": dist.is_gloo_available(),
         "nccl_available": dist.is_nccl_available(),
-        "default_backend_1_rank": detect_backend(1),
+        "default_backend_1_rank": choose_backend(1, warn=False)[0],
         "cores": available_cores(),
         "threads_per_rank_at_2_ranks": default_threads(2),
     })
@@ -66,7 +68,9 @@ def transport_check(config: TransportCheckConfig, launch: LaunchOptions | None =
 
     One row per transport and world size: ``errors`` (messages that arrived wrong: must be 0),
     and the p50 over the slowest rank of one ring exchange of ``values`` doubles
-    (``exchange_time_p50_s``) and of one 3-value all-reduce (``allreduce_time_p50_s``).
+    (``exchange_time_p50_s``) and of one 3-value all-reduce (``allreduce_time_p50_s``). shm
+    asked for on nccl ranks is refused before the launch; a transport asked for that the
+    ranks find they cannot use (e.g. shm across hosts) gets a row with only ``note``.
     """
     import pandas as pd
 

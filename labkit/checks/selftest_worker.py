@@ -24,7 +24,7 @@ from labkit.checks.config import SelftestConfig
 from labkit.harness import worker_main
 
 
-def run(rt: runtime.Runtime, cfg: SelftestConfig) -> dict:
+def on_rank(rt: runtime.Runtime, cfg: SelftestConfig) -> dict:
     time.sleep(cfg.sleep_s)
     if rt.rank == cfg.fault_rank:
         if cfg.fault == "raise":
@@ -53,4 +53,4 @@ def run(rt: runtime.Runtime, cfg: SelftestConfig) -> dict:
 
 
 if __name__ == "__main__":
-    worker_main(run, SelftestConfig)
+    worker_main(on_rank, SelftestConfig)

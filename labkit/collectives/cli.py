@@ -12,13 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from labkit.cliargs import (
-    add_config_args,
-    add_lab_command,
-    config_from_args,
-    launch_options,
-    say_stored,
-)
+from labkit.cliargs import add_config_args, add_lab_command, config_from_args, run_lab, say_stored
 from labkit.collectives.config import CollectivesConfig
 
 #: the config's flags before --check (the order of --help is nccl-tests' -b -e -f -n -w, -c)
@@ -46,9 +40,7 @@ def cmd_collectives(args) -> int:
     from labkit.collectives import report
     from labkit.collectives.run import run
 
-    # validate everything before anything launches or is written
-    config = _config(args)
-    df = run(config, launch=launch_options(args), store=args.json)
+    config, df = run_lab(args, _config, run)
     print(report.nccl_tests_table(df, warmup=config.warmup))
     say_stored(args.json, df)
     wrong = report.wrong_elements(df)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from labkit.errors import UsageError
+from labkit.metrics import model_error_pct
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8}
@@ -208,17 +209,6 @@ def crossover_bytes(op: str, ranks: int, *, alpha_s: float, beta_bytes_per_s: fl
     if f == 0:
         return math.inf
     return latency_steps(op, ranks) * alpha_s * beta_bytes_per_s / f
-
-
-def model_error_pct(*, model_s: float, measured_s: float) -> float:
-    """Model error in % of the measurement: 100·(model − measured)/measured.
-
-    >>> model_error_pct(model_s=1.1, measured_s=1.0)
-    10.000000000000009
-    """
-    if measured_s <= 0:
-        raise UsageError(f"measured time must be > 0, got {measured_s}")
-    return 100.0 * (model_s - measured_s) / measured_s
 
 
 def size_sweep(op: str, world_size: int, min_bytes: int, max_bytes: int, factor: float,

@@ -7,7 +7,7 @@ the table ``labkit collectives`` prints, in nccl-tests' layout.
 
 from __future__ import annotations
 
-from labkit.results import Column, select_rows
+from labkit.results import DEVICE_MEMORY_COLUMNS, Column, select_rows
 
 #: what makes a row a different measurement of the same point: the op, the world, the size
 #: and element type, the backend and node count
@@ -35,6 +35,7 @@ COLUMNS = (
     Column("model_busbw_gb_per_s", "GB/s", "the α–β model's busbw at this size"),
     Column("model_error_pct", "%", "100 (model_time_s - time_p50_s) / time_p50_s"),
     Column("crossover_bytes", "bytes", "size above which the bandwidth term dominates"),
+    *DEVICE_MEMORY_COLUMNS,
 )
 
 

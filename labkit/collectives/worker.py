@@ -9,7 +9,8 @@ Per size: ``warmup`` untimed calls, one barrier, then ``iters`` calls back to ba
 stamping the clock after every call (no barrier in between, so what is timed is the collective
 in steady state, as in a plain loop). A call's time is the slowest rank's; rows carry its
 median and p10/p90. ``check`` runs the op once more on known inputs and counts the elements
-that differ from the exact answer, summed over ranks (``wrong``).
+that differ from the exact answer, summed over ranks (``wrong``). Buffers live on the rank's
+device; each row carries the size's device memory peak (None on a CPU).
 """
 
 from __future__ import annotations
@@ -80,11 +81,13 @@ def count_wrong(op: str, count: int, rt: runtime.Runtime, dtype) -> int:
 
 
 def time_op(op: str, inp, out, cfg: CollectivesConfig, device) -> list[float]:
-    """This rank's seconds per call: ``iters`` calls back to back after one barrier."""
+    """This rank's seconds per call: ``iters`` calls back to back after one barrier, the
+    device synchronised before every clock read (nothing to do on a CPU)."""
     for _ in range(cfg.warmup):
         call(op, inp, out)
     runtime.sync(device)
     dist.barrier()
+    runtime.sync(device)
     stamps = [time.perf_counter()]
     for _ in range(cfg.iters):
         call(op, inp, out)
@@ -93,15 +96,17 @@ def time_op(op: str, inp, out, cfg: CollectivesConfig, device) -> list[float]:
     return list(np.diff(stamps))
 
 
-def run(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
+def on_rank(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
     dtype = DTYPES[cfg.dtype]
     rows = []
     for op in cfg.ops:
         for size, count in size_sweep(op, rt.world_size, cfg.min_bytes, cfg.max_bytes,
                                       cfg.factor, cfg.dtype):
+            runtime.reset_device_peak(rt.device)
             inp, out = buffers(op, count, rt.world_size, dtype, rt.device)
             steps, _ = timing.slowest_step_times(time_op(op, inp, out, cfg, rt.device))
             wrong = count_wrong(op, count, rt, dtype) if cfg.check else None
+            peak = runtime.max_device_peak_bytes(rt.device)
             p10, p50, p90 = (float(np.percentile(steps, q)) for q in (10, 50, 90))
             rows.append({
                 "op": op, "world_size": rt.world_size, "size_bytes": size, "count": count,
@@ -113,10 +118,12 @@ def run(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
                 "busbw_gb_per_s": busbw_gb_per_s(op=op, ranks=rt.world_size, size_bytes=size,
                                                   time_s=p50),
                 "wrong": wrong,
+                "device_memory_peak_bytes": peak,
             })
             runtime.print0(f"{op} {size} B: {p50 * 1e6:.1f} us")
+            del inp, out  # freed before the next size's peak starts
     return {"rows": rows if rt.rank == 0 else []}
 
 
 if __name__ == "__main__":
-    worker_main(run, CollectivesConfig)
+    worker_main(on_rank, CollectivesConfig)

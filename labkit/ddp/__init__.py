@@ -15,6 +15,7 @@ Read in this order:
   the model of a DDP step and the crossover batch;
 * :mod:`~labkit.ddp.worker` (rank side) -- one launch: baseline, DDP and breakdown per batch;
 * :mod:`~labkit.ddp.run` (host side) -- :func:`run`, what notebook 04 and ``labkit ddp`` call;
+* :mod:`~labkit.ddp.verdicts` (pure) -- the sentences a sweep's numbers say;
 * :mod:`~labkit.ddp.report`, :mod:`~labkit.ddp.plots`, :mod:`~labkit.ddp.diff` (``labkit diff``
   of two results files), :mod:`~labkit.ddp.cli`.
 
@@ -22,8 +23,8 @@ Read in this order:
 package imports nothing heavy (no torch), so ``labkit diff`` never pays for it.
 """
 
-from labkit.ddp import diff, formulas, plots, report
+from labkit.ddp import diff, formulas, plots, report, verdicts
 from labkit.ddp.config import DDPConfig
 from labkit.ddp.run import run
 
-__all__ = ["DDPConfig", "diff", "formulas", "plots", "report", "run"]
+__all__ = ["DDPConfig", "diff", "formulas", "plots", "report", "run", "verdicts"]

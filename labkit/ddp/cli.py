@@ -14,10 +14,10 @@ from labkit.cliargs import (
     add_lab_command,
     config_from_args,
     launch_options,
-    print_frame,
     say_stored,
 )
 from labkit.ddp.config import DDP_OPTIONS, WORKLOAD_OPTIONS, DDPConfig
+from labkit.tables import print_frame
 
 
 def _config_flags(p) -> None:
@@ -42,7 +42,7 @@ def register(sub) -> None:
 
 
 def cmd_ddp(args) -> int:
-    from labkit.ddp import report
+    from labkit.ddp import report, verdicts
     from labkit.ddp.run import run
 
     # validate everything before anything launches or is written
@@ -60,10 +60,10 @@ def cmd_ddp(args) -> int:
         print()
         print_frame(pred, floatfmt="{:.3g}")
         print(report.PREDICTION_LEGEND)
-        print(report.model_sentence(pred["batch"], pred["error_pct"]))
+        print(verdicts.model_sentence(pred["batch"], pred["error_pct"]))
         if len(pred) >= 2:
-            print(report.pays_sentence(pred["batch"], pred["measured"], ranks=n))
-            print(report.crossover_sentence(report.crossover(df, n)))
+            print(verdicts.pays_sentence(pred["batch"], pred["measured"], ranks=n))
+            print(verdicts.crossover_sentence(report.crossover(df, n)))
     print()
     print(report.placement_table(df))
     if df["oversubscribed"].any():

@@ -24,7 +24,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from labkit.config import check_steps, one_of, option, positive_int
+from labkit.config import check_steps, distinct_positive_ints, one_of, option, positive_int
 from labkit.errors import UsageError
 
 MODELS = ("mlp", "cnn", "transformer")
@@ -105,14 +105,8 @@ class DDPConfig:
 
     def __post_init__(self):
         one_of("model", self.model, MODELS)
-        sizes = self.batch_size if isinstance(self.batch_size, (list, tuple)) else (self.batch_size,)
-        if not sizes:
-            raise UsageError("batch_size needs at least one value")
-        for b in sizes:
-            positive_int("batch_size", b)
-        if len(set(sizes)) != len(sizes):
-            raise UsageError(f"batch_size has repeats: {list(sizes)}")
-        object.__setattr__(self, "batch_size", tuple(sizes))
+        sizes = distinct_positive_ints("batch_size", self.batch_size)
+        object.__setattr__(self, "batch_size", sizes)
         whole = self.all_cores_batches
         whole = tuple(whole) if isinstance(whole, (list, tuple)) else (whole,)
         for b in whole:

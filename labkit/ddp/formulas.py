@@ -30,10 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from labkit.collectives.formulas import allreduce_time, model_error_pct
+from labkit.collectives.formulas import allreduce_time
 from labkit.config import positive_int, positive_number
-from labkit.ddp.report import KEY
 from labkit.errors import UsageError
+from labkit.metrics import model_error_pct
 
 
 def exposed_comm_s(ddp_step_s: float, nosync_step_s: float) -> float:
@@ -95,10 +95,15 @@ def add_scaling_columns(rows: Iterable[dict]) -> list[dict]:
     return rows
 
 
+#: the settings that make two rows the same benchmark: the model and its sizes, the batch per
+#: rank, the DDP flags and the device (a row's key adds its variant and world size)
+BENCHMARK = ("model", "input_dim", "hidden_dim", "output_dim", "num_layers", "image_size",
+             "seq_len", "num_heads", "batch_size", "bucket_cap_mb", "broadcast_buffers",
+             "static_graph", "gradient_as_bucket_view", "device")
+
+
 def _bench(r: dict) -> tuple:
-    """The settings that define "the same benchmark" (model, batch, DDP flags, device)."""
-    skip = {"variant", "world_size"}
-    return tuple(str(r.get(k)) for k in KEY if k not in skip)
+    return tuple(str(r.get(k)) for k in BENCHMARK)
 
 
 def _references(rows: list[dict], variant: str, **equal) -> dict:

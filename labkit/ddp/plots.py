@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from labkit.ddp.report import ALL_CORES, by_variant, top_world_size
+from labkit.ddp.report import ALL_CORES, by_variant, run_label, top_world_size
 from labkit.figures import new_figure
 from labkit.results import select_rows
-
-
-def _label(r) -> str:
-    if r["variant"] == "no_ddp":
-        return "no DDP"
-    if r["variant"] == ALL_CORES:
-        return f"no DDP, {int(r['threads_per_rank'])} threads"
-    return f"DDP N={int(r['world_size'])}"
 
 
 def _ordered(df):
@@ -30,7 +22,7 @@ def step_time_distributions(df, title: str | None = None):
     for ax, batch in zip(axes[0], batches):
         part = _ordered(select_rows(df, batch_size=batch))
         data = [[t * 1e3 for t in r["step_times_s"]] for _, r in part.iterrows()]
-        labels = [_label(r) for _, r in part.iterrows()]
+        labels = [run_label(r) for _, r in part.iterrows()]
         ax.boxplot(data, whis=(5, 95), showfliers=False)
         ax.set_xticks(range(1, len(labels) + 1), labels)
         for i, d in enumerate(data, start=1):

@@ -2,9 +2,8 @@
 
 :data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
 results file upserts by; :func:`select` and :func:`one` the selections notebooks make;
-:func:`prediction_frame` and :func:`crossover` the model of a DDP step beside the measurement,
-and the sentences that state a verdict (:func:`pays_sentence`, :func:`model_sentence`,
-:func:`threads_sentence`), computed from the numbers they are given.
+:func:`prediction_frame` and :func:`crossover` the model of a DDP step beside the measurement;
+the sentences that state a verdict from those numbers live in :mod:`labkit.ddp.verdicts`.
 
 :func:`benchmark_table` copies the layout of PyTorch's ``benchmarks/distributed/ddp/benchmark.py``: one
 line per run, ``no ddp`` first, then ``{machines}M/{ranks}G`` (GPUs) or ``.../{ranks}C`` (CPU
@@ -16,13 +15,20 @@ from __future__ import annotations
 
 import math
 
-from labkit.results import TIMED_PCTS, Column, ms, one_row, select_rows, timed_columns
+from labkit.ddp.formulas import BENCHMARK
+from labkit.results import (
+    DEVICE_MEMORY_COLUMNS,
+    TIMED_PCTS,
+    Column,
+    ms,
+    one_row,
+    select_rows,
+    timed_columns,
+)
 
-#: what makes a row a different measurement: the model and its sizes, the variant, world size,
-#: batch per rank, the DDP flags and the device
-KEY = ("model", "input_dim", "hidden_dim", "output_dim", "num_layers", "image_size", "seq_len",
-       "num_heads", "variant", "world_size", "batch_size", "bucket_cap_mb", "broadcast_buffers",
-       "static_graph", "gradient_as_bucket_view", "device")
+#: what makes a row a different measurement: the benchmark (the model and its sizes, batch per
+#: rank, the DDP flags and the device), the variant and the world size
+KEY = (*BENCHMARK, "variant", "world_size")
 
 
 #: every field a row can carry (launch fields and provenance are declared elsewhere)
@@ -92,6 +98,7 @@ COLUMNS = (
     Column("predicted_speedup_vs_no_ddp", "", "N t_no_ddp / predicted_step_time_s"),
     Column("predicted_speedup_error_pct", "%",
            "100 (predicted - measured) / measured speedup against no DDP"),
+    *DEVICE_MEMORY_COLUMNS,
 )
 
 #: the variant of the no-DDP run that uses every allocated core as a thread
@@ -137,12 +144,26 @@ def top_world_size(df, world_size: int | None = None) -> int:
     return int(ddp["world_size"].max()) if world_size is None else int(world_size)
 
 
-def _label(row) -> str:
+def run_label(row, *, compact: bool = False) -> str:
+    """What a row's run was: a figure's label, or (``compact``) the benchmark table's, in
+    PyTorch's layout (machines M, GPUs G or CPU ranks C).
+
+    >>> rows = [{"variant": "no_ddp"}, {"variant": ALL_CORES, "threads_per_rank": 4},
+    ...         {"variant": "ddp", "world_size": 2, "device": "cuda:0"}]
+    >>> [run_label(r) for r in rows]
+    ['no DDP', 'no DDP, 4 threads', 'DDP N=2']
+    >>> [run_label(r, compact=True) for r in rows]
+    ['no ddp', 'no ddp/4T', '1M/2G']
+    """
     if row["variant"] == "no_ddp":
-        return "no ddp"
+        return "no ddp" if compact else "no DDP"
     if row["variant"] == ALL_CORES:
-        return f"no ddp/{int(row.get('threads_per_rank') or 0)}T"
-    return f"{int(row.get('nnodes') or 1)}M/{int(row['world_size'])}{'G' if on_gpu(row) else 'C'}"
+        threads = int(row.get("threads_per_rank") or 0)
+        return f"no ddp/{threads}T" if compact else f"no DDP, {threads} threads"
+    ranks = int(row["world_size"])
+    if compact:
+        return f"{int(row.get('nnodes') or 1)}M/{ranks}{'G' if on_gpu(row) else 'C'}"
+    return f"DDP N={ranks}"
 
 
 def benchmark_table(df) -> str:
@@ -166,7 +187,8 @@ def benchmark_table(df) -> str:
             for p in TIMED_PCTS:
                 t = r[f"step_time_p{p}_s"]
                 cells.append(f"p{p}: {t:7.4f}s {r['batch_size'] / t:8.0f}/s")
-            lines.append(f"{int(r['world_size']):4d} {unit} -- {_label(r):>8s}:  " + "  ".join(cells))
+            label = run_label(r, compact=True)
+            lines.append(f"{int(r['world_size']):4d} {unit} -- {label:>8s}:  " + "  ".join(cells))
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -292,97 +314,6 @@ def crossover(df, world_size: int | None = None) -> dict:
             compute_per_sample_s=c1, comm_s=added),
         "noddp_fit": (a0, a1), "compute_fit": (c0, c1), "added_s": added,
     }
-
-
-def pays_sentence(batches, speedups, *, ranks: int = 2) -> str:
-    """The verdict of a batch sweep against the no-DDP process, from its numbers.
-
-    >>> pays_sentence([16, 32, 64, 128], [0.8, 0.9, 1.1, 1.3])
-    'DDP on 2 ranks pays from batch 45 per rank on: 0.90x at batch 32, 1.10x at batch 64.'
-    >>> pays_sentence([16, 32, 64, 128], [0.8, 0.9, 0.95, 0.97])
-    'DDP on 2 ranks does not pay at any batch swept: at best 0.97x, at batch 128 per rank.'
-    >>> pays_sentence([16, 32], [1.2, 1.5])
-    'DDP on 2 ranks pays at every batch swept, from batch 16 per rank on (1.20x there).'
-    """
-    from labkit.ddp.formulas import crossover_batch
-
-    pairs = sorted(zip((int(b) for b in batches), (float(x) for x in speedups)))
-    who = f"DDP on {ranks} ranks"
-    if all(x >= 1 for _, x in pairs):
-        return (f"{who} pays at every batch swept, from batch {pairs[0][0]} per rank on "
-                f"({pairs[0][1]:.2f}x there).")
-    if all(x < 1 for _, x in pairs):
-        bb, best = max(pairs, key=lambda p: p[1])
-        return (f"{who} does not pay at any batch swept: at best {best:.2f}x, at batch {bb} "
-                "per rank.")
-    if pairs[-1][1] < 1:
-        won = ", ".join(f"{b}" for b, x in pairs if x >= 1)
-        return (f"{who} does not pay at the largest batch swept ({pairs[-1][1]:.2f}x at "
-                f"{pairs[-1][0]} per rank), though it did at batch {won}: noise, or a sweep "
-                "to run again.")
-    last = max(i for i, (_, x) in enumerate(pairs) if x < 1)
-    (b0, s0), (b1, s1) = pairs[last], pairs[last + 1]
-    star = crossover_batch([b for b, _ in pairs], [x for _, x in pairs])
-    return (f"{who} pays from batch {star:.0f} per rank on: {s0:.2f}x at batch {b0}, "
-            f"{s1:.2f}x at batch {b1}.")
-
-
-def model_sentence(batches, errors_pct, *, tolerance_pct: float = 25.0) -> str:
-    """How well the model of the DDP step held over a sweep, from its errors (%).
-
-    >>> model_sentence([16, 64, 1024], [5.0, -12.0, 3.0])
-    'The model is within 25% of the measured speedup at every batch (largest error -12%, at batch 64).'
-    >>> model_sentence([16, 64, 1024], [31.0, -12.0, 3.0])
-    'The model is within 25% of the measured speedup at 2 of 3 batches; it misses at batch 16 (+31%).'
-    """
-    pairs = [(int(b), float(e)) for b, e in zip(batches, errors_pct)]
-    miss = [(b, e) for b, e in pairs if not abs(e) <= tolerance_pct]
-    if not miss:
-        b, e = max(pairs, key=lambda p: abs(p[1]))
-        return (f"The model is within {tolerance_pct:g}% of the measured speedup at every batch "
-                f"(largest error {e:+.0f}%, at batch {b}).")
-    return (f"The model is within {tolerance_pct:g}% of the measured speedup at "
-            f"{len(pairs) - len(miss)} of {len(pairs)} batches; it misses at "
-            + ", ".join(f"batch {b} ({e:+.0f}%)" for b, e in miss) + ".")
-
-
-def threads_sentence(*, batch: int, ranks: int, threads: int, ratio: float) -> str:
-    """The verdict of ranks against one process with every core as a thread.
-
-    >>> threads_sentence(batch=1024, ranks=2, threads=2, ratio=0.93)
-    'At batch 1024 per rank, 2 one-thread DDP ranks train 0.93x the samples per second of one no-DDP process with 2 threads: the one process wins.'
-    >>> threads_sentence(batch=64, ranks=2, threads=2, ratio=1.1).endswith("the ranks win.")
-    True
-    """
-    who = "the ranks win" if ratio > 1 else "the one process wins"
-    return (f"At batch {batch} per rank, {ranks} one-thread DDP ranks train {ratio:.2f}x the "
-            f"samples per second of one no-DDP process with {threads} threads: {who}.")
-
-
-def crossover_sentence(c: dict) -> str:
-    """Measured and predicted crossover (:func:`crossover`) in one sentence, whatever their
-    values (inside the sweep, outside it, never).
-
-    >>> crossover_sentence({"world_size": 2, "measured": 45.3, "predicted": 42.0,
-    ...                     "batches": [16, 1024]})
-    'Crossover at 2 ranks: measured batch 45 per rank, predicted 42 (from t_no_DDP, t_c and what DDP adds).'
-    >>> crossover_sentence({"world_size": 2, "measured": float("nan"),
-    ...                     "predicted": float("inf"), "batches": [16, 1024]})
-    'Crossover at 2 ranks: measured not inside the sweep (16 to 1024 per rank), predicted never (from t_no_DDP, t_c and what DDP adds).'
-    """
-    def say(x):
-        if x != x:
-            return f"not inside the sweep ({min(c['batches'])} to {max(c['batches'])} per rank)"
-        if x == math.inf:
-            return "never"
-        if x == 0:
-            return "at any batch"
-        return f"{x:.0f}"
-
-    return (f"Crossover at {c['world_size']} ranks: measured "
-            f"{'batch ' if c['measured'] == c['measured'] else ''}{say(c['measured'])}"
-            f"{' per rank' if c['measured'] == c['measured'] else ''}, predicted "
-            f"{say(c['predicted'])} (from t_no_DDP, t_c and what DDP adds).")
 
 
 def threads_frame(df, world_size: int | None = None):

@@ -51,7 +51,7 @@ from labkit.ddp.models import build_model, grad_bytes, num_params, synthetic_bat
 from labkit.ddp.train import gather_params, make_optimizer, make_step, replica_drift, wrap_ddp
 from labkit.errors import UsageError
 from labkit.harness import worker_main
-from labkit.results import allocated_cores
+from labkit.procs import allocated_cores
 
 #: the standalone all-reduce sizes (bytes) timed besides the gradient bytes for the α–β fit:
 #: small ones pin α, large ones β
@@ -76,7 +76,8 @@ def _summary(local: list[float], prefix: str) -> dict:
     return stats
 
 
-def _row(cfg: DDPConfig, variant: str, world_size: int, model, stats: dict) -> dict:
+def _row(cfg: DDPConfig, variant: str, world_size: int, model, stats: dict, *,
+         peak_bytes: int | None) -> dict:
     p50 = stats["step_time_p50_s"]
     nbytes = grad_bytes(model)
     (batch,) = cfg.batch_size
@@ -92,10 +93,11 @@ def _row(cfg: DDPConfig, variant: str, world_size: int, model, stats: dict) -> d
         **stats,
         "samples_per_s_per_replica": batch / p50,
         "samples_per_s": batch * world_size / p50,
+        "device_memory_peak_bytes": peak_bytes,
     }
 
 
-def run(rt: runtime.Runtime, cfg: DDPConfig) -> dict:
+def on_rank(rt: runtime.Runtime, cfg: DDPConfig) -> dict:
     _warm_up(rt, cfg.at(cfg.batch_size[0]))
     rows = []
     for batch in cfg.batch_size:  # every batch size inside this one launch
@@ -116,17 +118,22 @@ def _warm_up(rt: runtime.Runtime, cfg: DDPConfig, steps: int = 3) -> None:
 
 
 def run_batch(rt: runtime.Runtime, cfg: DDPConfig) -> list[dict]:
-    """Baseline (1-rank launch only), DDP, breakdown, at the config's one batch size."""
+    """Baseline (1-rank launch only), DDP, breakdown, at the config's one batch size. Each row
+    carries the device memory peak of its own run (the batches, held throughout, count in
+    each)."""
     batches = synthetic_batches(cfg, rt.rank, rt.device)
     rows = []
     if cfg.baseline and rt.world_size == 1:
+        runtime.reset_device_peak(rt.device)
         model = build_model(cfg, rt.device)
         stats = _timed(make_step(model, make_optimizer(model, cfg), batches), cfg, rt)
-        rows.append(_row(cfg, "no_ddp", 1, model, stats))
+        rows.append(_row(cfg, "no_ddp", 1, model, stats,
+                         peak_bytes=runtime.max_device_peak_bytes(rt.device)))
         del model
     if cfg.all_cores_batches and rt.world_size == 1:
         rows.append(_all_cores_row(cfg, rt, batches))
 
+    runtime.reset_device_peak(rt.device)
     model = build_model(cfg, rt.device)
     ddp = wrap_ddp(model, cfg, rt.device)
     opt = make_optimizer(ddp, cfg)
@@ -141,9 +148,10 @@ def run_batch(rt: runtime.Runtime, cfg: DDPConfig) -> list[dict]:
         stats = _summary(local.pop("step"), "step_time")
     else:
         stats = _timed(step, cfg, rt)
+    peak = runtime.max_device_peak_bytes(rt.device)
     # after exactly cfg.steps synchronised steps: the state the tests compare
     drift = replica_drift(model)
-    row = _row(cfg, "ddp", rt.world_size, model, stats)
+    row = _row(cfg, "ddp", rt.world_size, model, stats, peak_bytes=peak)
     row.update(replica_drift=drift, replicas_in_sync=drift == 0.0)
     if cfg.return_params:  # small test models only: every rank's parameters, in rank order
         row["params_by_rank"] = gather_params(model)
@@ -156,13 +164,15 @@ def _all_cores_row(cfg: DDPConfig, rt: runtime.Runtime, batches) -> dict:
     """The no-DDP run again, with every allocated core as a torch thread (one process using
     the whole machine); the launch's own thread count is restored after."""
     cores, saved = allocated_cores(), torch.get_num_threads()
+    runtime.reset_device_peak(rt.device)
     model = build_model(cfg, rt.device)
     torch.set_num_threads(cores)
     try:
         stats = _timed(make_step(model, make_optimizer(model, cfg), batches), cfg, rt)
     finally:
         torch.set_num_threads(saved)
-    row = _row(cfg, "no_ddp_all_cores", 1, model, stats)
+    row = _row(cfg, "no_ddp_all_cores", 1, model, stats,
+               peak_bytes=runtime.max_device_peak_bytes(rt.device))
     row["threads_per_rank"] = cores  # this run's threads, not the launch's
     return row
 
@@ -310,4 +320,4 @@ def _alpha_beta(world_size: int, sizes: list[int], times: list[float]) -> dict:
 
 
 if __name__ == "__main__":
-    worker_main(run, DDPConfig)
+    worker_main(on_rank, DDPConfig)

@@ -8,14 +8,9 @@ process.
 
 from __future__ import annotations
 
-from labkit.cliargs import (
-    add_lab_command,
-    config_from_args,
-    launch_options,
-    mismatch_exit,
-    say_stored,
-)
+from labkit.cliargs import add_lab_command, mismatch_exit, run_lab, say_stored
 from labkit.fsdp.config import FSDPConfig
+from labkit.tables import print_table
 
 
 def register(sub) -> None:
@@ -28,19 +23,15 @@ def register(sub) -> None:
 
 
 def cmd_fsdp(args) -> int:
-    from labkit.cliargs import print_frame
     from labkit.fsdp import report
     from labkit.fsdp.run import run
 
-    # validate everything before anything launches or is written
-    config = config_from_args(FSDPConfig, args)
-    df = run(config, launch=launch_options(args), store=args.json)
-    print_frame(report.summary_frame(df), floatfmt="{:.3g}")
-    print(report.SUMMARY_LEGEND)
+    _, df = run_lab(args, FSDPConfig, run)
+    print_table(report.summary_frame(df), report.SUMMARY_LEGEND)
     print()
-    print_frame(report.memory_frame(df), floatfmt="{:.3g}")
+    print_table(report.memory_frame(df))
     print()
-    print_frame(report.comm_frame(df), floatfmt="{:.3g}")
+    print_table(report.comm_frame(df))
     say_stored(args.json, df)
     return mismatch_exit(df, "labkit fsdp: a sharded model differs from one process "
                              "(column matches)")

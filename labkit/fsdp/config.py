@@ -13,15 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.config import (
-    between_0_and_1,
-    check_steps,
-    distinct_choices,
-    option,
-    positive_int,
-)
+from labkit.config import option, positive_int
 from labkit.errors import UsageError
-from labkit.tp.config import check_shape, training_fields
+from labkit.tp.config import check_training, training_fields
 
 VARIANTS = ("ddp", "zero1", "fsdp")
 
@@ -65,15 +59,11 @@ class FSDPConfig:
                                     "matches", cli=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "variants", distinct_choices("variant", self.variants, VARIANTS))
-        check_shape(self)  # the tensor-parallel lab's model
-        check_steps(self.warmup, self.steps)
-        positive_int("seed", self.seed, minimum=0)
+        # the tensor-parallel lab's model, trained with the same checks
+        object.__setattr__(self, "variants", check_training(self, VARIANTS))
         if not isinstance(self.reshard_after_forward, bool):
             raise UsageError(f"reshard_after_forward must be true or false, got "
                              f"{self.reshard_after_forward!r}")
-        for name in ("lr", "tolerance"):
-            between_0_and_1(name, getattr(self, name))
 
     def check_world_size(self, world_size: int) -> None:
         """Refuse, before any launch, a model some rank would hold nothing of, or whose tensors

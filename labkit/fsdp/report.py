@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from labkit.results import Column, ms, one_row, select_rows, timed_columns
-from labkit.tp.report import law_error_pct
+from labkit.metrics import relative_error_pct
+from labkit.results import DEVICE_MEMORY_COLUMNS, Column, ms, one_row, select_rows, timed_columns
 
 #: what makes a row a different measurement: the variant, the world size, the model, the
 #: batch per rank, FSDP's resharding and the device
@@ -86,6 +86,7 @@ COLUMNS = (
     Column("predicted_step_s", "s", "predicted_compute_s + predicted_comm_s"),
     Column("prediction_error_pct", "%", "100 (predicted_step_s - step_time_p50_s) / "
                                         "step_time_p50_s"),
+    *DEVICE_MEMORY_COLUMNS,
 )
 
 ORDER = {"ddp": 0, "zero1": 1, "fsdp": 2}
@@ -151,7 +152,7 @@ def memory_frame(df):
             pred, meas = r[f"{col}_bytes_formula"], r[f"{col}_bytes_per_rank"]
             out.append({"variant": r["variant"], "ranks": int(r["world_size"]), "kind": kind,
                         "law": law, "predicted_MB": pred / 1e6, "measured_MB": meas / 1e6,
-                        "error_pct": law_error_pct(pred, meas),
+                        "error_pct": relative_error_pct(pred, meas),
                         "ddp_MB": r.get(f"ddp_{col}_bytes_per_rank", math.nan) / 1e6})
     return pd.DataFrame(out)
 
@@ -172,7 +173,7 @@ def comm_frame(df):
         out.append({"variant": r["variant"], "ranks": int(r["world_size"]),
                     "law": text, "predicted_MB": r["comm_bytes_formula"] / 1e6,
                     "measured_MB": r["comm_bytes_measured"] / 1e6,
-                    "error_pct": law_error_pct(r["comm_bytes_formula"],
+                    "error_pct": relative_error_pct(r["comm_bytes_formula"],
                                                r["comm_bytes_measured"]),
                     "x_ddp": r["comm_ratio_vs_ddp"]})
     return pd.DataFrame(out)

@@ -23,6 +23,9 @@ What one launch does (data parallelism: rank r trains on its own seeded batch r)
    :mod:`labkit.fsdp.formulas` beside it. DDP's bytes, held and moved, are put on every row;
 4. **compute only**, last: the plain model on this rank's batch, no wrapper, no
    communication, timed.
+
+Everything lives on the rank's device; each variant's row carries its device memory peak
+(None on a CPU): beside the bytes the rank holds by count, what the device really held.
 """
 
 from __future__ import annotations
@@ -38,16 +41,17 @@ from labkit.fsdp.config import STAGE, FSDPConfig
 from labkit.fsdp.shard import ZeRO1, held_bytes, wrap_ddp, wrap_fsdp
 from labkit.harness import worker_main
 from labkit.tp import formulas as tp_formulas
-from labkit.tp.measure import (
-    CommCounter,
-    compute_rate,
-    fit_link,
-    max_rel_error,
-    timed_steps,
-    worst_over_ranks,
+from labkit.tp.measure import CommCounter, compute_rate, fit_link, max_rel_error, worst_over_ranks
+from labkit.tp.models import (
+    build_model,
+    local_slice,
+    local_tensor,
+    loss_fn,
+    make_step,
+    synthetic_batch,
 )
-from labkit.tp.models import build_model, local_tensor, loss_fn, make_step, synthetic_batch
 from labkit.tp.report import add_compute_time, prediction_fields
+from labkit.tp.worker import split_dim, timed_after_warmup
 
 
 def _reference(cfg: FSDPConfig, full, batches, device) -> dict:
@@ -65,11 +69,9 @@ def _reference(cfg: FSDPConfig, full, batches, device) -> dict:
 
 
 def _slice(ref: torch.Tensor, p, rank: int, world_size: int) -> torch.Tensor:
-    """The part of ``ref`` this rank holds of parameter ``p`` (FSDP2: ``Shard(0)``)."""
-    placements = getattr(p, "placements", None)
-    if placements is None or not placements[0].is_shard():
-        return ref
-    return ref.chunk(world_size, dim=placements[0].dim)[rank]
+    """The part of ``ref`` this rank holds of parameter ``p`` (FSDP2: ``Shard(0)``; DDP and
+    ZeRO-1: all of it)."""
+    return local_slice(ref, split_dim(p), rank, world_size)
 
 
 def _name(n: str) -> str:
@@ -108,12 +110,6 @@ def check(variant: str, model, opt, ref: dict, x, y, rank: int, world_size: int)
     return max(errs)
 
 
-def _timed(step, cfg: FSDPConfig, rt, prefix: str = "step_time") -> tuple[dict, list]:
-    for _ in range(cfg.warmup):
-        step()
-    return timed_steps(step, rt, repeat=cfg.measured_steps, prefix=prefix)
-
-
 def _build(variant: str, full, cfg: FSDPConfig, rt, mesh):
     model = copy.deepcopy(full)
     if variant == "ddp":
@@ -125,7 +121,7 @@ def _build(variant: str, full, cfg: FSDPConfig, rt, mesh):
     return model, torch.optim.Adam(model.parameters(), lr=cfg.lr)
 
 
-def run(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
+def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
     n, dev = rt.world_size, rt.device
     b, s, h = cfg.batch_size, cfg.seq_len, cfg.hidden
     full = build_model(hidden=h, num_heads=cfg.num_heads, num_layers=cfg.num_layers,
@@ -151,6 +147,9 @@ def run(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
     rows = []
     for variant in cfg.variants:
         stage = STAGE[variant]
+        # the point's peak: the whole model, the batch and the reference (held throughout)
+        # count too
+        runtime.reset_device_peak(dev)
         model, opt = _build(variant, full, cfg, rt, mesh)
         err = worst_over_ranks(rt, check(variant, model, opt, ref, x, y, rt.rank, n))
         step = make_step(model, opt, x, y)
@@ -167,7 +166,8 @@ def run(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
                                          beta_bytes_per_s=link["beta_bytes_per_s"])
         else:  # the sweep gave no α–β fit: no prediction of the communication
             pred = {"compute_s": flops / rate, "comm_s": math.nan, "step_s": math.nan}
-        stats, slowest = _timed(step, cfg, rt)
+        stats, slowest = timed_after_warmup(step, cfg, rt)
+        peak = runtime.max_device_peak_bytes(dev)
         t = stats["step_time_p50_s"]
         rows.append({
             **cfg.describe(),
@@ -186,6 +186,7 @@ def run(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
             "grad_bytes_formula": law["gradients"],
             "optimizer_bytes_formula": law["optimizer"],
             "state_bytes_formula": law["total"],
+            "device_memory_peak_bytes": peak,
             "allreduce_bytes_measured": counter.bytes["all_reduce"],
             "allgather_bytes_measured": counter.bytes["all_gather"],
             "reduce_scatter_bytes_measured": counter.bytes["reduce_scatter"],
@@ -206,8 +207,9 @@ def run(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
         del model, opt, step
     # compute only, last (as warm as the variants): the plain model on this rank's batch
     bare = copy.deepcopy(full)
-    compute, _ = _timed(make_step(bare, torch.optim.Adam(bare.parameters(), lr=cfg.lr), x, y),
-                        cfg, rt, prefix="compute_time")
+    compute, _ = timed_after_warmup(
+        make_step(bare, torch.optim.Adam(bare.parameters(), lr=cfg.lr), x, y), cfg, rt,
+        prefix="compute_time")
     add_compute_time(rows, compute)
     return {"rows": against_ddp(rows)} if rt.rank == 0 else {}
 
@@ -235,4 +237,4 @@ def against_ddp(rows: list[dict]) -> list[dict]:
 
 
 if __name__ == "__main__":
-    worker_main(run, FSDPConfig)
+    worker_main(on_rank, FSDPConfig)

@@ -11,8 +11,12 @@ A pure model: nothing here launches (``measure_local``, which measures this mach
   order by default), ranks per node, hierarchical / ring / tree / double-binary-tree
   all-reduce, all-gather, reduce-scatter, all-to-all, and the algorithm NCCL would pick;
 * :mod:`~labkit.perfmodel.model` -- the step: compute, bubble, DP/TP/PP communication with
-  overlap, ZeRO 1-3, recomputation, MFU and HFU, memory, cost, and the layout search;
-  bubbles by :mod:`labkit.pipeline.formulas`;
+  overlap, ZeRO 1-3, recomputation, MFU and HFU, memory and cost; bubbles by
+  :mod:`labkit.pipeline.formulas`;
+* :mod:`~labkit.perfmodel.prediction` -- what a prediction holds (every term, memory, MFU)
+  and its verdict;
+* :mod:`~labkit.perfmodel.layouts` -- the layout search (every DP x TP x PP = N, ranked) and
+  one layout across fabrics;
 * :mod:`~labkit.perfmodel.calibrate` -- the model beside measured collective, pipeline and DDP
   rows;
 * :mod:`~labkit.perfmodel.published` -- the model beside published runs (Megatron-LM 1T,
@@ -20,8 +24,7 @@ A pure model: nothing here launches (``measure_local``, which measures this mach
 * :mod:`~labkit.perfmodel.mlsysim_engine` -- mlsysim 0.3.0 as an optional second engine, term
   by term (the extra ``.[mlsysim]``; a recorded table without it);
 * :mod:`~labkit.perfmodel.plots`, :mod:`~labkit.perfmodel.widgets` (the layout explorer),
-  :mod:`~labkit.perfmodel.cli` (``labkit model``, ``search``, ``catalog``, ``calibrate``,
-  ``slurm``).
+  :mod:`~labkit.perfmodel.cli` (``labkit model``, ``search``, ``catalog``, ``calibrate``).
 
 ``from labkit.perfmodel import catalog, model``. Importing this package imports nothing heavy
 (no torch, no mlsysim).
@@ -30,6 +33,7 @@ A pure model: nothing here launches (``measure_local``, which measures this mach
 from labkit.perfmodel import (
     calibrate,
     catalog,
+    layouts,
     mlsysim_engine,
     model,
     plots,
@@ -38,5 +42,5 @@ from labkit.perfmodel import (
     widgets,
 )
 
-__all__ = ["calibrate", "catalog", "mlsysim_engine", "model", "plots", "published", "topology",
-           "widgets"]
+__all__ = ["calibrate", "catalog", "layouts", "mlsysim_engine", "model", "plots", "published",
+           "topology", "widgets"]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from labkit.collectives import formulas as collectives
 from labkit.errors import UsageError
+from labkit.metrics import model_error_pct
 from labkit.pipeline.formulas import bubble_fraction
 
 
@@ -164,7 +165,7 @@ def calibration_check(collective_rows=None, pipeline_rows=None, *, alpha_s: floa
             out.append({"lab": "collectives", "what": op, "world_size": n,
                         "size_bytes": r["size_bytes"], "quantity": "time_s",
                         "measured": r["time_p50_s"], "model": t,
-                        "error_pct": collectives.model_error_pct(model_s=t, measured_s=r["time_p50_s"]),
+                        "error_pct": model_error_pct(model_s=t, measured_s=r["time_p50_s"]),
                         "alpha_s": a, "beta_gb_per_s": b / 1e9})
     for r in _rows(pipeline_rows):
         p, m = int(r["num_stages"]), int(r["num_microbatches"])
@@ -179,15 +180,16 @@ def calibration_check(collective_rows=None, pipeline_rows=None, *, alpha_s: floa
         out.append({"lab": "pipeline", "what": r.get("schedule", ""), "world_size": p,
                     "num_stages": p, "num_microbatches": m, "quantity": "bubble_fraction",
                     "measured": meas, "model": f,
-                    "error_pct": 100 * (f - meas) / meas if meas > 0 else math.nan,
+                    "error_pct": (model_error_pct(model_s=f, measured_s=meas) if meas > 0
+                                  else math.nan),
                     "error_points": 100 * (f - meas)})
         if compute_flop_per_s and alpha_s is not None and beta_bytes_per_s and "hidden" in r:
             t = pipeline_step_time(r, compute_flop_per_s, alpha_s, beta_bytes_per_s)
             out.append({"lab": "pipeline", "what": r.get("schedule", ""), "world_size": p,
                         "num_stages": p, "num_microbatches": m, "quantity": "step_time_s",
                         "measured": float(r["step_time_s"]), "model": t,
-                        "error_pct": collectives.model_error_pct(model_s=t,
-                                                                 measured_s=float(r["step_time_s"]))})
+                        "error_pct": model_error_pct(model_s=t,
+                                                     measured_s=float(r["step_time_s"]))})
     if not out:
         raise UsageError("no measured rows to check (collective rows need world_size > 1)")
     return pd.DataFrame(out)

@@ -1,17 +1,15 @@
-"""labkit model | search | catalog | calibrate | slurm: the 3-D parallelism model and clusters."""
+"""labkit model | search | catalog | calibrate: the 3-D parallelism model and its clusters."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from labkit.cliargs import (
-    nonneg_int,
-    positive_float,
-    positive_int,
-    print_frame,
+    positive_float_arg,
+    positive_int_arg,
     write_json_rows,
 )
+from labkit.tables import print_frame
 
 BREAKDOWN = ["fabric", "dp", "tp", "pp", "num_microbatches", "compute_s", "bubble_s", "dp_comm_s",
              "tp_comm_s", "pp_comm_s", "step_time_s", "scaling_efficiency", "samples_per_s", "mfu",
@@ -45,19 +43,19 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", default="Llama-3-70B", help="model preset (default: %(default)s; "
                    "labkit catalog models)")
     g.add_argument("--node", default="DGX_H100", help="node preset (default: %(default)s)")
-    g.add_argument("--nodes", type=positive_int, default=32, help="(default: %(default)s)")
+    g.add_argument("--nodes", type=positive_int_arg, default=32, help="(default: %(default)s)")
     g.add_argument("--fabric", nargs="+", metavar="KEY", help="inter-node fabric(s); one "
                    "prediction (or search) each (default: the node's)")
     g.add_argument("--accelerator", help="override the node's accelerator")
     g.add_argument("--intra-fabric", help="override the node's intra-node link (NVLink)")
     g = p.add_argument_group("workload and step")
     g.add_argument("--global-batch-size", "--global-batch", dest="global_batch",
-                   type=positive_int, default=256, metavar="B",
+                   type=positive_int_arg, default=256, metavar="B",
                    help="sequences per optimizer step (default: %(default)s)")
-    g.add_argument("--seq-len", type=positive_int, help="tokens per sequence (default: the "
+    g.add_argument("--seq-len", type=positive_int_arg, help="tokens per sequence (default: the "
                    "model's context length)")
     g.add_argument("--precision", default="bf16", help="(default: %(default)s)")
-    g.add_argument("--efficiency", type=positive_float, default=0.4,
+    g.add_argument("--efficiency", type=positive_float_arg, default=0.4,
                    help="achieved / peak FLOP/s of the compute (default: %(default)s)")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0,
                    help="ZeRO stage: 1 shards optimizer states over DP, 2 also gradients, 3 also "
@@ -85,14 +83,14 @@ def register(sub) -> None:
                                    "--microbatches 32 --fabric 100GbE IB_HDR IB_NDR")
     _add_workload_args(p)
     g = p.add_argument_group("layout")
-    g.add_argument("--dp", type=positive_int, help="default: GPUs / (tp x pp)")
-    g.add_argument("--tp", type=positive_int, default=1)
-    g.add_argument("--pp", type=positive_int, default=1)
-    g.add_argument("--microbatches", type=positive_int, default=1, metavar="M",
+    g.add_argument("--dp", type=positive_int_arg, help="default: GPUs / (tp x pp)")
+    g.add_argument("--tp", type=positive_int_arg, default=1)
+    g.add_argument("--pp", type=positive_int_arg, default=1)
+    g.add_argument("--microbatches", type=positive_int_arg, default=1, metavar="M",
                    help="per DP replica per step (gradient accumulation when --pp 1)")
-    g.add_argument("--virtual-stages", type=positive_int, default=1, metavar="V",
+    g.add_argument("--virtual-stages", type=positive_int_arg, default=1, metavar="V",
                    help="model chunks per GPU, >= 2 with --schedule interleaved")
-    p.add_argument("--steps", type=positive_int, default=1000, help="for the cost (default: %(default)s)")
+    p.add_argument("--steps", type=positive_int_arg, default=1000, help="for the cost (default: %(default)s)")
     p.add_argument("--compare", choices=("mlsysim",), help="also run mlsysim 0.3.0 on the same "
                    "scenario and print each term beside ours (pip install -e '.[mlsysim]')")
     p.add_argument("--json", metavar="PATH", help="also store the rows in this results file")
@@ -100,8 +98,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("search", help="rank every DP x TP x PP layout of a cluster, explain the rest")
     _add_workload_args(p)
-    p.add_argument("--microbatches", type=positive_int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
-    p.add_argument("--top", type=positive_int, default=10, help="feasible layouts shown")
+    p.add_argument("--microbatches", type=positive_int_arg, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--top", type=positive_int_arg, default=10, help="feasible layouts shown")
     p.add_argument("--rejected", action="store_true", help="also list the rejected layouts")
     p.add_argument("--json", metavar="PATH", help="also store all rows in this results file")
     p.set_defaults(func=cmd_search)
@@ -125,37 +123,19 @@ def register(sub) -> None:
     p.add_argument("--write", action="store_true",
                    help="with --measure or --ddp: store the result in data/local.yaml")
     p.set_defaults(func=cmd_calibrate)
-    p = sub.add_parser("slurm", help="write an sbatch script (srun + torchrun, c10d rendezvous); never submits",
-                       description="labkit slurm --nodes 2 --gpus-per-node 4 --time 00:30:00 "
-                                   "-- labkit solve --mode weak --dof-per-rank 250000 (see docs/cluster.md)")
-    p.add_argument("--nodes", type=positive_int, required=True)
-    p.add_argument("--gpus-per-node", type=nonneg_int, required=True,
-                   help="GPUs per node; 0: a CPU job (no --gres line)")
-    p.add_argument("--time", required=True, metavar="HH:MM:SS")
-    p.add_argument("--partition", help="where the cluster needs one (default: its default partition)")
-    p.add_argument("--account", help="where the cluster needs one (default: your default account)")
-    p.add_argument("--cpus-per-task", type=positive_int,
-                   help="cores per node (default: one per GPU; in a CPU job, one per rank)")
-    p.add_argument("--ranks-per-node", type=positive_int, metavar="R",
-                   help="ranks each node starts (default: --gpus-per-node; in a CPU job the labkit "
-                        "command's largest --nproc, else 1)")
-    p.add_argument("--setup", metavar="LINE",
-                   help="shell line that makes the environment on the nodes (e.g. 'module load "
-                        "python; source ~/venv/bin/activate'; default: put this environment's "
-                        "bin folder first on PATH)")
-    p.add_argument("--job-name", default="labkit")
-    p.add_argument("--out", default="labkit-job.sbatch", help="script path (default: %(default)s)")
-    p.add_argument("--json", metavar="PATH", help="also record the job's cost row here")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run on every node")
-    p.set_defaults(func=cmd_slurm)
 
 
 def _flag_words(message: str) -> str:
-    """An API message in the words of the command line: field names become their flags."""
+    """An API message in the words of the command line: field names become their flags (a
+    name in a comma list, as in a placement ``tp,dp,pp``, is a value and stays).
+
+    >>> _flag_words("tp 16 spans nodes (placement dp,tp,pp) unless tp_across_nodes")
+    '--tp 16 spans nodes (--placement dp,tp,pp) unless --tp-across-nodes'
+    """
     import re
 
-    return re.sub(r"\b(" + "|".join(sorted(FLAGS, key=len, reverse=True)) + r")\b",
-                  lambda m: FLAGS[m.group(1)], message)
+    names = "|".join(sorted(FLAGS, key=len, reverse=True))
+    return re.sub(rf"(?<![\w,-])({names})(?![\w,-])", lambda m: FLAGS[m.group(1)], message)
 
 
 def _named(flag: str, fn, *a, **kw):
@@ -217,47 +197,24 @@ def _clusters(args):
     return out
 
 
-def _layout(args, work, cluster):
-    """The layout the flags describe, refused in one line naming the flag when it cannot run."""
+def _layout(args, cluster):
+    """The layout the flags describe, refused in one line naming the flag when it cannot be
+    built (:class:`~labkit.perfmodel.model.Layout`'s checks in the words of the command line;
+    :func:`~labkit.perfmodel.model.predict` checks it against the cluster and the workload)."""
     from labkit.errors import UsageError
     from labkit.perfmodel import topology
     from labkit.perfmodel.model import Layout
 
-    n, g = cluster.world_size, cluster.gpus_per_node
-    where = cluster.name
-    if args.dp is None and n % (args.tp * args.pp):
+    n = cluster.world_size
+    if args.dp is None and n % (args.tp * args.pp):  # --dp's default: GPUs / (tp x pp)
         raise UsageError(f"--tp {args.tp} x --pp {args.pp} = {args.tp * args.pp} does not divide "
-                         f"the {n} GPUs of {where}")
-    dp = args.dp or n // (args.tp * args.pp)
-    if dp * args.tp * args.pp != n:
-        raise UsageError(f"--dp {dp} x --tp {args.tp} x --pp {args.pp} = {dp * args.tp * args.pp}, "
-                         f"but {where} has {n} GPUs")
-    if args.schedule == "interleaved" and args.virtual_stages < 2:
-        raise UsageError("--schedule interleaved needs --virtual-stages V with V >= 2 (model "
-                         f"chunks per GPU); got --virtual-stages {args.virtual_stages}")
-    if args.schedule != "interleaved" and args.virtual_stages > 1:
-        raise UsageError(f"--virtual-stages {args.virtual_stages} needs --schedule interleaved "
-                         f"(got --schedule {args.schedule})")
+                         f"the {n} GPUs of {cluster.name}")
     placement = ",".join(_named("--placement", topology.parse_placement, args.placement))
-    lay = Layout(dp, args.tp, args.pp, args.microbatches, args.schedule, args.virtual_stages,
-                 placement, args.tp_across_nodes)
-    if not args.tp_across_nodes and not lay.shape("tp", g).inside_one_node:
-        raise UsageError(f"--tp {args.tp} spans nodes of {g} GPUs (gpus_per_node of {args.node}, "
-                         f"placement {placement}): tensor parallelism stays inside a node unless "
-                         "--tp-across-nodes (then priced on the inter-node link)")
-    m = args.microbatches
-    if work.global_batch_size % (dp * m):
-        raise UsageError(f"--global-batch-size {work.global_batch_size} is not divisible by DP {dp} "
-                         f"x --microbatches {m} = {dp * m}: each replica's "
-                         f"{work.global_batch_size / dp:g} sequences must split into {m} whole "
-                         "microbatches")
-    if work.model.num_layers % (args.pp * args.virtual_stages):
-        raise UsageError(f"--pp {args.pp} x --virtual-stages {args.virtual_stages}: the "
-                         f"{work.model.num_layers} layers of {work.model.key} do not split evenly")
-    if args.schedule == "interleaved" and m % args.pp:
-        raise UsageError(f"--microbatches {m} must be a multiple of --pp {args.pp} with "
-                         "--schedule interleaved")
-    return lay
+    try:
+        return Layout(args.dp or n // (args.tp * args.pp), args.tp, args.pp, args.microbatches,
+                      args.schedule, args.virtual_stages, placement, args.tp_across_nodes)
+    except UsageError as e:
+        raise UsageError(_flag_words(str(e))) from None
 
 
 def _header(work, cluster, args) -> None:
@@ -281,8 +238,8 @@ def model_rows(args, work=None, clusters=None):
     work = work or _workload(args)
     rows = []
     for cl in clusters or _clusters(args):
-        lay = _layout(args, work, cl)
-        try:
+        lay = _layout(args, cl)
+        try:  # the layout against the cluster and the workload: the model's checks
             pred = predict(work, cl, lay, algorithm=args.algorithm)
         except UsageError as e:
             raise UsageError(_flag_words(str(e))) from None
@@ -354,7 +311,7 @@ def _compare_mlsysim(args, work, df) -> None:
 def cmd_search(args) -> int:
     from labkit.errors import UsageError
     from labkit.perfmodel import topology
-    from labkit.perfmodel.model import search
+    from labkit.perfmodel.layouts import search
     from labkit.results import check_writable
 
     if args.json:
@@ -459,50 +416,3 @@ def _calibrate_overlap(args) -> None:
                "row(s) with world_size > 1 from labkit ddp")
         path = write_local({**local_entry(), "dp_overlap_fraction": frac, "dp_overlap_measured": how})
         print(f"written to {path} (use: labkit model --dp-overlap measured)")
-
-
-def cmd_slurm(args) -> int:
-    from pathlib import Path
-
-    from labkit import slurm
-    from labkit.errors import UsageError
-
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    job = slurm.SlurmJob(tuple(cmd), args.nodes, args.gpus_per_node, args.time, args.partition,
-                         args.account, args.cpus_per_task, args.job_name,
-                         ranks_per_node=args.ranks_per_node, setup=args.setup)
-    tool = "labkit" if job.command[0] == "labkit" else "torchrun"
-    if job.setup is None and not Path(job.bin_dir, tool).exists():
-        raise UsageError(f"{tool} is not installed in {job.bin_dir} (this environment, which the "
-                         "script would use): install it there, or give --setup LINE")
-    if tool == "labkit":
-        _check_labkit_command(job)
-    if args.json:
-        from labkit.results import check_writable
-
-        check_writable(args.json)
-    path = slurm.write(job, args.out)
-    print(f"wrote {path} (not submitted; run: sbatch {path})")
-    print(job.cost_line())
-    if args.json:
-        write_json_rows(args.json, [{**job.cost(), "script": str(path),
-                                     "command": " ".join(job.command)}], key=("script",))
-    return 0
-
-
-def _check_labkit_command(job) -> None:
-    """Run the checks the labkit command makes before its first launch, as one node of this
-    job would run it, so a command the cluster would refuse fails now, before any script."""
-    from labkit.cliargs import check_command
-    from labkit.errors import UsageError
-
-    argv = job.labkit_argv[1:] + ["--nnodes", str(job.nodes), "--node-rank", "0",
-                                  "--rdzv-endpoint", "localhost:29500", "--rdzv-id", "check"]
-    try:
-        args = check_command(argv)
-    except UsageError as e:
-        raise UsageError(f"the command after -- is refused as a {job.nodes}-node labkit "
-                         f"launch: {e}") from None
-    what = ("passes the checks it makes before a launch"
-            if callable(getattr(args, "validate", None)) else "parses with the multi-node flags")
-    print(f"checked: labkit {argv[0]} {what}", file=sys.stderr)

@@ -51,7 +51,7 @@ def measure_local(world_size: int = 2, *, max_bytes: int = 16 << 20, factor: flo
     from labkit.config import to_dict
     from labkit.launch import launch
     from labkit.perfmodel.calibrate import local_from_rows, write_local
-    from labkit.results import available_cores
+    from labkit.procs import available_cores
 
     cfg = CollectivesConfig(ops=("all_reduce",), min_bytes=8, max_bytes=max_bytes, factor=factor,
                             iters=iters, warmup=5, check=False)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.metrics import relative_error_pct
 
 VERSION = "0.3.0"
 RECORDED = "mlsysim_side_by_side"  # data/reference/<RECORDED>.yaml
@@ -194,13 +195,6 @@ def run_mlsysim(s: Scenario) -> dict:
 
 # --- term by term -----------------------------------------------------------------------------
 
-def _diff_pct(a: float, b: float) -> float:
-    """100 (labkit − mlsysim) / mlsysim; NaN where mlsysim has no such term (0) and labkit has."""
-    if b == 0:
-        return 0.0 if a == 0 else math.nan
-    return 100.0 * (a - b) / b
-
-
 def _cause(term: str, s: Scenario, lab: dict, ms: dict) -> tuple[bool, str]:
     """(same formula?, the cause of the difference) for one term."""
     p = lab["prediction"]
@@ -272,7 +266,7 @@ def compare(scenarios) -> list[dict]:
             rows.append({"scenario": s.name, "fabric": s.fabric, "dp": s.dp, "tp": s.tp,
                          "pp": s.pp, "microbatches": s.microbatches, "term": term, "unit": unit,
                          "labkit": float(lab[term]), "mlsysim": float(ms[term]),
-                         "diff_pct": _diff_pct(float(lab[term]), float(ms[term])),
+                         "diff_pct": relative_error_pct(float(lab[term]), float(ms[term])),
                          "same_formula": same, "cause": cause})
     return rows
 

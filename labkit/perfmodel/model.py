@@ -26,8 +26,7 @@ step's FLOPs over the TP·PP·EP replica, and its bubble is compute · (P−1)/(
 marks both as fixed on 2026-09-15. Versions before 0.3.0 did not divide compute across
 pipeline stages and priced the bubble as the *fraction* (P−1)/(v·M+P−1) of the undivided
 compute; :func:`mlsysim_bubble_time` keeps that older formula, labelled, to show the size of
-the error. Where the two models still differ,
-:mod:`~labkit.perfmodel.mlsysim_engine` prints each term and the cause.
+the error. Where the two models still differ, :mod:`~labkit.perfmodel.mlsysim_engine` says why.
 
 Collective costs are the α–β model of :mod:`labkit.collectives.formulas` (the collectives lab
 fits α and β on this machine; the catalog holds datasheet values for real fabrics), placed by
@@ -41,13 +40,15 @@ overheads, stragglers and congestion are not modelled; the compute efficiency is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from labkit.errors import UsageError
+from labkit.metrics import positive_count, service_units
 from labkit.perfmodel import topology
 from labkit.perfmodel.catalog import Accelerator, Fabric, ModelSpec
+from labkit.perfmodel.prediction import Prediction
 from labkit.perfmodel.topology import link_time  # noqa: F401  (the model's collective over a link)
-from labkit.pipeline.formulas import bubble_fraction, bubble_time  # the pipeline lab's
+from labkit.pipeline.formulas import bubble_fraction, bubble_time, interleavable  # pipeline's
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -65,12 +66,6 @@ def p2p_time(size_bytes: float, link: Fabric) -> float:
 
 
 # --- pipeline bubble: labkit.pipeline.formulas' bubble_fraction and bubble_time ----------------
-
-def _int(name: str, v, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < lo:
-        raise UsageError(f"{name} must be an integer >= {lo}, got {v!r}")
-    return int(v)
-
 
 def _bubble(p: int, m: int, v: int) -> float:
     return bubble_fraction(num_stages=p, num_microbatches=m,
@@ -107,8 +102,8 @@ class Cluster:
     name: str = ""
 
     def __post_init__(self):
-        _int("nodes", self.nodes)
-        _int("gpus_per_node", self.gpus_per_node)
+        positive_count("nodes", self.nodes)
+        positive_count("gpus_per_node", self.gpus_per_node)
 
     @property
     def world_size(self) -> int:
@@ -147,15 +142,15 @@ class Layout:
 
     def __post_init__(self):
         for name in ("dp", "tp", "pp", "num_microbatches", "virtual_stages"):
-            _int(name, getattr(self, name))
+            positive_count(name, getattr(self, name))
         if self.schedule not in SCHEDULES:
             raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.schedule == "interleaved" and self.virtual_stages < 2:
-            raise UsageError("schedule 'interleaved' needs virtual_stages >= 2 (model chunks per "
-                             f"GPU), got {self.virtual_stages}")
+            raise UsageError("schedule interleaved needs virtual_stages V with V >= 2 (model "
+                             f"chunks per GPU); got virtual_stages {self.virtual_stages}")
         if self.schedule != "interleaved" and self.virtual_stages > 1:
-            raise UsageError(f"virtual_stages = {self.virtual_stages} (model chunks per GPU) "
-                             f"needs schedule 'interleaved', got {self.schedule!r}")
+            raise UsageError(f"virtual_stages {self.virtual_stages} needs schedule interleaved "
+                             f"(V model chunks per GPU; got schedule {self.schedule})")
         object.__setattr__(self, "placement", ",".join(topology.parse_placement(self.placement)))
 
     def strides(self) -> dict[str, int]:
@@ -171,15 +166,16 @@ class Layout:
         (unless ``tp_across_nodes``)."""
         n = self.dp * self.tp * self.pp
         if n != cluster.world_size:
-            raise UsageError(f"dp x tp x pp = {self.dp} x {self.tp} x {self.pp} = {n}, but the "
-                             f"cluster has world_size {cluster.world_size} GPUs")
+            raise UsageError(f"dp {self.dp} x tp {self.tp} x pp {self.pp} = {n}, but "
+                             f"{cluster.name or 'the cluster'} has {cluster.world_size} GPUs "
+                             "(world_size)")
         g = cluster.gpus_per_node
         if not self.tp_across_nodes and not self.shape("tp", g).inside_one_node:
-            why = (f"tp = {self.tp} does not divide gpus_per_node = {g}" if g % self.tp
-                   else f"with placement {self.placement} a TP group of {self.tp} spans nodes "
-                        f"of gpus_per_node = {g}")
-            raise UsageError(f"{why}: a TP group must stay inside one node (tp_across_nodes "
-                             "allows it, priced on the inter-node link)")
+            why = (f"which {self.tp} does not divide" if g % self.tp
+                   else f"placement {self.placement}")
+            raise UsageError(f"tp {self.tp} spans nodes of {g} GPUs (gpus_per_node, {why}): a TP "
+                             "group must stay inside one node unless tp_across_nodes (then "
+                             "priced on the inter-node link)")
 
 
 @dataclass(frozen=True)
@@ -201,10 +197,10 @@ class Workload:
     dp_overlap: float = 0.0  # share of the DP communication hidden behind backward, in [0, 1]
 
     def __post_init__(self):
-        _int("global_batch_size", self.global_batch_size)
+        positive_count("global_batch_size", self.global_batch_size)
         if self.seq_len is None:
             object.__setattr__(self, "seq_len", self.model.seq_len)
-        _int("seq_len", self.seq_len)
+        positive_count("seq_len", self.seq_len)
         if self.precision not in BYTES:
             raise UsageError(f"precision must be one of {', '.join(BYTES)}, got {self.precision!r}")
         if not 0 < self.efficiency <= 1:
@@ -302,79 +298,28 @@ def memory_per_gpu(work: Workload, layout: Layout) -> dict:
 
 # --- one step -------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Prediction:
-    """One layout's predicted step (seconds per GPU per step, bytes per GPU)."""
+def division_problem(work: Workload, layout: Layout) -> str | None:
+    """Why ``layout`` cannot cut ``work`` into whole microbatches (DP × M of the batch) and
+    model chunks (PP × V of the layers), M into groups of PP when interleaved; None if it can.
+    Like every check of a layout, it names fields: ``labkit model`` puts its flags in their place.
 
-    dp: int
-    tp: int
-    pp: int
-    num_microbatches: int
-    schedule: str
-    virtual_stages: int
-    microbatch_size: float
-    compute_s: float
-    bubble_s: float
-    dp_comm_s: float  # exposed: what the step pays after the overlap with backward
-    tp_comm_s: float
-    pp_comm_s: float
-    step_time_s: float
-    bubble_fraction: float
-    scaling_efficiency: float
-    samples_per_s: float
-    tokens_per_s: float
-    mfu: float
-    memory: dict = field(default_factory=dict)
-    memory_capacity_bytes: float = 0.0
-    dp_link: str = ""
-    world_size: int = 1
-    hfu: float = 0.0
-    dp_comm_total_s: float = 0.0  # before the overlap
-    dp_overlap: float = 0.0
-    dp_algorithm: str = ""
-    dp_ranks_per_node: int = 1
-    dp_nodes: int = 1
-    tp_algorithm: str = ""
-    tp_link: str = ""
-    pp_link: str = ""
-    placement: str = topology.MEGATRON
-    zero_stage: int = 0
-    recompute: str = "none"
-    model_flops: float = 0.0
-    hardware_flops: float = 0.0
-
-    @property
-    def fits(self) -> bool:
-        return self.memory["total"] <= self.memory_capacity_bytes
-
-    def verdict(self) -> str:
-        """'fits' or the out-of-memory sentence with the breakdown."""
-        gb = {k: v / 1e9 for k, v in self.memory.items()}
-        if self.fits:
-            return f"fits: {gb['total']:.1f} GB of {self.memory_capacity_bytes / 1e9:.0f} GB"
-        return (f"out of memory: needs {gb['total']:.1f} GB > {self.memory_capacity_bytes / 1e9:.0f}"
-                f" GB (weights {gb['weights']:.1f}, gradients {gb['gradients']:.1f}, optimizer "
-                f"{gb['optimizer']:.1f}, activations {gb['activations']:.1f})")
-
-    def row(self) -> dict:
-        """A flat dict (the memory in GB as ``memory_*_gb``) for a DataFrame."""
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "memory"}
-        d.update({f"memory_{k}_gb": v / 1e9 for k, v in self.memory.items()})
-        d["memory_capacity_gb"] = d.pop("memory_capacity_bytes") / 1e9
-        d["fits"] = self.fits
-        return d
-
-
-def _check_divisions(work: Workload, layout: Layout) -> None:
+    >>> from labkit.perfmodel.catalog import model_preset
+    >>> w = Workload(model_preset("Llama-3-70B"))
+    >>> division_problem(w, Layout(8, 8, 4, 2, "interleaved", 2))
+    'num_microbatches 2 must be a multiple of pp 4 with schedule interleaved'
+    """
     dp, pp, m, v = layout.dp, layout.pp, layout.num_microbatches, layout.virtual_stages
-    if work.global_batch_size % (dp * m):
-        raise UsageError(f"global_batch_size {work.global_batch_size} is not divisible by "
-                         f"dp x num_microbatches = {dp} x {m}")
-    if work.model.num_layers % (pp * v):
-        raise UsageError(f"num_stages: {work.model.num_layers} layers do not split evenly over "
-                         f"pp x virtual_stages = {pp} x {v} model chunks")
-    if layout.schedule == "interleaved" and m % pp:
-        raise UsageError(f"num_microbatches {m} must be a multiple of pp = {pp} for interleaving")
+    batch, layers = work.global_batch_size, work.model.num_layers
+    if batch % (dp * m):
+        return (f"global_batch_size {batch} is not divisible by DP {dp} x num_microbatches {m} "
+                f"= {dp * m}: each replica's {batch / dp:g} sequences must split into {m} whole "
+                "microbatches")
+    if layers % (pp * v):
+        return (f"pp {pp} x virtual_stages {v}: the {layers} layers of {work.model.key} do not "
+                f"split evenly into {pp * v} model chunks")
+    if layout.schedule == "interleaved" and not interleavable(num_stages=pp, num_microbatches=m):
+        return f"num_microbatches {m} must be a multiple of pp {pp} with schedule interleaved"
+    return None
 
 
 def predict(work: Workload, cluster: Cluster, layout: Layout, *, algorithm: str = "auto") -> Prediction:
@@ -395,7 +340,8 @@ def predict(work: Workload, cluster: Cluster, layout: Layout, *, algorithm: str 
     ('ring', 1, 'IB_NDR')
     """
     layout.check(cluster)
-    _check_divisions(work, layout)
+    if problem := division_problem(work, layout):
+        raise UsageError(problem)
     mdl, g = work.model, cluster.gpus_per_node
     dp, tp, pp, m, v = layout.dp, layout.tp, layout.pp, layout.num_microbatches, layout.virtual_stages
     n = cluster.world_size
@@ -492,86 +438,8 @@ def run_cost(pred: Prediction, cluster: Cluster, steps: int = 1) -> dict:
     gpu_hours = N · T · steps / 3600; SU = (cores + 2 · GPUs) · hours, Rivanna's rate
     (:func:`labkit.metrics.service_units`).
     """
-    from labkit.metrics import service_units
-
-    steps = _int("steps", steps)
+    steps = positive_count("steps", steps)
     wall = pred.step_time_s * steps
     return {"steps": steps, "wall_time_s": wall, "gpu_hours": pred.world_size * wall / 3600,
             "su": service_units(wall, cores=cluster.nodes * cluster.cpu_cores_per_node,
                                 gpus=pred.world_size)}
-
-
-# --- layout search --------------------------------------------------------------------------------
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def search(work: Workload, cluster: Cluster, microbatches=(1, 2, 4, 8, 16, 32, 64),
-           schedule: str = "1f1b", *, placement: str = topology.MEGATRON,
-           tp_across_nodes: bool = False, algorithm: str = "auto"):
-    """Every DP × TP × PP = N; the feasible ones ranked by throughput, the others explained.
-
-    For each (DP, TP, PP) the microbatch count with the highest throughput that fits in memory
-    is kept. A layout is rejected, with the reason in ``reason``, when a TP group would leave
-    its node (unless ``tp_across_nodes``), the layers do not split over PP, no M divides the
-    batch, or no M fits in memory. Returns a DataFrame: feasible rows first (``rank`` 1, 2,
-    ...), then rejected ones.
-    """
-    import pandas as pd
-
-    n, g = cluster.world_size, cluster.gpus_per_node
-    ms = sorted({_int("num_microbatches", m) for m in microbatches})
-    rows = []
-    for tp in _divisors(n):
-        for pp in _divisors(n // tp):
-            dp = n // (tp * pp)
-            base = {"dp": dp, "tp": tp, "pp": pp}
-            probe = Layout(dp, tp, pp, placement=placement, tp_across_nodes=True)
-            if not tp_across_nodes and not probe.shape("tp", g).inside_one_node:
-                why = (f"does not divide {g} GPUs per node" if g % tp
-                       else f"spans nodes with placement {probe.placement}")
-                rows.append({**base, "fits": False, "reason": f"TP={tp} {why} (TP would cross nodes)"})
-                continue
-            if work.model.num_layers % pp:
-                rows.append({**base, "fits": False, "reason": f"{work.model.num_layers} layers "
-                             f"do not split evenly over PP={pp} stages"})
-                continue
-            ok_ms = [m for m in ms if work.global_batch_size % (dp * m) == 0
-                     and not (schedule == "interleaved" and m % pp)]
-            v = 2 if schedule == "interleaved" and work.model.num_layers % (2 * pp) == 0 else 1
-            sched = schedule if v > 1 or schedule != "interleaved" else "1f1b"
-            preds = [predict(work, cluster, Layout(dp, tp, pp, m, sched, v, placement,
-                                                   tp_across_nodes), algorithm=algorithm)
-                     for m in ok_ms]
-            if not preds:
-                rows.append({**base, "fits": False, "reason": f"global batch {work.global_batch_size}"
-                             f" is not divisible by DP={dp} x M for any M in {ms}"})
-                continue
-            fitting = [p for p in preds if p.fits]
-            if fitting:
-                best = max(fitting, key=lambda p: (p.samples_per_s, -p.num_microbatches))
-                rows.append({**best.row(), "reason": best.verdict()})
-            else:
-                least = min(preds, key=lambda p: p.memory["total"])
-                rows.append({**least.row(), "reason": f"{least.verdict()} at best (M={least.num_microbatches})"})
-    df = pd.DataFrame(rows)
-    df["fits"] = df["fits"].astype(bool)
-    ok = df[df.fits].sort_values("samples_per_s", ascending=False)
-    ok.insert(0, "rank", range(1, len(ok) + 1))
-    out = pd.concat([ok, df[~df.fits]], ignore_index=True)
-    out["rank"] = out["rank"].astype("Int64")
-    return out
-
-
-def fabric_sweep(work: Workload, layout: Layout, fabrics, node: str = "DGX_H100", nodes: int = 32):
-    """The same layout on each inter-node fabric: one predicted row per fabric key."""
-    import pandas as pd
-
-    rows = []
-    for key in fabrics:
-        cl = Cluster.from_catalog(node, nodes, inter_fabric=key)
-        p = predict(work, cl, layout)
-        rows.append({"fabric": key, "bandwidth_gb_per_s": cl.inter.bandwidth_gb_per_s,
-                     "latency_us": cl.inter.latency_us, **p.row()})
-    return pd.DataFrame(rows)

@@ -52,7 +52,7 @@ def breakdown_plot(rows, label_col: str = "fabric", title: str = "Predicted step
 
 
 def fabric_sweep_plot(rows):
-    """The same layout on each inter-node fabric (rows of :func:`labkit.perfmodel.model.fabric_sweep`)."""
+    """The same layout on each inter-node fabric (rows of :func:`labkit.perfmodel.layouts.fabric_sweep`)."""
     return breakdown_plot(rows, "fabric", "One layout, three fabrics")
 
 

@@ -18,6 +18,7 @@ import dataclasses
 from pathlib import Path
 
 from labkit.errors import UsageError
+from labkit.metrics import relative_error_pct
 
 FILE = "published_runs.yaml"
 RUN_FIELDS = ("key", "kind", "what", "source", "url", "quantity", "measured", "tolerance_pct",
@@ -101,7 +102,7 @@ def table(folder=None, efficiency: float | None = None):
     rows = []
     for run in raw["runs"]:
         pred = predict_run(run, eff)
-        err = 100.0 * (pred["predicted"] - run["measured"]) / run["measured"]
+        err = relative_error_pct(pred["predicted"], float(run["measured"]))
         rows.append({"run": run["key"], "what": run["what"], "quantity": run["quantity"],
                      "predicted": pred["predicted"], "measured": float(run["measured"]),
                      "unit": pred["unit"], "error_pct": err,

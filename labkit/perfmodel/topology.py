@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from labkit.collectives import formulas as collectives
 from labkit.errors import UsageError
+from labkit.metrics import positive_count
 
 #: Megatron-LM's rank order, innermost first
 MEGATRON = "tp,dp,pp"
@@ -52,12 +53,6 @@ ALGORITHMS = ("auto", "ring", "tree", "double_binary_tree", "hierarchical")
 #: Learning Training with NCCL 2.4", 2019)
 DBT_LATENCY_FACTOR = 1.2
 DBT_BANDWIDTH_FACTOR = 1.05
-
-
-def _ranks(name: str, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 1:
-        raise UsageError(f"{name} must be an integer >= 1, got {v!r}")
-    return int(v)
 
 
 # --- where the ranks of a group sit -----------------------------------------------------------
@@ -85,7 +80,7 @@ def strides(*, dp: int, tp: int, pp: int, placement: str = MEGATRON) -> dict[str
     >>> strides(dp=8, tp=8, pp=4, placement="tp,pp,dp")
     {'tp': 1, 'pp': 8, 'dp': 32}
     """
-    sizes = {"dp": _ranks("dp", dp), "tp": _ranks("tp", tp), "pp": _ranks("pp", pp)}
+    sizes = {"dp": positive_count("dp", dp), "tp": positive_count("tp", tp), "pp": positive_count("pp", pp)}
     out, inner = {}, 1
     for dim in parse_placement(placement):
         out[dim] = inner
@@ -126,8 +121,8 @@ def group_shape(*, size: int, stride: int, gpus_per_node: int) -> GroupShape:
     >>> group_shape(size=16, stride=1, gpus_per_node=8), group_shape(size=3, stride=1, gpus_per_node=8)
     (GroupShape(ranks=16, ranks_per_node=8, nodes=2), GroupShape(ranks=3, ranks_per_node=1, nodes=3))
     """
-    size, stride, g = (_ranks("group size", size), _ranks("stride", stride),
-                       _ranks("gpus_per_node", gpus_per_node))
+    size, stride, g = (positive_count("group size", size), positive_count("stride", stride),
+                       positive_count("gpus_per_node", gpus_per_node))
     if stride >= g or g % stride:
         return GroupShape(size, 1, size)
     c = g // stride
@@ -174,7 +169,7 @@ def double_binary_tree_time(*, size_bytes: float, ranks: int, link) -> float:
     >>> round(link_time(op="all_reduce", size_bytes=1e6, ranks=256, link=ndr) * 1e6, 1)
     2589.8
     """
-    n = _ranks("ranks", ranks)
+    n = positive_count("ranks", ranks)
     if n == 1:
         return 0.0
     return (DBT_BANDWIDTH_FACTOR * 2 * (n - 1) / n * size_bytes / link.beta_bytes_per_s
@@ -206,7 +201,7 @@ def hierarchical_time(*, op: str, size_bytes: float, ranks_per_node: int, nodes:
     ...                         intra=nvl, inter=ndr), 4)
     0.0256
     """
-    k, n = _ranks("ranks_per_node", ranks_per_node), _ranks("nodes", nodes)
+    k, n = positive_count("ranks_per_node", ranks_per_node), positive_count("nodes", nodes)
     s = float(size_bytes)
     if op == "all_to_all":
         total = n * k

@@ -13,6 +13,7 @@ Read in this order:
 * :mod:`~labkit.pipeline.worker` (rank side) -- one launch: every (schedule, M) at one P;
 * :mod:`~labkit.pipeline.run` (host side) -- :func:`run`, what notebook 06 and
   ``labkit pipeline`` call;
+* :mod:`~labkit.pipeline.verdicts` (pure) -- the sentences a sweep's rows say;
 * :mod:`~labkit.pipeline.report`, :mod:`~labkit.pipeline.plots`, :mod:`~labkit.pipeline.cli`,
   :mod:`~labkit.pipeline.widgets` (the bubbles explorer).
 
@@ -20,8 +21,8 @@ Read in this order:
 Importing this package imports nothing heavy (no torch).
 """
 
-from labkit.pipeline import formulas, plots, report, schedules
+from labkit.pipeline import formulas, plots, report, schedules, verdicts
 from labkit.pipeline.config import PipelineConfig
 from labkit.pipeline.run import run
 
-__all__ = ["PipelineConfig", "formulas", "plots", "report", "run", "schedules"]
+__all__ = ["PipelineConfig", "formulas", "plots", "report", "run", "schedules", "verdicts"]

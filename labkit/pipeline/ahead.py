@@ -6,11 +6,7 @@ sender's transport thread then has to get a core to write them. ``torch.distribu
 ``ScheduleGPipe`` and ``Schedule1F1B`` post each receive right before the block that needs it,
 so a message starts moving only when its receiver is already idle, waiting for it, and on a
 machine whose cores are busy with the ranks' compute the transport threads wait for a core
-too. Measured on 2 cores (P = 2, hidden 1024, batch 256, GPipe, M = 8, the two placements
-taking steps in turns in one launch): the idle time outside the schedule's fill and drain was
-0.13-0.15 of the step with torch's placement and 0.06-0.07 with every receive posted ahead, but
-the step stayed within 6% (240.6 -> 228.0 ms, 208.8 -> 211.3 ms): with no idle core, moving a
-message takes CPU time from the blocks instead of leaving a rank waiting.
+too. (What posting ahead did on one machine: docs/measurements.md.)
 
 :func:`post_receives_ahead` changes where the receives are posted, not the schedule: at the
 start of a step, every receive of the step (the M activations from the stage before, the M

@@ -11,13 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from labkit.cliargs import (
-    add_lab_command,
-    config_from_args,
-    launch_options,
-    mismatch_exit,
-    say_stored,
-)
+from labkit.cliargs import add_lab_command, mismatch_exit, run_lab, say_stored
 from labkit.pipeline.config import PipelineConfig
 
 
@@ -32,9 +26,7 @@ def cmd_pipeline(args) -> int:
     from labkit.pipeline import report
     from labkit.pipeline.run import run
 
-    # validate everything (the config against every P too) before anything launches
-    config = config_from_args(PipelineConfig, args)
-    df = run(config, launch=launch_options(args), store=args.json)
+    _, df = run_lab(args, PipelineConfig, run)  # run checks the config at every P first
     print(report.bubble_table(df))
     if df.oversubscribed.any():
         print(report.OVERSUBSCRIBED_NOTE, file=sys.stderr)

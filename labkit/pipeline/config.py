@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from labkit.config import as_tuple, one_of, option, positive_int
 from labkit.errors import UsageError
-from labkit.pipeline.formulas import SCHEDULES
+from labkit.pipeline.formulas import SCHEDULES, interleavable
 
 #: the schedules whose receives are posted at the step's start (:mod:`labkit.pipeline.ahead`:
 #: one stage per rank, one kind of message each way between neighbours). Zero bubble would
@@ -116,7 +116,7 @@ def combo_problem(schedule: str, num_stages: int, num_microbatches: int) -> str 
     if schedule in ("1f1b", "interleaved", "zero_bubble") and m < p:
         return (f"{schedule} needs num_microbatches >= num_stages (M={m} < P={p}): every stage "
                 f"must have a microbatch in flight; use M >= {p} or the gpipe schedule")
-    if schedule == "interleaved" and m % p:
+    if schedule == "interleaved" and not interleavable(num_stages=p, num_microbatches=m):
         return f"interleaved needs M a multiple of P (M={m}, P={p})"
     if schedule == "zero_bubble" and m % (m // p):
         # torch's zero-bubble schedule runs M in rounds of about P microbatches

@@ -28,6 +28,16 @@ from labkit.errors import UsageError
 SCHEDULES = ("naive_gpipe", "gpipe", "1f1b", "interleaved", "zero_bubble")
 
 
+def interleavable(*, num_stages: int, num_microbatches: int) -> bool:
+    """Whether the interleaved schedule can run M microbatches on P stages: M a multiple of P
+    (Megatron's order sends the microbatches through the chunks in groups of P).
+
+    >>> [interleavable(num_stages=4, num_microbatches=m) for m in (8, 6)]
+    [True, False]
+    """
+    return num_microbatches % num_stages == 0
+
+
 def _slots(num_stages, num_microbatches, schedule, virtual_stages) -> tuple[int, float]:
     """(P − 1, the bubble-free step in fill/drain slots) for one schedule."""
     if schedule not in SCHEDULES:
@@ -37,6 +47,20 @@ def _slots(num_stages, num_microbatches, schedule, virtual_stages) -> tuple[int,
     if schedule == "interleaved":
         return p - 1, positive_int("virtual_stages", virtual_stages) * m
     return p - 1, (3 * m if schedule == "zero_bubble" else m)
+
+
+def bubble_text(schedule: str, virtual_stages: int | None = None) -> str:
+    """:func:`bubble_fraction`'s formula as tables, law rows and legends print it; V stays a
+    letter unless ``virtual_stages`` is given.
+
+    >>> bubble_text("1f1b"), bubble_text("interleaved"), bubble_text("interleaved", 2)
+    ('(P−1)/(P−1+M)', '(P−1)/(V·M+P−1)', '(P−1)/(2M+P−1)')
+    >>> bubble_text("zero_bubble")
+    '(P−1)/(P−1+3M)'
+    """
+    if schedule == "interleaved":
+        return "(P−1)/(V·M+P−1)" if virtual_stages is None else f"(P−1)/({virtual_stages}M+P−1)"
+    return "(P−1)/(P−1+3M)" if schedule == "zero_bubble" else "(P−1)/(P−1+M)"
 
 
 def bubble_fraction(*, num_stages: int, num_microbatches: int, schedule: str = "gpipe",
@@ -133,28 +157,40 @@ def _needs(kind: str, stage: int, microbatch: int, last_stage: int):
     return ("B", stage, microbatch)
 
 
-def _replay(mine_by_rank, start: float, last_stage: int) -> dict:
-    """Every block's start in the *ideal* replay of the measured step: each rank runs its blocks
-    in the measured order with their measured durations, and a block starts as soon as its rank
-    is free and the block it waits for (:func:`_needs`) has ended: messages cost nothing and
-    nothing else delays a block. Returns {id(block): (ideal start, ideal end)}."""
-    keys = {(m["block"]["kind"], int(m["block"]["stage"]), int(m["block"]["microbatch"]))
-            for bs in mine_by_rank.values() for m in bs}
-    ideal_end, placed, free = {}, {}, {r: start for r in mine_by_rank}
-    pos = {r: 0 for r in mine_by_rank}
-    total = sum(len(bs) for bs in mine_by_rank.values())
+def ideal_replay(orders, *, last_stage: int, start_s: float = 0.0) -> dict:
+    """The ideal run of a pipeline step: each rank runs its blocks in the order given, with the
+    durations given, and a block starts as soon as its rank is free and the block it waits for
+    (:func:`_needs`) has ended. Messages cost nothing and nothing else delays a block; a block
+    waited for that is not in ``orders`` at all (a timeline that lost it) holds nothing up.
+
+    ``orders``: {rank: [(kind, stage, microbatch, duration_s), ...]} in each rank's order;
+    ``last_stage``: the pipeline's last stage (P·V − 1). Returns {(rank, position in its
+    order): (start_s, end_s)} in the order the blocks were placed. Both the ideal schedules
+    (:func:`labkit.pipeline.schedules.simulate`) and the ideal replay of a measured step
+    (:func:`timeline_split`) are this run.
+
+    GPipe, P = 2, M = 1 (forward 1 s, backward 2 s): rank 1's forward waits for rank 0's, rank
+    0's backward for rank 1's.
+
+    >>> ideal_replay({0: [("F", 0, 0, 1.0), ("B", 0, 0, 2.0)],
+    ...               1: [("F", 1, 0, 1.0), ("B", 1, 0, 2.0)]}, last_stage=1)
+    {(0, 0): (0.0, 1.0), (1, 0): (1.0, 2.0), (1, 1): (2.0, 4.0), (0, 1): (4.0, 6.0)}
+    """
+    keys = {(kind, stage, mb) for blocks in orders.values() for kind, stage, mb, _ in blocks}
+    ended, placed = {}, {}
+    free, pos = dict.fromkeys(orders, start_s), dict.fromkeys(orders, 0)
+    total = sum(len(blocks) for blocks in orders.values())
     while len(placed) < total:
         progress = False
-        for rank, bs in mine_by_rank.items():
-            while pos[rank] < len(bs):
-                b, dur = bs[pos[rank]]["block"], bs[pos[rank]]["duration_s"]
-                need = _needs(b["kind"], int(b["stage"]), int(b["microbatch"]), last_stage)
-                if need in keys and need not in ideal_end:
+        for rank, blocks in orders.items():
+            while pos[rank] < len(blocks):
+                kind, stage, mb, duration = blocks[pos[rank]]
+                need = _needs(kind, stage, mb, last_stage)
+                if need in keys and need not in ended:
                     break  # its input is not placed yet: another rank first
-                t0 = max(free[rank], ideal_end.get(need, start))
-                placed[id(b)] = (t0, t0 + dur)
-                ideal_end[(b["kind"], int(b["stage"]), int(b["microbatch"]))] = t0 + dur
-                free[rank] = t0 + dur
+                t0 = max(free[rank], ended.get(need, start_s))
+                placed[(rank, pos[rank])] = (t0, t0 + duration)
+                ended[(kind, stage, mb)] = free[rank] = t0 + duration
                 pos[rank] += 1
                 progress = True
         if not progress:
@@ -167,7 +203,7 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
 
     ``blocks``: dicts with ``rank, stage, kind ("F", "B" or "W"), microbatch, start_s, end_s``
     on one clock (the worker's, or :func:`labkit.pipeline.schedules.simulate`'s). The step is
-    replayed ideally (:func:`_replay`): the same blocks, in each rank's measured order, with
+    replayed ideally (:func:`ideal_replay`): the same blocks, in each rank's measured order, with
     their measured durations, but messages that cost nothing. Each idle stretch of a rank (step
     start to its first block, between blocks, its last block to the step end) is split in two:
 
@@ -224,12 +260,15 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
                          "duration_s": max(0.0, s1 - max(s0, cursor))})
             cursor = max(cursor, s1)
         mine_by_rank[rank] = mine
-    placed = _replay(mine_by_rank, start, last_stage)
+    placed = ideal_replay(
+        {rank: [(m["block"]["kind"], int(m["block"]["stage"]), int(m["block"]["microbatch"]),
+                 m["duration_s"]) for m in mine] for rank, mine in mine_by_rank.items()},
+        last_stage=last_stage, start_s=start)
     ideal_step_end = max(z for _, z in placed.values())
     per_rank = []
     for rank in ranks:
         mine = mine_by_rank[rank]
-        ideal = [placed[id(m["block"])] for m in mine]
+        ideal = [placed[(rank, i)] for i in range(len(mine))]
         # (measured, ideal) idle before each block, then after the last one to the step's end
         gaps = [(m["gap_s"], a - z_before) for m, (a, _), z_before
                 in zip(mine, ideal, [start] + [z for _, z in ideal])]

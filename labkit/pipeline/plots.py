@@ -19,7 +19,7 @@ def bubble_vs_microbatches(df):
     (dotted) and the rest of the idle time (faint). Middle: the measured step against
     (M + P − 1) × t_slot(M), the shortest measured step starred. Right: the microbatch lever's
     cost here: each stage's compute per step, M × t_slot(M), grows as microbatches shrink."""
-    from labkit.pipeline.formulas import bubble_fraction
+    from labkit.pipeline.formulas import bubble_fraction, bubble_text
 
     fig, axes = new_figure(3, width=4.4)
     ax_b, ax_s, ax_c = axes[0]
@@ -36,8 +36,7 @@ def bubble_vs_microbatches(df):
         if (kind, p, v) not in formulas_drawn:
             formulas_drawn.add((kind, p, v))
             grid = np.arange(1, max(int(m.max()), 2) + 1)
-            name = {"gpipe": "(P−1)/(P−1+M)", "interleaved": f"(P−1)/({v}M+P−1)",
-                    "zero_bubble": "(P−1)/(P−1+3M)"}[kind]
+            name = bubble_text(kind, v)
             ax_b.plot(grid, [bubble_fraction(num_stages=int(p), num_microbatches=int(g),
                                              schedule=kind, virtual_stages=v) for g in grid],
                       "k:" if kind == "gpipe" else "k--", lw=1, label=f"{name}, P={p}")

@@ -1,30 +1,31 @@
 """What a pipeline sweep's rows hold, and the tables made of them (pure: pandas only).
 
 :data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
-results file upserts by; :func:`bubble_table` the table ``labkit pipeline`` prints;
-:func:`series`, :func:`best_microbatches` and :func:`conventions` the selections notebook 06
-makes; :func:`bubble_sentence`, :func:`step_sentence` and :func:`best_m_sentence` the verdicts
-it prints, computed from the rows; :func:`bubble_laws`, :func:`step_laws`,
-:func:`best_m_laws` and :func:`over_ideal_laws` its law tables (:mod:`labkit.book.laws`);
-:func:`recv_ahead_table` and :func:`recv_ahead_sentence` GPipe with and without its receives
-posted ahead;
-:func:`schedule_blocks` and :func:`ideal_blocks` the measured and the ideal forward and
-backward blocks of one row, for :func:`labkit.pipeline.plots.schedule_diagram`.
+results file upserts by; :func:`bubble_table` the table ``labkit pipeline`` prints, with the
+verdicts of :mod:`labkit.pipeline.verdicts` under it; :func:`main_rows` and
+:func:`conventions` the selections notebook 06 makes (with
+:func:`labkit.pipeline.verdicts.series` and :func:`~labkit.pipeline.verdicts.best_microbatches`);
+:func:`bubble_laws`, :func:`step_laws`, :func:`best_m_laws` and :func:`over_ideal_laws` its law
+tables (:mod:`labkit.book.laws`); :func:`recv_ahead_table` GPipe and 1F1B with and without their
+receives posted ahead; :func:`schedule_blocks` and :func:`ideal_blocks` the measured and the
+ideal forward and backward blocks of one row, for
+:func:`labkit.pipeline.plots.schedule_diagram`.
 """
 
 from __future__ import annotations
 
-from labkit.results import Column, select_rows
+from labkit.pipeline import verdicts
+from labkit.pipeline.formulas import bubble_text
+from labkit.pipeline.verdicts import BUBBLE_TOLERANCE, STEP_TOLERANCE_PCT
+from labkit.results import DEVICE_MEMORY_COLUMNS, Column, select_rows
+
+#: the selections every verdict starts from, offered here beside this module's own (they sit in
+#: :mod:`labkit.pipeline.verdicts`, whose sentences the table of :func:`bubble_table` prints)
 
 #: what makes a row a different measurement of the same point: the schedule, P, M, V, where
 #: GPipe and 1F1B post their receives, the model's size, the backend and node count
 KEY = ("schedule", "num_stages", "num_microbatches", "virtual_stages", "recv_ahead", "layers",
        "hidden", "batch", "backend", "nnodes")
-
-#: how close the fill/drain bubble read off the timeline should come to the formula (absolute)
-BUBBLE_TOLERANCE = 0.05
-#: how close (M + P − 1) × t_slot(M) should come to the measured step (percent)
-STEP_TOLERANCE_PCT = 15.0
 
 COLUMNS = (
     Column("schedule", "", "naive_gpipe, gpipe, 1f1b, interleaved or zero_bubble"),
@@ -80,6 +81,7 @@ COLUMNS = (
     Column("max_grad_diff", "", "largest |gradient - single-process gradient|"),
     Column("blocks", "", "the last timed step's F/B (and W) blocks on one clock from the step's "
                          "start: rank, stage, kind, microbatch, start_s, end_s"),
+    *DEVICE_MEMORY_COLUMNS,
 )
 
 #: the table ``labkit pipeline`` prints
@@ -104,7 +106,7 @@ def bubble_table(df) -> str:
     of the idle time, and per (schedule, P) which M gave the shortest step and why."""
     import io
 
-    from labkit.cliargs import print_frame
+    from labkit.tables import print_frame
 
     out = io.StringIO()
     shown = df.assign(step_ms=df.step_time_s * 1e3, predicted_ms=df.step_time_predicted_s * 1e3,
@@ -112,12 +114,12 @@ def bubble_table(df) -> str:
     print(FORMULA_LINE, file=out)
     print_frame(shown, TABLE_COLUMNS, file=out)
     for (s, p), part in main_rows(df).groupby(["schedule", "num_stages"], sort=False):
-        print(bubble_sentence(part, s, num_stages=p), file=out)
+        print(verdicts.bubble_sentence(part, s, num_stages=p), file=out)
         if part.num_microbatches.nunique() > 1:
-            print(best_m_sentence(part, s, num_stages=p), file=out)
+            print(verdicts.best_m_sentence(part, s, num_stages=p), file=out)
     if (df.recv_ahead == False).any() and (df.recv_ahead == True).any():  # noqa: E712
         for line in recv_ahead_table(df).itertuples(index=False):
-            print(recv_ahead_sentence(line), file=out)
+            print(verdicts.recv_ahead_sentence(line), file=out)
     return out.getvalue().rstrip("\n")
 
 
@@ -135,142 +137,6 @@ def main_rows(df):
     if "compared_placement" not in df:
         return df
     return df[df.compared_placement != True]  # noqa: E712 - None and NaN count as False
-
-
-def series(df, schedule: str, num_stages: int | None = None):
-    """The rows of one schedule (and P: the smallest in the rows when not given), by M.
-
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"schedule": ["gpipe"] * 3, "num_stages": [2] * 3,
-    ...                    "num_microbatches": [4, 1, 2]})
-    >>> list(series(df, "gpipe").num_microbatches)
-    [1, 2, 4]
-    """
-    from labkit.errors import UsageError
-
-    part = select_rows(df, schedule=schedule)
-    if part.empty:
-        raise UsageError(f"no rows for schedule {schedule} (have {sorted(set(df.schedule))})")
-    p = int(part.num_stages.min()) if num_stages is None else num_stages
-    part = select_rows(part, num_stages=p)
-    if part.empty:
-        raise UsageError(f"no rows for {schedule} at P={p}")
-    return part.sort_values("num_microbatches", kind="stable")
-
-
-def _series_at(df, schedule: str, num_stages: int | None):
-    """:func:`series` and its P (what every sentence starts from)."""
-    part = series(df, schedule, num_stages)
-    return part, int(part.num_stages.iloc[0])
-
-
-def best_microbatches(df, schedule: str, num_stages: int | None = None):
-    """The row of the M with the shortest measured step (one schedule, one P)."""
-    part = series(df, schedule, num_stages)
-    return part.loc[part.step_time_s.idxmin()]
-
-
-def bubble_sentence(df, schedule: str, num_stages: int | None = None,
-                    tolerance: float = BUBBLE_TOLERANCE) -> str:
-    """Whether the fill/drain bubble read off the timeline falls with M, and whether it stays
-    within ``tolerance`` of the formula at every M, in one sentence from the rows.
-
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": [1, 8],
-    ...                    "bubble_fill_drain": [0.49, 0.13], "bubble_formula": [0.5, 1 / 9],
-    ...                    "idle_other": [0.02, 0.04]})
-    >>> bubble_sentence(df, "gpipe")
-    'gpipe, P = 2: the fill/drain bubble read off the timeline falls from 0.49 at M = 1 to 0.13 at M = 8, within 0.05 of the formula at every M.'
-    """
-    part, p = _series_at(df, schedule, num_stages)
-    lo, hi = part.iloc[0], part.iloc[-1]
-    head = f"{schedule}, P = {p}: the fill/drain bubble read off the timeline "
-    if len(part) == 1:
-        head += f"is {lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches}"
-    elif hi.bubble_fill_drain < lo.bubble_fill_drain:
-        head += (f"falls from {lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches} to "
-                 f"{hi.bubble_fill_drain:.2f} at M = {hi.num_microbatches}")
-    else:
-        head += (f"does not fall: {lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches}, "
-                 f"{hi.bubble_fill_drain:.2f} at M = {hi.num_microbatches}")
-    err = part.bubble_fill_drain - part.bubble_formula
-    off = part[err.abs() > tolerance]
-    if off.empty:
-        return head + f", within {tolerance:g} of the formula at every M."
-    worst = off.loc[(off.bubble_fill_drain - off.bubble_formula).abs().idxmax()]
-    ms = ", ".join(str(m) for m in off.num_microbatches)
-    return (head + f"; it is more than {tolerance:g} from the formula at M = {ms} (worst "
-            f"{worst.bubble_fill_drain - worst.bubble_formula:+.3f} at M = "
-            f"{worst.num_microbatches}, where the rest of the idle time, messages and "
-            f"scheduling, is {worst.idle_other:.2f} of the step).")
-
-
-def step_sentence(df, schedule: str, num_stages: int | None = None,
-                  tolerance_pct: float = STEP_TOLERANCE_PCT) -> str:
-    """Whether (M + P − 1) × t_slot(M) predicts the measured step within ``tolerance_pct``.
-
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"schedule": "1f1b", "num_stages": 2, "num_microbatches": [2, 4],
-    ...                    "step_time_error_pct": [-3.0, -21.0], "idle_other": [0.03, 0.12]})
-    >>> print(step_sentence(df, "1f1b"))
-    1f1b, P = 2: the predicted step is off by more than 15% at M = 4 (worst -21% at M = 4): the model counts compute and the fill/drain bubble only, and at M = 4 the rest of the idle time (messages waiting for a core, the schedule's own work, other jobs) is 0.12 of the step.
-    """
-    part, p = _series_at(df, schedule, num_stages)
-    worst = part.loc[part.step_time_error_pct.abs().idxmax()]
-    off = part[part.step_time_error_pct.abs() > tolerance_pct]
-    where = f"worst {worst.step_time_error_pct:+.0f}% at M = {worst.num_microbatches}"
-    if off.empty:
-        return (f"{schedule}, P = {p}: (M + P − 1) × t_slot(M) predicts the measured step "
-                f"within {tolerance_pct:g}% at every M ({where}).")
-    ms = ", ".join(str(m) for m in off.num_microbatches)
-    return (f"{schedule}, P = {p}: the predicted step is off by more than {tolerance_pct:g}% at "
-            f"M = {ms} ({where}): the model counts compute and the fill/drain bubble only, and "
-            f"at M = {worst.num_microbatches} the rest of the idle time (messages waiting for a "
-            f"core, the schedule's own work, other jobs) is {worst.idle_other:.2f} of the step.")
-
-
-def best_m_sentence(df, schedule: str, num_stages: int | None = None) -> str:
-    """Which M gave the shortest step, and why it is (or is not) the largest M: the bubble
-    shrinks while each smaller microbatch costs more per sample.
-
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": [2, 8],
-    ...                    "microbatch_size": [64, 16], "step_time_s": [0.09, 0.1],
-    ...                    "slot_time_s": [0.03, 0.011], "bubble_fill_drain": [0.33, 0.12]})
-    >>> best_m_sentence(df, "gpipe")[:75]
-    'gpipe, P = 2: the shortest step is at M = 2 (90.0 ms), not at the largest M'
-    """
-    part, p = _series_at(df, schedule, num_stages)
-    best, top = best_microbatches(part, schedule, p), part.iloc[-1]
-    if best.num_microbatches == top.num_microbatches:
-        lo = part.iloc[0]
-        c_lo, c_top = (r.num_microbatches * r.slot_time_s * 1e3 for r in (lo, top))
-        bubble = (f"({lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches} -> "
-                  f"{top.bubble_fill_drain:.2f})")
-        compute = f"(compute per stage M × t_slot {c_lo:.1f} -> {c_top:.1f} ms)"
-        if top.bubble_fill_drain >= lo.bubble_fill_drain:
-            why = (f"the fill/drain bubble does not fall {bubble}, compute per stage goes "
-                   f"{c_lo:.1f} -> {c_top:.1f} ms: the other idle time decides")
-        elif c_top > c_lo:
-            why = f"the fill/drain bubble's fall {bubble} outweighs the slower small microbatches {compute}"
-        else:
-            why = f"the fill/drain bubble falls {bubble} and small microbatches cost no more here {compute}"
-        return (f"{schedule}, P = {p}: the shortest step is at the largest M = "
-                f"{top.num_microbatches} ({top.step_time_s * 1e3:.1f} ms): {why}.")
-    per = {r.num_microbatches: r.slot_time_s / r.microbatch_size * 1e3 for r in (best, top)}
-    compute = {r.num_microbatches: r.num_microbatches * r.slot_time_s * 1e3 for r in (best, top)}
-    bubble = ("shrinks" if top.bubble_fill_drain < best.bubble_fill_drain
-              else "does not shrink here")
-    grows = "grows" if compute[top.num_microbatches] > compute[best.num_microbatches] else "changes"
-    return (f"{schedule}, P = {p}: the shortest step is at M = {best.num_microbatches} "
-            f"({best.step_time_s * 1e3:.1f} ms), not at the largest M = {top.num_microbatches} "
-            f"({top.step_time_s * 1e3:.1f} ms): from M = {best.num_microbatches} to "
-            f"{top.num_microbatches} the fill/drain bubble {bubble} ({best.bubble_fill_drain:.2f}"
-            f" -> {top.bubble_fill_drain:.2f} of the step), and each stage's compute per step "
-            f"(M × t_slot) {grows} from {compute[best.num_microbatches]:.1f} to "
-            f"{compute[top.num_microbatches]:.1f} ms: a microbatch of {top.microbatch_size} "
-            f"samples costs {per[top.num_microbatches]:.3f} ms per sample against "
-            f"{per[best.num_microbatches]:.3f} at {best.microbatch_size}.")
 
 
 def recv_ahead_table(*frames):
@@ -310,52 +176,6 @@ def recv_ahead_table(*frames):
     return pd.DataFrame(lines)
 
 
-#: steps within this ratio of each other count as the same step (the host's step-to-step noise)
-SAME_STEP = 0.03
-
-
-def recv_ahead_sentence(line, tolerance_pct: float = STEP_TOLERANCE_PCT) -> str:
-    """What posting the receives ahead did, from one line of :func:`recv_ahead_table`: the
-    idle time outside the fill and drain, t_slot, the step and the prediction's error, both
-    ways, and where the messages' cost went when the step did not get shorter.
-
-    >>> import pandas as pd
-    >>> line = pd.Series({"schedule": "gpipe", "num_stages": 2, "num_microbatches": 8,
-    ...                   "step_ms_torch": 240.0, "step_ms_ahead": 180.0, "slot_ms_torch": 20.0,
-    ...                   "slot_ms_ahead": 19.0, "error_pct_torch": -21.0, "error_pct_ahead": -6.0,
-    ...                   "idle_other_torch": 0.17, "idle_other_ahead": 0.06})
-    >>> print(recv_ahead_sentence(line))
-    gpipe, P = 2, M = 8: posting every receive at the step's start took the idle time outside the fill and drain from 0.17 to 0.06 of the step and t_slot from 20.0 to 19.0 ms; the step went from 240.0 to 180.0 ms (1.33x faster). (M + P − 1) × t_slot(M) is off by -21% with torch's placement (outside 15%) and -6% with receives ahead (within 15%).
-    >>> same = line.copy()
-    >>> same[["step_ms_ahead", "slot_ms_ahead"]] = [236.0, 22.0]
-    >>> print(recv_ahead_sentence(same).split("; ")[1])
-    the step went from 240.0 to 236.0 ms (about the same: the idle time fell and t_slot rose instead, since moving a message takes CPU time wherever its receive is posted). (M + P − 1) × t_slot(M) is off by -21% with torch's placement (outside 15%) and -6% with receives ahead (within 15%).
-    """
-    r = line
-    ratio = r.step_ms_torch / r.step_ms_ahead
-    if ratio > 1 + SAME_STEP:
-        verdict = f"{ratio:.2f}x faster"
-    elif ratio < 1 - SAME_STEP:
-        verdict = f"{1 / ratio:.2f}x slower"
-    else:
-        verdict = "about the same"
-        if r.idle_other_ahead < r.idle_other_torch and r.slot_ms_ahead > r.slot_ms_torch:
-            verdict += (": the idle time fell and t_slot rose instead, since moving a message "
-                        "takes CPU time wherever its receive is posted")
-
-    def within(e):
-        return f"{'within' if abs(e) <= tolerance_pct else 'outside'} {tolerance_pct:g}%"
-
-    return (f"{r.schedule}, P = {int(r.num_stages)}, M = {int(r.num_microbatches)}: posting every "
-            f"receive at the step's start took the idle time outside the fill and drain from "
-            f"{r.idle_other_torch:.2f} to {r.idle_other_ahead:.2f} of the step and t_slot from "
-            f"{r.slot_ms_torch:.1f} to {r.slot_ms_ahead:.1f} ms; the step went from "
-            f"{r.step_ms_torch:.1f} to {r.step_ms_ahead:.1f} ms ({verdict}). (M + P − 1) × "
-            f"t_slot(M) is off by {r.error_pct_torch:+.0f}% with torch's placement "
-            f"({within(r.error_pct_torch)}) and {r.error_pct_ahead:+.0f}% with receives ahead "
-            f"({within(r.error_pct_ahead)}).")
-
-
 def conventions(df):
     """The two ways of writing the bubble side by side, formula and measured, per row: share
     of the step ((P−1)/(P−1+M)) and time over the ideal step ((P−1)/M)."""
@@ -367,11 +187,6 @@ def conventions(df):
         "bubble_over_ideal_measured": "over ideal measured"})
 
 
-def _formula_name(schedule: str) -> str:
-    return {"interleaved": "(P−1)/(V·M+P−1)", "zero_bubble": "(P−1)/(P−1+3M)"}.get(
-        schedule, "(P−1)/(P−1+M)")
-
-
 def bubble_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
     """One law-table row per (schedule, M): the bubble formula against the fill/drain bubble
     read off the timeline; the absolute ``tolerance`` is stated as a percentage of the formula.
@@ -379,7 +194,7 @@ def bubble_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list
     from labkit.book import laws
 
     return [laws.check(
-        f"bubble {_formula_name(r.schedule)}, {r.schedule} P={r.num_stages} "
+        f"bubble {bubble_text(r.schedule)}, {r.schedule} P={r.num_stages} "
         f"M={r.num_microbatches}", predicted=r.bubble_formula, measured=r.bubble_fill_drain,
         tolerance_pct=100 * tolerance / r.bubble_formula,
         note=f"fill/drain share of the step, within {tolerance:g} absolute")

@@ -29,8 +29,8 @@ def run(config: PipelineConfig, launch: LaunchOptions | None = None, store=None)
     import pandas as pd
 
     from labkit import results
-    from labkit.collectives.formulas import model_error_pct
     from labkit.launch import launch_lab
+    from labkit.metrics import model_error_pct
     from labkit.pipeline.report import KEY
 
     if launch is None:

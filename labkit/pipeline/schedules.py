@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from labkit.config import positive_int
 from labkit.errors import UsageError
-from labkit.pipeline.formulas import SCHEDULES
+from labkit.pipeline.formulas import SCHEDULES, ideal_replay, interleavable
 
 
 def _order(schedule: str, p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
@@ -58,8 +58,10 @@ def simulate(schedule: str, num_stages: int, num_microbatches: int, *, virtual_s
     """Blocks of an ideal run (no communication cost, equal stages): one dict per forward or
     backward of a microbatch on a rank, with ``rank, stage, kind, microbatch, start_s, end_s``.
 
-    A chunk's forward waits for the previous stage's forward of that microbatch; its backward
-    for the next stage's backward. With V chunks per rank each takes 1/V of the time.
+    Each rank runs the order torch's schedule gives it (``_order``), played by
+    :func:`labkit.pipeline.formulas.ideal_replay`: a chunk's forward waits for the previous
+    stage's forward of that microbatch; its backward for the next stage's backward. With V
+    chunks per rank each takes 1/V of the time.
     ``zero_bubble`` splits each backward into B (input gradient) and W (weight gradient), each
     half of ``backward_s``; W waits for its own B only.
 
@@ -82,39 +84,19 @@ def simulate(schedule: str, num_stages: int, num_microbatches: int, *, virtual_s
     v = positive_int("virtual_stages", virtual_stages) if schedule == "interleaved" else 1
     if schedule not in SCHEDULES:
         raise UsageError(f"unknown schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
-    if schedule == "interleaved" and m % p:
+    if schedule == "interleaved" and not interleavable(num_stages=p, num_microbatches=m):
         raise UsageError(f"the interleaved schedule needs M a multiple of P (M={m}, P={p})")
-    n = p * v
     split = schedule == "zero_bubble"
     duration = {"F": forward_s, "B": backward_s / 2 if split else backward_s, "W": backward_s / 2}
-    todo = {r: _order(schedule, p, m, v, r) for r in range(p)}
-    free = dict.fromkeys(range(p), 0.0)
-    done: dict[tuple, float] = {}
-    blocks: list[dict] = []
-    while any(todo.values()):
-        progressed = False
-        for r in range(p):
-            while todo[r]:
-                kind, mb, chunk = todo[r][0]
-                stage = chunk * p + r
-                if kind == "F":
-                    dep = ("F", stage - 1, mb) if stage > 0 else None
-                elif kind == "B":
-                    dep = ("B", stage + 1, mb) if stage < n - 1 else ("F", stage, mb)
-                else:
-                    dep = ("B", stage, mb)
-                if dep is not None and dep not in done:
-                    break
-                start = max(free[r], done.get(dep, 0.0))
-                end = start + duration[kind] / v
-                done[(kind, stage, mb)] = free[r] = end
-                blocks.append({"rank": r, "stage": stage, "kind": kind, "microbatch": mb,
-                               "start_s": start, "end_s": end})
-                todo[r].pop(0)
-                progressed = True
-        if not progressed:
-            raise RuntimeError(f"schedule {schedule} P={p} M={m} V={v} deadlocks")  # a bug here
-    return blocks
+    orders = {r: [(kind, chunk * p + r, mb, duration[kind] / v)
+                  for kind, mb, chunk in _order(schedule, p, m, v, r)] for r in range(p)}
+    try:
+        placed = ideal_replay(orders, last_stage=p * v - 1)
+    except UsageError as e:  # an order of ours that deadlocks: a bug here, not bad input
+        raise RuntimeError(f"schedule {schedule} P={p} M={m} V={v} deadlocks") from e
+    return [{"rank": r, "stage": orders[r][i][1], "kind": orders[r][i][0],
+             "microbatch": orders[r][i][2], "start_s": start, "end_s": end}
+            for (r, i), (start, end) in placed.items()]
 
 
 def stage_layers(num_layers: int, num_chunks: int) -> list[range]:

@@ -17,10 +17,13 @@ the backward split into an input-gradient pass B and a weight-gradient pass W). 
 Every stage module is wrapped so that each forward and backward of a microbatch (and each W)
 records its start and end on this rank's clock, relative to the step's start (after a
 barrier); ranks on one host are put on one clock (``time.perf_counter`` is the machine's
-monotonic clock). Per step: busy = Σ (forward + backward) on a rank, step time = the slowest
-rank's, bubble = 1 − Σ_ranks busy / (P × step time), and the timeline's split into compute,
-fill/drain bubble and the rest (:func:`labkit.pipeline.formulas.timeline_split`). Known:
-pipelining on gloo can hang; the launcher's timeout ends such a run.
+monotonic clock). On CUDA the blocks are CUDA events read after the step, and the step's
+clock reads follow a synchronisation. Model, batch and reference live on the rank's device;
+rows carry the point's device memory peak (None on a CPU). Per step: busy = Σ (forward +
+backward) on a rank, step time = the slowest rank's, bubble = 1 − Σ_ranks busy / (P × step
+time), and the timeline's split into compute, fill/drain bubble and the rest
+(:func:`labkit.pipeline.formulas.timeline_split`). Known: pipelining on gloo can hang; the
+launcher's timeout ends such a run.
 """
 
 from __future__ import annotations
@@ -65,38 +68,65 @@ class _Mark(torch.autograd.Function):
 
 
 class Timed(nn.Module):
-    """A stage's layers, recording (kind, microbatch, start_s, end_s) of each F and B (and W,
-    through :meth:`timed_weight`)."""
+    """A stage's layers on ``device``, recording (kind, microbatch, start, end) of each F and B
+    (and W, through :meth:`timed_weight`); :meth:`blocks` gives them in seconds since the
+    step's start once the step is over.
 
-    def __init__(self, layers: nn.Module, stage: int):
+    On a CPU a stamp is the host's monotonic clock. On CUDA it is an event queued on the
+    current stream (where the GPU reaches that point), read after the step: a synchronisation
+    inside the schedule would also wait for the pipeline's own sends and receives in flight
+    and change the schedule it measures."""
+
+    def __init__(self, layers: nn.Module, stage: int, *, device: torch.device):
         super().__init__()
-        self.layers, self.stage = layers, stage
+        self.layers, self.stage, self.device = layers, stage, device
         # requires grad so the input mark's backward runs even on stage 0 (input is data)
-        self._anchor = torch.zeros((), requires_grad=True)
+        self._anchor = torch.zeros((), requires_grad=True, device=device)
         self.reset(time.perf_counter())
 
+    def stamp(self):
+        """Now: a host clock reading on a CPU, an event on the current stream on CUDA."""
+        if self.device.type != "cuda":
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
     def reset(self, origin: float) -> None:
+        """A new step that starts at ``origin`` (host clock, the device idle)."""
         self.origin, self.records, self._fwd, self._bwd_start = origin, [], 0, {}
+        self._origin_event = self.stamp() if self.device.type == "cuda" else None
+
+    def _seconds(self, stamp) -> float:
+        if self._origin_event is None:
+            return stamp - self.origin
+        return self._origin_event.elapsed_time(stamp) / 1e3
+
+    def blocks(self) -> list[dict]:
+        """This step's blocks (stage, kind, microbatch, start_s, end_s), seconds since the
+        step's start. On CUDA only once the device is idle (the events are done)."""
+        return [{"stage": self.stage, "kind": r["kind"], "microbatch": r["microbatch"],
+                 "start_s": max(self._seconds(t) for t in r["start"]),
+                 "end_s": self._seconds(r["end"])} for r in self.records]
 
     def _start_backward(self, mb: int) -> None:
-        self._bwd_start[mb] = time.perf_counter()
+        self._bwd_start[mb] = self.stamp()
 
     def _end_backward(self, mb: int) -> None:
-        self._record("B", mb, self._bwd_start.pop(mb), time.perf_counter())
+        self._record("B", mb, self._bwd_start.pop(mb), self.stamp())
 
     def _record(self, kind, mb, t0, t1) -> None:
-        self.records.append({"stage": self.stage, "kind": kind, "microbatch": mb,
-                             "start_s": t0 - self.origin, "end_s": t1 - self.origin})
+        self.records.append({"kind": kind, "microbatch": mb, "start": (t0,), "end": t1})
 
     def forward(self, x):
-        mb, t0 = self._fwd, time.perf_counter()
+        mb, t0 = self._fwd, self.stamp()
         self._fwd += 1
         x = _Mark.apply(x, self._anchor, functools.partial(self._end_backward, mb))
         y = self.layers(x)
         # a hook, not a mark: the stage output must not be a view (the zero-bubble schedule
         # detaches it in place); the hook runs when the output's gradient arrives
         y.register_hook(functools.partial(self._backward_hook, mb))
-        self._record("F", mb, t0, time.perf_counter())
+        self._record("F", mb, t0, self.stamp())
         return y
 
     def _backward_hook(self, mb: int, grad) -> None:
@@ -106,20 +136,30 @@ class Timed(nn.Module):
         """``PipelineStage.backward_weight_one_chunk`` that records a W block. On the first
         stage the schedule runs the whole backward there: W starts where that B ends."""
         def run(mb: int, *args, **kwargs):
-            n, t0 = len(self.records), time.perf_counter() - self.origin
+            n, t0 = len(self.records), self.stamp()
             out = weight_pass(mb, *args, **kwargs)
-            t1 = time.perf_counter() - self.origin
-            inner = [r["end_s"] for r in self.records[n:] if r["kind"] == "B"]
-            self.records.append({"stage": self.stage, "kind": "W", "microbatch": mb,
-                                 "start_s": max([t0, *inner]), "end_s": t1})
+            t1 = self.stamp()
+            inner = [r["end"] for r in self.records[n:] if r["kind"] == "B"]
+            self.records.append({"kind": "W", "microbatch": mb, "start": (t0, *inner),
+                                 "end": t1})
             return out
         return run
 
 
-def build_model(cfg: PipelineConfig) -> nn.Sequential:
+def build_model(cfg: PipelineConfig, device: torch.device) -> nn.Sequential:
+    """The whole stack from ``cfg.seed``, drawn on the host and moved to ``device``: the same
+    weights on every rank and every kind of device."""
     torch.manual_seed(cfg.seed)
     return nn.Sequential(*[nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.Tanh())
-                           for _ in range(cfg.layers)])
+                           for _ in range(cfg.layers)]).to(device)
+
+
+def synthetic_batch(cfg: PipelineConfig, device: torch.device):
+    """(inputs, targets) of the whole batch from ``cfg.seed + 1``, drawn on the host (the
+    numbers of every kind of device) and moved to ``device``."""
+    torch.manual_seed(cfg.seed + 1)
+    x, target = torch.randn(cfg.batch, cfg.hidden), torch.randn(cfg.batch, cfg.hidden)
+    return x.to(device), target.to(device)
 
 
 def naive_gpipe_step(stage: Timed, rank: int, p: int, m: int, x, target):
@@ -130,7 +170,7 @@ def naive_gpipe_step(stage: Timed, rank: int, p: int, m: int, x, target):
         if rank == 0:
             a = x[i * mb:(i + 1) * mb]
         else:
-            a = torch.empty(mb, x.shape[1])
+            a = x.new_empty(mb, x.shape[1])  # on x's device: a receive buffer NCCL can fill
             dist.recv(a, src=rank - 1)
             a.requires_grad_()
         y = stage(a)
@@ -164,7 +204,8 @@ def make_runner(schedule: str, m: int, mods: list[Timed], rt, cfg: PipelineConfi
     def example(stage: int):
         # shapes given up front skip the shape-inference exchange (one less place to hang);
         # a stage's input must require grad, or no gradient is sent back to the stage before
-        return torch.empty(cfg.batch // m, cfg.hidden, requires_grad=stage > 0)
+        return torch.empty(cfg.batch // m, cfg.hidden, device=rt.device,
+                           requires_grad=stage > 0)
 
     stages = [pp.PipelineStage(mod, mod.stage, chunks, rt.device, input_args=example(mod.stage),
                                output_args=example(chunks)) for mod in mods]
@@ -197,16 +238,21 @@ def make_runner(schedule: str, m: int, mods: list[Timed], rt, cfg: PipelineConfi
 
 
 def one_step(runner, mods: list[Timed], x, target):
-    """Zero grads, barrier, one step; (this rank's step seconds, output, records, the step's
-    start on this machine's monotonic clock)."""
+    """Zero grads, barrier, one step; (this rank's step seconds, output, blocks, the step's
+    start on this machine's monotonic clock). Both clock reads follow a synchronisation of
+    the device (nothing on a CPU)."""
     for mod in mods:
         mod.layers.zero_grad(set_to_none=True)
+    device = mods[0].device
     dist.barrier()
+    runtime.sync(device)
     t0 = time.perf_counter()
     for mod in mods:
         mod.reset(t0)
     out = runner(x, target)
-    return time.perf_counter() - t0, out, [r for mod in mods for r in mod.records], t0
+    runtime.sync(device)
+    seconds = time.perf_counter() - t0
+    return seconds, out, [b for mod in mods for b in mod.blocks()], t0
 
 
 def one_clock(gathered, same_host: bool) -> list[tuple[float, list[dict]]]:
@@ -226,17 +272,19 @@ def one_clock(gathered, same_host: bool) -> list[tuple[float, list[dict]]]:
 
 
 def check(runner, mods, rt, x, target, reference) -> dict:
-    """Output and gradients of one pipelined step against one process running every layer."""
+    """Output and gradients of one pipelined step against one process running every layer.
+    The ranks' tensors travel as host copies (a pickled CUDA tensor would come back on the
+    sending rank's GPU number) and are compared on rank 0's device, beside the reference."""
     _, out, _, _ = one_step(runner, mods, x, target)
-    grads = {f"{mod.stage}.{name}": prm.grad.clone()
+    grads = {f"{mod.stage}.{name}": prm.grad.cpu()
              for mod in mods for name, prm in mod.layers.named_parameters()}
     parts = [None] * rt.world_size
-    dist.all_gather_object(parts, (out, grads))
+    dist.all_gather_object(parts, (None if out is None else out.cpu(), grads))
     if rt.rank != 0:
         return {}
     ref_out, ref_grads = reference
-    got_out = parts[-1][0]
-    got = {k: v for _, g in parts for k, v in g.items()}
+    got_out = parts[-1][0].to(rt.device)
+    got = {k: v.to(rt.device) for _, g in parts for k, v in g.items()}
     out_diff = float((got_out - ref_out).abs().max())
     grad_diff = max(float((got[k] - ref_grads[k]).abs().max()) for k in ref_grads)
     ok = (set(got) == set(ref_grads) and torch.allclose(got_out, ref_out, rtol=1e-4, atol=1e-6)
@@ -276,12 +324,15 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
             reference=None) -> list[dict]:
     """One (schedule, M): a row per receive placement (:func:`placements`) on rank 0, [] on
     the others. Two placements take their timed steps in turns (which goes first alternates), so
-    both see the same machine."""
+    both see the same machine, and the same device memory peak (the point's, every rank's
+    largest; None on a CPU)."""
+    runtime.reset_device_peak(rt.device)
     p, rank = rt.world_size, rt.rank
     v = cfg.virtual_stages if schedule == "interleaved" else 1
     spans = stage_layers(cfg.layers, p * v)
     mine = list(range(rank, p * v, p))  # looped placement: rank r holds stages r, r+P, ...
-    mods = [Timed(nn.Sequential(*[model[i] for i in spans[s]]), s) for s in mine]
+    mods = [Timed(nn.Sequential(*[model[i] for i in spans[s]]), s, device=rt.device)
+            for s in mine]
     runners = [make_runner(schedule, m, mods, rt, cfg, p * v, recv_ahead=a)
                for a in placements(schedule, m, cfg)]
     checks = [{} for _ in runners]
@@ -304,9 +355,10 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
             steps.append(t)
             recs_per_step.append(recs)
             starts.append(t0)
+    peak = runtime.max_device_peak_bytes(rt.device)
     rows = [row_of(schedule, m, rt, cfg, v, ahead, *rec)
             for (_, ahead), rec in zip(runners, recorded)]
-    return [{**chk, **row, "compared_placement": k > 0}
+    return [{**chk, **row, "compared_placement": k > 0, "device_memory_peak_bytes": peak}
             for k, (chk, row) in enumerate(zip(checks, rows)) if row is not None]
 
 
@@ -363,11 +415,10 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
     }
 
 
-def run(rt: runtime.Runtime, cfg: PipelineConfig) -> dict:
+def on_rank(rt: runtime.Runtime, cfg: PipelineConfig) -> dict:
     cfg.check_world_size(rt.world_size)
-    model = build_model(cfg)
-    torch.manual_seed(cfg.seed + 1)
-    x, target = torch.randn(cfg.batch, cfg.hidden), torch.randn(cfg.batch, cfg.hidden)
+    model = build_model(cfg, rt.device)
+    x, target = synthetic_batch(cfg, rt.device)
     reference = reference_run(model, x, target) if cfg.check and rt.rank == 0 else None
     rows = []
     for schedule, m in cfg.runnable(rt.world_size):
@@ -381,4 +432,4 @@ def run(rt: runtime.Runtime, cfg: PipelineConfig) -> dict:
 
 
 if __name__ == "__main__":
-    worker_main(run, PipelineConfig)
+    worker_main(on_rank, PipelineConfig)

@@ -13,14 +13,15 @@ Read in this order:
   PCG, BiCGSTAB, GMRES(m) and MINRES;
 * :mod:`~labkit.solve.worker` (rank side) -- one launch: every point at one world size;
 * :mod:`~labkit.solve.run` (host side) -- :func:`run`, what notebook 03 and ``labkit solve`` call;
+* :mod:`~labkit.solve.verdicts` (pure) -- the sentences a sweep's numbers say;
 * :mod:`~labkit.solve.report`, :mod:`~labkit.solve.plots`, :mod:`~labkit.solve.cli`.
 
 ``from labkit import solve; solve.run(solve.SolveConfig(total_dof=20_000), ...)``. Importing
 this package imports nothing heavy (no torch).
 """
 
-from labkit.solve import formulas, plots, report
+from labkit.solve import formulas, plots, report, verdicts
 from labkit.solve.config import SolveConfig
 from labkit.solve.run import run
 
-__all__ = ["SolveConfig", "formulas", "plots", "report", "run"]
+__all__ = ["SolveConfig", "formulas", "plots", "report", "run", "verdicts"]

@@ -25,6 +25,22 @@ BASELINES = ("launch", "inline")
 PER_RANK_MODES = ("weak", "throughput")
 
 
+def transport_refused(kind: str, backend: str) -> str | None:
+    """Why transport ``kind`` cannot carry the messages of a launch on ``backend``, as far as
+    the host knows before launching (the ranks check the rest, such as one host:
+    :func:`labkit.solve.transport.shm_possible`); None where it may.
+
+    >>> transport_refused("shm", "nccl")
+    'transport shm copies CPU memory, and nccl ranks hold their tensors on GPUs: use torch'
+    >>> transport_refused("shm", "gloo") is None, transport_refused("auto", "nccl") is None
+    (True, True)
+    """
+    if kind == "shm" and backend == "nccl":
+        return ("transport shm copies CPU memory, and nccl ranks hold their tensors on GPUs: "
+                "use torch")
+    return None
+
+
 @dataclass(frozen=True)
 class SolveConfig:
     """One launch's worth of solves: every (mode, partitioner, method) point at one world size.
@@ -157,6 +173,12 @@ class SolveConfig:
             if n < world_size:
                 raise UsageError(f"{mode} mode at {world_size} ranks: the grid has {n} rows, "
                                  f"fewer than {world_size} ranks")
+
+    def check_backend(self, backend: str) -> None:
+        """Refuse, before any launch, a transport that ranks on ``backend`` cannot use."""
+        why = transport_refused(self.transport, backend)
+        if why is not None:
+            raise UsageError(why)
 
     def memory_bytes_per_rank(self, world_size: int) -> float:
         """The most one rank needs over this sweep's modes (checked before any launch)."""

@@ -9,7 +9,7 @@ products use the owned head (``v[:n_owned]``) only.
 Two matvecs. :meth:`DistOperator.matvec_naive` is the teaching version: exchange the halo,
 wait for it, then one SpMV over all rows; every microsecond of message latency is exposed.
 :meth:`DistOperator.matvec` (the one the methods use) hides it: the local rows are split once at
-setup into *interior* rows (no halo column) and *boundary* rows; it posts the isend/irecv,
+setup into *interior* rows (no halo column) and *boundary* rows; it posts the exchange,
 computes the interior rows while the messages travel, waits, then computes the boundary rows.
 
 The messages travel through ``transport`` (:mod:`labkit.solve.transport`): torch.distributed,
@@ -71,6 +71,7 @@ class DistOperator:
             self._send_buf.append(torch.empty(len(idx), dtype=dtype, device=self.device))
             self._recv_slices.append((q, off, off + count))
             off += count
+        self._sends = [(buf, q) for (q, _), buf in zip(self._send_idx, self._send_buf)]
 
     def _csr(self, indptr, cols, vals, ncols) -> torch.Tensor:
         with warnings.catch_warnings():  # "sparse CSR is in beta": known, and it works
@@ -123,19 +124,18 @@ class DistOperator:
 
     # -- communication ---------------------------------------------------------------------------
     def post_exchange(self, x_ext: torch.Tensor) -> list:
-        """Start filling ``x_ext``'s halo tail from the neighbours (irecv, then gather and isend,
-        neighbours only); returns the requests to :meth:`wait`."""
-        reqs = []
+        """Start filling ``x_ext``'s halo tail from the neighbours: gather the send buffers,
+        then post every receive and send as one exchange of the transport (neighbours only:
+        one batch on nccl, which deadlocks on separately posted pairs); returns the requests
+        to :meth:`wait`."""
         if not self._send_idx:
-            return reqs
+            return []
         with self.sw("halo"):
             owned = x_ext[: self.n_owned]
-            for (q, lo, hi) in self._recv_slices:
-                reqs.append(self.comm.irecv(x_ext[lo:hi], q))
-            for (q, idx), buf in zip(self._send_idx, self._send_buf):
+            for (_, idx), buf in zip(self._send_idx, self._send_buf):
                 torch.index_select(owned, 0, idx, out=buf)
-                reqs.append(self.comm.isend(buf, q))
-        return reqs
+            return self.comm.exchange_start(
+                self._sends, [(x_ext[lo:hi], q) for (q, lo, hi) in self._recv_slices])
 
     def wait(self, reqs, bucket: str = "halo") -> None:
         """Wait for requests; the time is charged to ``bucket`` (the exposed part only)."""
@@ -184,7 +184,7 @@ class DistOperator:
 
     def matvec(self, x_ext: torch.Tensor, out: torch.Tensor, overlap=None) -> torch.Tensor:
         """``out = A x`` (owned rows), the halo exchange hidden behind the interior rows: post
-        isend/irecv, SpMV of the interior rows, wait (``halo``: the exposed wait), SpMV of
+        the exchange, SpMV of the interior rows, wait (``halo``: the exposed wait), SpMV of
         the boundary rows. ``overlap``: a zero-argument callable run after the interior rows
         too (more work to hide the messages behind), charged to no bucket of its own."""
         if not self._send_idx and overlap is None:

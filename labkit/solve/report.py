@@ -3,13 +3,15 @@
 :data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
 results file upserts by; :func:`passed` the gate filter every table and figure uses;
 :func:`series` the selection notebooks make; :func:`print_tables` the table ``labkit solve``
-prints.
+prints; :func:`crossover` and :func:`print_crossover` the crossover of a sweep over sizes (with
+the sentence of :mod:`labkit.solve.verdicts`, where every verdict of the lab is written).
 """
 
 from __future__ import annotations
 
 from labkit.errors import UsageError
-from labkit.results import Column, select_rows
+from labkit.results import DEVICE_MEMORY_COLUMNS, Column, select_rows
+from labkit.solve import verdicts
 
 #: what makes a row a different measurement of the same point: the mode and world size, the
 #: problem (dimension, size, right-hand side), the partitioner, method, engine and transport
@@ -85,6 +87,7 @@ COLUMNS = (
            "minimal_floor_s / time_per_iteration_s (1: no implementation can be faster)"),
     Column("copy_bandwidth_alone_gb_per_s", "GB/s",
            "one rank's copy bandwidth with the others idle (mean over ranks), same size"),
+    *DEVICE_MEMORY_COLUMNS,
     Column("baseline", "", "strong: inline when rank 0 timed the whole problem alone beside "
            "this row's solves (the t1 of its speedup), else empty (t1 from the 1-rank row)"),
     Column("baseline_solve_time_s", "s", "inline baseline: rank 0's solve alone (median)"),
@@ -144,7 +147,7 @@ def gate_message(bad) -> str:
 def print_tables(df, file=None) -> None:
     """The seed's table, one per mode: ranks, DOF, time, iterations, time/iteration, rel.res,
     DOF/s, efficiency (plus partitioner/method/gate when there are several)."""
-    from labkit.cliargs import print_frame
+    from labkit.tables import print_frame
 
     for mode in ("weak", "strong", "throughput"):
         part = select_rows(df, mode=mode).sort_values(["partitioner", "method", "world_size"])
@@ -277,7 +280,7 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
     """
     import pandas as pd
 
-    from labkit.collectives.formulas import model_error_pct
+    from labkit.metrics import model_error_pct
     from labkit.solve.formulas import (
         crossover_dof,
         fit_iteration_time,
@@ -324,7 +327,7 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
                      "predicted_speedup": pred,
                      "error_pct": model_error_pct(model_s=pred, measured_s=meas),
                      "calibration": size == sizes[0],
-                     "model_tp_per_iteration_s": t1 / pred, **_time_parts(b)})
+                     "model_tp_per_iteration_s": t1 / pred, **verdicts.iteration_parts(b)})
     table = pd.DataFrame(rows)
     # where the model's t_P and the measured one part: each part of the P-rank iteration
     # against the model's, which holds the smallest size's waits and rest and lets only the
@@ -352,7 +355,7 @@ def print_crossover(df, file=None) -> None:
     takes the exposed halo and all-reduce waits of the P-rank solve at the smallest size.
     Prints nothing when the rows hold no such sweep (one size, or no t1: neither 1-rank rows
     nor inline baselines)."""
-    from labkit.cliargs import print_frame
+    from labkit.tables import print_frame
 
     strong = select_rows(passed(df), mode="strong")
     if strong.empty or strong["dof_requested"].nunique() < 2:
@@ -378,115 +381,4 @@ def print_crossover(df, file=None) -> None:
             print_frame(table.assign(dof_global=table["dof_global"].astype(int)),
                         ["dof_global", "t1_source", "speedup_per_iteration", "predicted_speedup",
                          "naive_speedup", "error_pct", "calibration"], file=file)
-            print(crossover_sentence(summary, table), file=file)
-
-
-def _time_parts(row) -> dict:
-    """A P-rank row's iteration in three parts: compute (SpMV and vector updates), waits (the
-    exposed halo and all-reduce time: messages and waiting for the other ranks) and the rest."""
-    def get(k):  # rows without the split (torch-sla, hand-made ones) give NaN parts
-        v = row.get(k)
-        return float("nan") if v is None else float(v)
-
-    its = max(get("iterations"), 1.0)
-    compute = (get("spmv_time_s") + get("vector_time_s")) / its
-    waits = (get("halo_time_s") + get("allreduce_time_s")) / its
-    return {"compute_s": compute, "waits_s": waits,
-            "rest_s": float(row["time_per_iteration_s"]) - compute - waits}
-
-
-def waits_sentence(row) -> str:
-    """Where a P-rank row's waits went, computed from the row: the messages' own cost (timed
-    alone, no work between them: ``message_time_alone_s``), a rank that always computed more
-    (``compute_imbalance``), and the rest: the ranks arriving at different times.
-
-    >>> row = {"world_size": 2, "iterations": 100, "halo_time_s": 0.006,
-    ...        "allreduce_time_s": 0.004, "message_time_alone_s": 30e-6,
-    ...        "compute_imbalance": 1.01, "spmv_time_s": 0.1, "vector_time_s": 0.04,
-    ...        "time_per_iteration_s": 1.6e-3}
-    >>> print(waits_sentence(row))  # doctest: +NORMALIZE_WHITESPACE
-    2 ranks waited 100 us per iteration (6.2% of it) at the halo exchange and the all-reduce:
-    the messages alone cost 30 us, the busiest rank computed 1.01x the mean (14 us more), and
-    the other 56 us is the ranks arriving at different times: a hiccup on any core (an
-    interrupt, another job) stalls every rank at the next message.
-    >>> waits_sentence({"world_size": 2, "message_time_alone_s": float("nan")})  # torch-sla
-    ''
-    """
-    def value(key):  # None for a missing field or NaN (older files, torch-sla rows)
-        v = row.get(key)
-        return None if v is None or v != v else float(v)
-
-    alone, imbalance = value("message_time_alone_s"), value("compute_imbalance") or 1.0
-    if alone is None or int(row["world_size"]) < 2:
-        return ""
-    parts = _time_parts(row)
-    waits, us = parts["waits_s"], 1e6
-    if waits != waits:
-        return ""
-    steady = (imbalance - 1.0) * parts["compute_s"]
-    rest = waits - alone - steady
-    head = (f"{int(row['world_size'])} ranks waited {waits * us:.0f} us per iteration "
-            f"({waits / float(row['time_per_iteration_s']):.1%} of it) at the halo exchange and "
-            f"the all-reduce: the messages alone cost {alone * us:.0f} us, the busiest rank "
-            f"computed {imbalance:.2f}x the mean ({steady * us:.0f} us more)")
-    if rest <= 0:
-        return head + ", which accounts for all of it."
-    return (head + f", and the other {rest * us:.0f} us is the ranks arriving at different "
-            "times: a hiccup on any core (an interrupt, another job) stalls every rank at the "
-            "next message.")
-
-
-def miss_sentence(table, ranks: int) -> str:
-    """Why the model misses where it misses most (a size it predicts, not the calibration one):
-    which part of the measured P-rank iteration outgrew the model's, computed from the row.
-
-    >>> import pandas as pd
-    >>> t = pd.DataFrame({"dof_global": [2_000, 50_000], "calibration": [True, False],
-    ...                   "error_pct": [0.0, 30.0], "tp_per_iteration_s": [150e-6, 430e-6],
-    ...                   "model_tp_per_iteration_s": [150e-6, 300e-6],
-    ...                   "excess_compute_s": [0.0, 95e-6], "excess_waits_s": [0.0, 30e-6],
-    ...                   "excess_rest_s": [0.0, 5e-6]})
-    >>> print(miss_sentence(t, 2))  # doctest: +NORMALIZE_WHITESPACE
-    Largest miss at 50,000 DOF: the model gives 2 ranks 300 us per iteration, they took 430 us
-    (+130 us): compute +95 us against the model's share, waits +30 us against the smallest
-    size's, the rest +5 us. The largest part: compute.
-    """
-    cand = table[~table["calibration"]]
-    if cand.empty:
-        return "Only the calibration size: nothing predicted."
-    r = cand.loc[cand["error_pct"].abs().idxmax()]
-    us = 1e6
-    parts = {"compute": r["excess_compute_s"], "waits": r["excess_waits_s"], "the rest": r["excess_rest_s"]}
-    main = max(parts, key=lambda k: abs(parts[k]))
-    return (f"Largest miss at {r['dof_global']:,.0f} DOF: the model gives {ranks} ranks "
-            f"{r['model_tp_per_iteration_s'] * us:.0f} us per iteration, they took "
-            f"{r['tp_per_iteration_s'] * us:.0f} us "
-            f"({(r['tp_per_iteration_s'] - r['model_tp_per_iteration_s']) * us:+.0f} us): compute "
-            f"{parts['compute'] * us:+.0f} us against the model's share, waits "
-            f"{parts['waits'] * us:+.0f} us against the smallest size's, the rest "
-            f"{parts['the rest'] * us:+.0f} us. The largest part: {main}.")
-
-
-def crossover_sentence(summary: dict, table) -> str:
-    """What the sweep says about when more ranks pay, computed from its numbers.
-
-    >>> import pandas as pd
-    >>> t = pd.DataFrame({"dof_global": [10_000, 40_000], "speedup_per_iteration": [0.8, 1.3]})
-    >>> crossover_sentence({"ranks": 2, "predicted_crossover_dof": 20_000.0,
-    ...                     "measured_crossover_dof": 18_000.0}, t)
-    '2 ranks start to pay at about 18,000 DOF (predicted 20,000: 1.11x off).'
-    >>> crossover_sentence({"ranks": 2, "predicted_crossover_dof": 5_000.0,
-    ...                     "measured_crossover_dof": None}, t.assign(speedup_per_iteration=[1.2, 1.5]))
-    '2 ranks already pay at the smallest size, 10,000 DOF (predicted crossover 5,000).'
-    """
-    p, pred, meas = summary["ranks"], summary["predicted_crossover_dof"], summary["measured_crossover_dof"]
-    if meas is not None:
-        return (f"{p} ranks start to pay at about {meas:,.0f} DOF (predicted {pred:,.0f}: "
-                f"{max(pred, meas) / min(pred, meas):.2f}x off).")
-    lo = table.sort_values("dof_global").iloc[0]
-    hi = table.sort_values("dof_global").iloc[-1]
-    if lo["speedup_per_iteration"] >= 1:
-        return (f"{p} ranks already pay at the smallest size, {lo['dof_global']:,.0f} DOF "
-                f"(predicted crossover {pred:,.0f}).")
-    return (f"{p} ranks do not pay up to the largest size, {hi['dof_global']:,.0f} DOF "
-            f"(predicted crossover {pred:,.0f}).")
+            print(verdicts.crossover_sentence(summary, table), file=file)

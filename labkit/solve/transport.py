@@ -1,15 +1,17 @@
 """Rank side: how the distributed operator's messages travel.
 
-The operator needs three things from a transport: ``isend(tensor, dst)``, ``irecv(tensor, src)``
-(each returns a request with ``wait()``) and ``all_reduce(tensor, async_op=False)``. Two
-transports provide them:
+The operator needs two things from a transport: ``exchange_start(sends, recvs)``, which posts
+one halo exchange (``sends``: ``[(tensor, dst), ...]``, ``recvs``: ``[(tensor, src), ...]``) and
+returns the requests (each with ``wait()``, waited later so that work can overlap the
+messages), and ``all_reduce(tensor, async_op=False)``. Two transports provide them:
 
 * ``torch``: ``torch.distributed`` itself (gloo on CPU, nccl on GPU). Works everywhere, across
-  nodes. On a CPU node every gloo message passes through gloo's own threads: the socket loop
-  receives it, the process group's worker runs the all-reduce, and the waiting compute thread
-  is woken. Each hand-off is a thread wake-up, and on this 2-core VM a small all-reduce takes
-  about 0.2 ms in a tight loop and more than 1 ms inside a CG iteration, where the other core
-  is busy and the woken thread waits for the compute thread's time slice to end.
+  nodes; on nccl an exchange is one ``batch_isend_irecv`` (see :data:`GLOO_BATCHED`). On a
+  CPU node every gloo message passes through gloo's own threads: the socket loop receives it,
+  the process group's worker runs the all-reduce, and the waiting compute thread is woken.
+  Each hand-off is a thread wake-up, and on this 2-core VM a small all-reduce takes about
+  0.2 ms in a tight loop and more than 1 ms inside a CG iteration, where the other core is
+  busy and the woken thread waits for the compute thread's time slice to end.
 * ``shm``: ranks on one host write into each other's mailboxes in a shared-memory segment and
   poll a sequence number, as MPI's shared-memory transports do. No thread, no system call, no
   socket: a message costs a memory copy and the time until the peer polls. It needs every
@@ -54,16 +56,38 @@ class _Done:
         return None
 
 
+#: how :class:`TorchTransport` posts a halo exchange on gloo: False, each irecv and then each
+#: isend as a call of its own; True, all of them in one ``batch_isend_irecv``. gloo cannot
+#: coalesce, so the batch posts the same calls in the same order and differs by its wrapper
+#: only (benchmarks/halo_bench.py times both). Every other backend batches: nccl orders a pair's
+#: sends and receives on one stream, where separately posted ones can deadlock.
+GLOO_BATCHED = False
+
+
 class TorchTransport:
-    """``torch.distributed`` (gloo or nccl): the default process group."""
+    """``torch.distributed`` (gloo or nccl): the default process group.
+
+    ``batched``: post an exchange as one ``batch_isend_irecv`` (True) or as separate irecv
+    and isend calls (False); None, the default: decided by the process group's backend at the
+    first exchange (:data:`GLOO_BATCHED` on gloo, batched elsewhere).
+    """
 
     name = "torch"
 
-    def isend(self, tensor, dst):
-        return dist.isend(tensor, dst=dst)
+    def __init__(self, batched: bool | None = None):
+        self.batched = batched
 
-    def irecv(self, tensor, src):
-        return dist.irecv(tensor, src=src)
+    def exchange_start(self, sends, recvs) -> list:
+        """Post one exchange: receive into each ``(tensor, src)`` of ``recvs``, send each
+        ``(tensor, dst)`` of ``sends``; the requests, receives first, to wait on later."""
+        if self.batched is None:
+            self.batched = GLOO_BATCHED if dist.get_backend() == "gloo" else True
+        if not self.batched:
+            return ([dist.irecv(t, src=q) for t, q in recvs]
+                    + [dist.isend(t, dst=q) for t, q in sends])
+        ops = ([dist.P2POp(dist.irecv, t, q) for t, q in recvs]
+               + [dist.P2POp(dist.isend, t, q) for t, q in sends])
+        return dist.batch_isend_irecv(ops) if ops else []
 
     def all_reduce(self, tensor, async_op=False):
         return dist.all_reduce(tensor, async_op=async_op)
@@ -151,6 +175,12 @@ class ShmTransport:
                                   f"{self.timeout_s:.0f} s (did it fail?)")
 
     # -- point to point --------------------------------------------------------------------------
+    def exchange_start(self, sends, recvs) -> list:
+        """Post one exchange (as :meth:`TorchTransport.exchange_start`): each receive is a
+        request that polls its mailbox when waited on; each send writes into the peer's
+        mailbox at once (after waiting for its slot to be free)."""
+        return ([self.irecv(t, q) for t, q in recvs] + [self.isend(t, q) for t, q in sends])
+
     def isend(self, tensor: torch.Tensor, dst: int):
         n = self._counts[self.rank].get(dst)
         if n is None or tensor.numel() != n:

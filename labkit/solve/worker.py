@@ -14,7 +14,8 @@ repeat takes as long as its slowest rank), and check every solve with a fresh di
 SpMV: ``||b - A x|| / ||b||``. Points that share a grid (weak and throughput at the same DOF
 per rank) are measured once. With ``baseline="inline"`` (strong mode, more than one rank),
 rank 0 also holds the whole problem as one rank would and, before each timed solve of the
-ranks, solves it alone while the others wait: t1 and tP side by side, seconds apart.
+ranks, solves it alone while the others wait: t1 and tP side by side, seconds apart. Each row
+also carries the most device memory a rank held during its point (CUDA; empty on a CPU).
 """
 
 from __future__ import annotations
@@ -119,12 +120,16 @@ def _spmv_dots_notice(op) -> str | None:
     return op.c_pass_unfit
 
 
-def _sum(rt, values) -> list[float]:
+def _sum(rt, values, op=dist.ReduceOp.SUM) -> list[float]:
     # on the rank's device: nccl carries CUDA tensors only
     t = torch.tensor(values, dtype=torch.float64, device=rt.device)
     if rt.world_size > 1:
-        dist.all_reduce(t)
+        dist.all_reduce(t, op=op)
     return t.tolist()
+
+
+def _max(rt, values) -> list[float]:
+    return _sum(rt, values, op=dist.ReduceOp.MAX)
 
 
 def alone_problem(rt: runtime.Runtime, cfg: SolveConfig, dims: tuple, kernels):
@@ -148,6 +153,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     method in this launch (another partitioner): those are reused, the solve alone is the same."""
     if alone_timed is not None:
         inline, alone = False, None
+    runtime.reset_device_peak(rt.device)  # the point's own peak, read at its end
     maxiter = cfg.maxiter or 10 * n_global
     rtol = cfg.rtol
     if cfg.iterations is not None:  # HPCG-style: exactly N iterations, no convergence test
@@ -190,15 +196,19 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
             dist.barrier()
             if alone is not None:
                 alone[0].sw.reset()
+                runtime.sync(rt.device)  # CUDA: time the queued work, not its launch
                 t0 = time.perf_counter()
                 alone_iterations.append(solve(*alone).iterations)
+                runtime.sync(rt.device)
                 alone_samples.append(time.perf_counter() - t0)
                 alone_splits.append([alone[0].sw.totals.get(k, 0.0) for k in ("spmv", "vector")])
         if rt.world_size > 1:
             dist.barrier()
         op.sw.reset()
+        runtime.sync(rt.device)
         t0 = time.perf_counter()
         sol = solve()
+        runtime.sync(rt.device)
         samples.append(time.perf_counter() - t0)
         splits.append([op.sw.totals.get(k, 0.0) for k in BUCKETS])
         iterations.append(sol.iterations)
@@ -208,7 +218,8 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     times = summarize(samples, "solve_time")
     t = times["solve_time_p50_s"]
     if sla is not None:
-        return _sla_row(rt, cfg, times, residuals, n_global, maxiter), sol.x
+        return {**_sla_row(rt, cfg, times, residuals, n_global, maxiter),
+                "device_memory_peak_bytes": runtime.max_device_peak_bytes(rt.device)}, sol.x
     its = int(np.median(iterations))
     # the split: each rank's median over repeats, averaged over ranks
     mine = np.median(np.array(splits), axis=0)
@@ -216,11 +227,9 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     # a rank that computes more than the others makes them wait at every halo and all-reduce:
     # its share over the mean is the steady part of the waits (the rest: each iteration's jitter
     # and the messages' own cost)
-    compute = torch.tensor([float(mine[0] + mine[3])], dtype=torch.float64, device=rt.device)
-    if rt.world_size > 1:
-        dist.all_reduce(compute, op=dist.ReduceOp.MAX)
+    compute = _max(rt, [float(mine[0] + mine[3])])[0]
     mean_compute = split[0] + split[3]
-    imbalance = float(compute[0]) / mean_compute if mean_compute > 0 else None
+    imbalance = compute / mean_compute if mean_compute > 0 else None
     local_bytes = local_bytes_at(its)
     local_min = minimal_bytes_per_iteration(method, op.spmv_bytes(), op.n_owned)
     messages = message_cost(rt, op)
@@ -230,6 +239,8 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     bw_alone = max(copy_bandwidth(rt, local_bytes_at(None), alone=True), copies_before[1])
     total_bytes, total_bw, halo, total_min, total_alone = _sum(
         rt, [local_bytes, bw, op.n_halo, local_min or 0.0, bw_alone])
+    # the point ends here (solves, messages, copies): the most device memory any rank held
+    memory_peak = runtime.max_device_peak_bytes(rt.device)
     row = {
         "iterations": its,
         "iterations_per_repeat": iterations,
@@ -257,6 +268,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         "spmv_dots_notice": _spmv_dots_notice(op) if fused else None,
         "fixed_iterations": cfg.iterations,
         "copy_bandwidth_alone_gb_per_s": total_alone / rt.world_size,
+        "device_memory_peak_bytes": memory_peak,
         "baseline": "inline" if inline or alone_timed else None,
         **(alone_timed or {}),
     }
@@ -302,7 +314,7 @@ def gather_global(rt, op: DistOperator, x: torch.Tensor) -> list | None:
     return out.tolist()
 
 
-def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
+def on_rank(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
     cfg.check_world_size(rt.world_size)
     rows, measured, problems, solutions, alone_timed = [], {}, {}, {}, {}
     kernels, notice, compile_s = None, None, None
@@ -322,7 +334,8 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
                 if cfg.engine == "torch-sla":
                     from labkit.solve.sla import SlaProblem
 
-                    sla = SlaProblem(dims, kind, rt.world_size, cfg.rhs, cfg.seed)
+                    sla = SlaProblem(dims, kind, rt.world_size, cfg.rhs, cfg.seed,
+                                     device=rt.device)
                     part = sla.partition  # torch-sla's ownership, labkit's gate and halo count
                 else:
                     part = build_partition(rt, kind, dims)
@@ -380,4 +393,4 @@ def run(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
 
 
 if __name__ == "__main__":
-    worker_main(run, SolveConfig)
+    worker_main(on_rank, SolveConfig)

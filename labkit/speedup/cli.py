@@ -13,8 +13,8 @@ from labkit.cliargs import (
     add_config_args,
     add_store_arg,
     config_from_args,
-    positive_float,
-    positive_int,
+    positive_float_arg,
+    positive_int_arg,
 )
 from labkit.speedup.config import WorkshareConfig
 
@@ -26,10 +26,10 @@ def register(sub) -> None:
     p = sub.add_parser("workshare", help="time a job with a chosen serial fraction at each rank count",
                        description="Strong scaling of total-work matrix products, a serial-fraction "
                                    "share done by rank 0 alone; one thread per rank.")
-    p.add_argument("--nproc", type=positive_int, nargs="+", default=[1, 2], metavar="N",
+    p.add_argument("--nproc", type=positive_int_arg, nargs="+", default=[1, 2], metavar="N",
                    help="ranks per launch, one launch each (default: %(default)s)")
     add_config_args(p, WorkshareConfig, defaults=CLI_DEFAULTS)
-    p.add_argument("--timeout", type=positive_float, default=300.0, metavar="S",
+    p.add_argument("--timeout", type=positive_float_arg, default=300.0, metavar="S",
                    help="seconds before a launch is killed, with all its ranks "
                         "(default: %(default)s)")
     add_store_arg(p)
@@ -43,9 +43,9 @@ def register(sub) -> None:
                    help="wall time per rank count, N=1 included")
     p.add_argument("--gpus-per-rank", type=int, default=1, help="for SU (default: %(default)s)")
     p.add_argument("--cores-per-rank", type=int, default=0, help="for SU (default: %(default)s)")
-    p.add_argument("--threshold", type=positive_float, default=0.5,
+    p.add_argument("--threshold", type=positive_float_arg, default=0.5,
                    help="efficiency below which more ranks waste money (default: %(default)s)")
-    p.add_argument("--deadline", type=positive_float, default=None, metavar="S",
+    p.add_argument("--deadline", type=positive_float_arg, default=None, metavar="S",
                    help="also name the cheapest N whose time meets this deadline")
     add_store_arg(p)
     p.set_defaults(func=cmd_speedup)

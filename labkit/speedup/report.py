@@ -10,7 +10,7 @@ speedup table's (:func:`labkit.metrics.speedup_table`, one per N, with its summa
 
 from __future__ import annotations
 
-from labkit.results import Column
+from labkit.results import DEVICE_MEMORY_COLUMNS, Column
 
 #: a workshare row is a different measurement of the same point when the world size or the
 #: designed serial fraction differ
@@ -31,6 +31,7 @@ COLUMNS = (
     Column("parallel_products_per_rank_max", "", "products of the busiest rank's parallel share"),
     Column("matrix_size", "", "side of the square matrices"),
     Column("repeat", "", "timed runs per launch"),
+    *DEVICE_MEMORY_COLUMNS,
     # a speedup table (labkit.metrics.speedup_table): its rows ...
     Column("speedup", "", "s = t1 / tN"),
     Column("efficiency", "", "E = s / N"),
@@ -79,7 +80,7 @@ def table_rows(rows, summary: dict, **extra) -> list[dict]:
 def print_workshare(live, serial_fraction: float, file=None) -> None:
     """The run's times; with the 1-rank row and another, the speedup table and the Amdahl fit
     beside the designed serial fraction."""
-    from labkit.cliargs import print_frame
+    from labkit.tables import print_frame
 
     print_frame(live, LIVE_COLUMNS, file=file)
     if 1 in set(live["world_size"]) and len(live) > 1:
@@ -93,7 +94,7 @@ def print_workshare(live, serial_fraction: float, file=None) -> None:
 def print_speedup(rows, summary: dict, file=None) -> None:
     """The table ``labkit speedup`` prints: every column of the speedup table, the Amdahl fit
     and the knee."""
-    from labkit.cliargs import print_frame
+    from labkit.tables import print_frame
 
     print(SPEEDUP_LEGEND, file=file)
     shown = rows.copy()

@@ -8,13 +8,8 @@ process.
 
 from __future__ import annotations
 
-from labkit.cliargs import (
-    add_lab_command,
-    config_from_args,
-    launch_options,
-    mismatch_exit,
-    say_stored,
-)
+from labkit.cliargs import add_lab_command, mismatch_exit, run_lab, say_stored
+from labkit.tables import print_table
 from labkit.tp.config import TPConfig
 
 
@@ -30,15 +25,11 @@ def register(sub) -> None:
 
 
 def cmd_tp(args) -> int:
-    from labkit.cliargs import print_frame
     from labkit.tp import report
     from labkit.tp.run import run
 
-    # validate everything before anything launches or is written
-    config = config_from_args(TPConfig, args)
-    df = run(config, launch=launch_options(args), store=args.json)
-    print_frame(report.summary_frame(df), floatfmt="{:.3g}")
-    print(report.SUMMARY_LEGEND)
+    _, df = run_lab(args, TPConfig, run)
+    print_table(report.summary_frame(df), report.SUMMARY_LEGEND)
     say_stored(args.json, df)
     return mismatch_exit(df, "labkit tp: a split model differs from one process "
                              "(column matches)")

@@ -50,6 +50,31 @@ def check_shape(config) -> None:
                          f"{config.num_heads}")
 
 
+def check_training(config, variants: tuple) -> tuple:
+    """Refuse a training workload of this model that cannot run (the FSDP lab's too): the
+    model and batch (:func:`check_shape`), the steps, a seed >= 0, the learning rate and the
+    tolerance in (0, 1); the variants asked for, distinct and among ``variants``, returned as
+    a tuple.
+
+    >>> from types import SimpleNamespace
+    >>> cfg = SimpleNamespace(variants="library", hidden=64, num_heads=4, seq_len=8, batch_size=2,
+    ...                       num_layers=1, steps=3, warmup=1, lr=0.01, seed=0, tolerance=1e-4)
+    >>> check_training(cfg, VARIANTS)
+    ('library',)
+    >>> check_training(SimpleNamespace(**{**vars(cfg), "lr": 2.0}), VARIANTS)
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: lr must be a number in (0, 1), got 2.0
+    """
+    chosen = distinct_choices("variant", config.variants, variants)
+    check_shape(config)
+    check_steps(config.warmup, config.steps)
+    positive_int("seed", config.seed, minimum=0)
+    for name in ("lr", "tolerance"):
+        between_0_and_1(name, getattr(config, name))
+    return chosen
+
+
 def training_fields(config) -> dict:
     """The fields a row carries about a training workload of this model: the :data:`SHAPE`,
     the steps and the optimizer's learning rate and seed.
@@ -95,12 +120,7 @@ class TPConfig:
                               cli=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "variants", distinct_choices("variant", self.variants, VARIANTS))
-        check_shape(self)
-        check_steps(self.warmup, self.steps)
-        positive_int("seed", self.seed, minimum=0)
-        for name in ("lr", "tolerance"):
-            between_0_and_1(name, getattr(self, name))
+        object.__setattr__(self, "variants", check_training(self, VARIANTS))
 
     def check_world_size(self, world_size: int) -> None:
         """Refuse, before any launch, a split that leaves a rank without a whole head or with

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import math
 
-from labkit.collectives.formulas import allreduce_time, model_error_pct
+from labkit.collectives.formulas import allreduce_time
 from labkit.config import positive_int, positive_number
+from labkit.metrics import model_error_pct
 
 #: bytes per value: the lab's weights, activations and gradients are fp32
 BYTES_PER_VALUE = 4
@@ -136,7 +137,7 @@ def predict_step(*, flops: float, compute_flop_per_s: float, allreduces: int,
 
 
 def prediction_error_pct(*, predicted_s: float, measured_s: float) -> float:
-    """100 · (predicted − measured) / measured (:func:`labkit.collectives.formulas.model_error_pct`).
+    """100 · (predicted − measured) / measured (:func:`labkit.metrics.model_error_pct`).
 
     >>> round(prediction_error_pct(predicted_s=0.03, measured_s=0.025), 6)
     20.0

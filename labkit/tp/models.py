@@ -32,8 +32,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from labkit.runtime import sync
-
 #: which dimension of a parameter the TP split cuts (``None``: every rank keeps it whole)
 SHARD_DIM = {
     "attn.q.weight": 0, "attn.q.bias": 0, "attn.k.weight": 0, "attn.k.bias": 0,
@@ -134,9 +132,13 @@ def loss_fn(out, target):
 
 class Comm:
     """What the f and g functions of one model did: all-reduce calls, bytes (the buffers,
-    nccl-tests' S) and seconds spent inside ``dist.all_reduce`` (device synchronised around
-    it). ``enabled=False`` turns f and g into identities: the same arithmetic on the local
-    shards, no communication (the compute-only step; its results are wrong on purpose)."""
+    nccl-tests' S) and :attr:`seconds` spent inside ``dist.all_reduce``. ``enabled=False``
+    turns f and g into identities: the same arithmetic on the local shards, no communication
+    (the compute-only step; its results are wrong on purpose).
+
+    On a CPU each call is timed on the host clock. On CUDA (``device``) a pair of events on
+    the current stream brackets it, read when :attr:`seconds` is asked for (once the device is
+    idle): a synchronisation around every all-reduce would stall the step it sits in."""
 
     def __init__(self, world_size: int, device: torch.device | None = None, group=None):
         self.enabled = world_size > 1
@@ -147,18 +149,29 @@ class Comm:
     def reset(self) -> None:
         self.calls = 0
         self.bytes = 0
-        self.seconds = 0.0
+        self._host_s = 0.0
+        self._events: list = []
+
+    @property
+    def seconds(self) -> float:
+        """Seconds inside the all-reduces since :meth:`reset`."""
+        return self._host_s + sum(a.elapsed_time(b) for a, b in self._events) / 1e3
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
             return t
         self.calls += 1
         self.bytes += t.numel() * t.element_size()
-        sync(self.device)
+        if self.device is not None and self.device.type == "cuda":
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            dist.all_reduce(t, group=self.group)
+            end.record()
+            self._events.append((start, end))
+            return t
         t0 = time.perf_counter()
         dist.all_reduce(t, group=self.group)
-        sync(self.device)
-        self.seconds += time.perf_counter() - t0
+        self._host_s += time.perf_counter() - t0
         return t
 
 

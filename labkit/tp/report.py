@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from labkit.results import Column, ms, one_row, select_rows, timed_columns
+from labkit.metrics import relative_error_pct
+from labkit.results import DEVICE_MEMORY_COLUMNS, Column, ms, one_row, select_rows, timed_columns
 
 #: what makes a row a different measurement: the variant, the world size, the model and
 #: batch, and the device
@@ -75,6 +76,7 @@ COLUMNS = (
                                         "step_time_p50_s"),
     Column("speedup_vs_1_rank", "", "step_time_p50_s of the 1-rank run of the same variant / "
                                     "this one's (NaN without a 1-rank run)"),
+    *DEVICE_MEMORY_COLUMNS,
 )
 
 
@@ -119,19 +121,6 @@ SUMMARY_LEGEND = (
     "f before each backward)\n"
     "compute = the same step with f and g off; comm = step - compute; predicted = F/R + 4L "
     "ring all-reduces (α, β fitted in the launch)")
-
-
-def law_error_pct(predicted, measured) -> float:
-    """100 (predicted - measured) / measured, for a law's number beside the measured one: 0
-    when both are 0 (a law of nothing, nothing seen), NaN when only the measurement is 0 or
-    missing.
-
-    >>> law_error_pct(12, 10), law_error_pct(0, 0), law_error_pct(3, 0)
-    (20.0, 0.0, nan)
-    """
-    if not (isinstance(measured, (int, float)) and measured):
-        return 0.0 if predicted == measured else math.nan
-    return 100.0 * (predicted - measured) / measured
 
 
 def prediction_fields(*, link: dict, compute_flop_per_s: float, flops_per_rank: float,
@@ -189,5 +178,5 @@ def laws_frame(row):
          r["step_time_p50_s"]),
     ]
     return pd.DataFrame([{"quantity": q, "law": law, "predicted": pred, "measured": meas,
-                          "error_pct": law_error_pct(pred, meas)}
+                          "error_pct": relative_error_pct(pred, meas)}
                          for q, law, pred, meas in lines])

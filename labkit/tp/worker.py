@@ -22,6 +22,9 @@ What one launch does, every rank on the same seeded batch (TP splits weights, no
    (:func:`labkit.timing.summarize`); the prediction of :mod:`labkit.tp.formulas` beside it;
 4. **compute only**, last: the teaching version with f and g switched off (each rank's
    slices, no all-reduce: the arithmetic of a TP step without its communication), timed.
+
+Everything lives on the rank's device; each variant's row carries its device memory peak
+(None on a CPU).
 """
 
 from __future__ import annotations
@@ -67,12 +70,12 @@ def _reference(full, x, y) -> dict:
     return ref
 
 
-def _placement_dim(name: str, p) -> int | None:
-    """The dimension a parameter is split along: a DTensor says so, the teaching version's
-    table (:data:`labkit.tp.models.SHARD_DIM`) otherwise."""
+def split_dim(p, plain: int | None = None) -> int | None:
+    """The dimension parameter ``p`` is split along: a DTensor says so (None: replicated),
+    ``plain`` for a plain tensor. The FSDP lab's worker reads its shards so too."""
     placements = getattr(p, "placements", None)
     if placements is None:
-        return shard_dim(name)
+        return plain
     pl = placements[0]
     return pl.dim if pl.is_shard() else None
 
@@ -87,7 +90,8 @@ def check(model, ref: dict, x, y, rank: int, world_size: int) -> float:
     loss_fn(out, y).backward()
     grads = []
     for name, p in model.named_parameters():
-        want = local_slice(ref["grads"][name], _placement_dim(name, p), rank, world_size)
+        # a plain tensor: the teaching version's table (labkit.tp.models.SHARD_DIM)
+        want = local_slice(ref["grads"][name], split_dim(p, shard_dim(name)), rank, world_size)
         grads.append((local_tensor(p.grad), want))
     model.zero_grad(set_to_none=True)
     scale = max(float(g.abs().max()) for g in ref["grads"].values())
@@ -95,7 +99,16 @@ def check(model, ref: dict, x, y, rank: int, world_size: int) -> float:
                max_rel_error(grads, scale=scale))
 
 
-def run(rt: runtime.Runtime, cfg: TPConfig) -> dict:
+def timed_after_warmup(step, cfg, rt, *, prefix: str = "step_time") -> tuple[dict, list]:
+    """``cfg.warmup`` untimed calls of ``step``, then ``cfg.measured_steps`` timed ones
+    (:func:`labkit.tp.measure.timed_steps`: the statistics and the slowest rank's times). The
+    FSDP lab's worker times its steps so too."""
+    for _ in range(cfg.warmup):
+        step()
+    return timed_steps(step, rt, repeat=cfg.measured_steps, prefix=prefix)
+
+
+def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
     p, dev = rt.world_size, rt.device
     b, s, h = cfg.batch_size, cfg.seq_len, cfg.hidden
     full = build_model(hidden=h, num_heads=cfg.num_heads, num_layers=cfg.num_layers,
@@ -130,6 +143,8 @@ def run(rt: runtime.Runtime, cfg: TPConfig) -> dict:
     mesh = None
     rows = []
     for variant in cfg.variants:
+        # the point's peak: the whole model, batch and reference (held throughout) count too
+        runtime.reset_device_peak(dev)
         comm = None
         if variant == "naive":
             comm = Comm(p, dev)
@@ -159,6 +174,7 @@ def run(rt: runtime.Runtime, cfg: TPConfig) -> dict:
         stats, slowest = timed_steps(step, rt, repeat=cfg.measured_steps)
         inside = (worst_over_ranks(rt, comm.seconds / cfg.measured_steps)
                   if comm is not None and p > 1 else math.nan)
+        peak = runtime.max_device_peak_bytes(dev)
         t = stats["step_time_p50_s"]
         rows.append({
             **common,
@@ -173,6 +189,7 @@ def run(rt: runtime.Runtime, cfg: TPConfig) -> dict:
             **stats,
             "step_times_s": slowest,
             "allreduce_time_in_step_s": inside,
+            "device_memory_peak_bytes": peak,
             "prediction_error_pct": formulas.prediction_error_pct(
                 predicted_s=common["predicted_step_s"], measured_s=t),
         })
@@ -180,13 +197,11 @@ def run(rt: runtime.Runtime, cfg: TPConfig) -> dict:
     # compute only: the same slices and arithmetic, f and g as identities (timed last, when
     # allocator and caches are as warm as for the variants)
     bare = naive_tp_model(full, rt.rank, p, Comm(1))
-    bare_step = make_step(bare, make_optimizer(bare, cfg.lr), x, y)
-    for _ in range(cfg.warmup):
-        bare_step()
-    compute, _ = timed_steps(bare_step, rt, repeat=cfg.measured_steps, prefix="compute_time")
+    compute, _ = timed_after_warmup(make_step(bare, make_optimizer(bare, cfg.lr), x, y), cfg, rt,
+                                    prefix="compute_time")
     add_compute_time(rows, compute)
     return {"rows": rows} if rt.rank == 0 else {}
 
 
 if __name__ == "__main__":
-    worker_main(run, TPConfig)
+    worker_main(on_rank, TPConfig)

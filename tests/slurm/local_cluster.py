@@ -34,6 +34,8 @@ import sys
 import time
 from pathlib import Path
 
+from labkit.procs import alive, processes_of
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "sinfo", "scancel")
 MARK = "LABKIT_TEST_SLURM"
@@ -81,28 +83,10 @@ def _die_with_parent():
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def marked(folder: str | os.PathLike) -> list[int]:
     """PIDs of live processes (not this one) carrying the marker of the cluster in ``folder``."""
-    needle = f"{MARK}={Path(folder).resolve()}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read().split(b"\0") and _alive(int(entry)):
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    me = os.getpid()
+    return [p for p in processes_of(str(Path(folder).resolve()), MARK) if p != me and alive(p)]
 
 
 class LocalSlurm:
@@ -169,7 +153,7 @@ class LocalSlurm:
                                f"--log-file={m / 'munged.log'}", f"--seed-file={m / 'munged.seed'}"])
         deadline = time.time() + 10
         while not (m / "munge.socket").exists():
-            if time.time() > deadline or not _alive(self.pids["munged"]):
+            if time.time() > deadline or not alive(self.pids["munged"]):
                 raise RuntimeError("local SLURM: munged did not start: " + self._log_tail("munged"))
             time.sleep(0.05)
 
@@ -215,7 +199,7 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
         states: dict[str, str] = {}
         while time.time() < deadline:
             for name, pid in self.pids.items():
-                if not _alive(pid):
+                if not alive(pid):
                     raise RuntimeError(f"local SLURM: {name} exited: " + self._log_tail(name))
             out = subprocess.run([_exe("sinfo"), "-h", "-N", "-o", "%N %T"], env=self.env,
                                  capture_output=True, text=True)
@@ -262,7 +246,7 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
         """Cancel the jobs, stop every daemon by PID (slurmd, slurmctld, munged: SIGTERM, then
         SIGKILL after ``grace_s``), then whatever still carries the marker. The PIDs still
         alive after all that (an empty list: nothing left running)."""
-        if self.pids.get("slurmctld") and _alive(self.pids["slurmctld"]):
+        if self.pids.get("slurmctld") and alive(self.pids["slurmctld"]):
             with contextlib.suppress(OSError, subprocess.SubprocessError):
                 subprocess.run([_exe("scancel"), "--full", "--user", str(os.geteuid())],
                                env=self.env, capture_output=True, timeout=15)
@@ -272,7 +256,7 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
             _terminate([pids[name]], grace_s)
         _terminate(marked(self.dir), grace_s)
         self.pids = {}
-        left = [p for p in list(pids.values()) + marked(self.dir) if _alive(p)]
+        left = [p for p in list(pids.values()) + marked(self.dir) if alive(p)]
         return left
 
     def __enter__(self) -> LocalSlurm:
@@ -284,12 +268,12 @@ PartitionName=debug Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE St
 
 def _terminate(pids: list[int], grace_s: float) -> None:
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 3.0)):
-        live = [p for p in pids if _alive(p)]
+        live = [p for p in pids if alive(p)]
         for pid in live:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
         deadline = time.time() + wait
-        while time.time() < deadline and any(_alive(p) for p in live):
+        while time.time() < deadline and any(alive(p) for p in live):
             time.sleep(0.05)
         for pid in live:  # reap our own children (a zombie is not running, but tidy up)
             with contextlib.suppress(ChildProcessError, OSError):

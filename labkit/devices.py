@@ -1,0 +1,142 @@
+"""Host side: which accelerators this node has, which backend a launch gets, and whether its
+ranks fit in device memory, decided before anything launches.
+
+The rule (one place): ``nccl`` when this node has at least as many CUDA devices as ranks per node,
+else ``gloo`` on the CPU. Asking for nccl with more ranks than GPUs is refused (the extra ranks
+would die in ``set_device``); auto-choosing gloo on a node that *has* GPUs, only too few, is
+allowed but warned about and recorded in every row (``gloo_fallback``), since such rows time the
+CPU, not the GPUs the reader thinks they paid for.
+
+GPUs are looked for without importing torch where no hint of a driver exists (no
+``nvidia-smi``, no ``/dev/nvidia*`` device node, no ``CUDA_VISIBLE_DEVICES``): importing torch
+costs over a second on a small laptop, and most laptops have no CUDA.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shutil
+import sys
+import warnings
+from dataclasses import dataclass
+
+from labkit.errors import UsageError
+
+#: device memory a rank cannot use for its data (CUDA context, cuBLAS/NCCL workspaces)
+CONTEXT_RESERVE_BYTES = 1 << 30
+
+
+class GlooFallbackWarning(UserWarning):
+    """This node has GPUs, but fewer than ranks per node: the launch runs on gloo/CPU."""
+
+
+@dataclass(frozen=True)
+class Gpus:
+    """The CUDA devices this node offers a launch: how many, and the memory of each (bytes)."""
+
+    count: int
+    memory_bytes: tuple = ()
+    name: str = ""
+
+    @property
+    def smallest_memory_bytes(self) -> int | None:
+        return min(self.memory_bytes) if self.memory_bytes else None
+
+
+def _driver_hint() -> bool:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return visible.strip() not in ("", "-1")
+    if sys.platform == "darwin":  # no CUDA on macOS: gloo (NCCL does not build there)
+        return False
+    return shutil.which("nvidia-smi") is not None or bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def gpus() -> Gpus:
+    """This node's CUDA devices as torch sees them (honouring ``CUDA_VISIBLE_DEVICES``)."""
+    if not _driver_hint():
+        return Gpus(0)
+    return _torch_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+@functools.lru_cache(maxsize=4)
+def _torch_gpus(visible: str | None) -> Gpus:
+    # asked once per CUDA_VISIBLE_DEVICES: a sweep checks every launch before the first
+    import torch
+
+    if not torch.cuda.is_available():
+        return Gpus(0)
+    n = torch.cuda.device_count()
+    # properties come from the driver without creating a context on the device
+    props = [torch.cuda.get_device_properties(i) for i in range(n)]
+    return Gpus(n, tuple(int(p.total_memory) for p in props), props[0].name if props else "")
+
+
+def choose_backend(ranks_per_node: int, requested: str | None = None, *,
+                   found: Gpus | None = None, warn: bool = True) -> tuple[str, bool]:
+    """(backend, gloo_fallback) for ``ranks_per_node`` ranks on this node; ``warn``: a
+    :class:`GlooFallbackWarning` when gloo is chosen on a node whose GPUs are too few.
+
+    >>> choose_backend(2, found=Gpus(0))
+    ('gloo', False)
+    >>> choose_backend(2, found=Gpus(4))
+    ('nccl', False)
+    >>> choose_backend(2, "gloo", found=Gpus(4))
+    ('gloo', False)
+    >>> choose_backend(8, "nccl", found=Gpus(4))
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: --backend nccl runs one rank per GPU: 8 ranks per node need 8 GPUs, this node has 4 (use --nproc 4 or fewer, or --backend gloo)
+    """
+    if requested not in (None, "gloo", "nccl"):
+        raise UsageError(f"backend must be gloo or nccl, got {requested!r}")
+    found = gpus() if found is None else found
+    if requested == "nccl":
+        if found.count < ranks_per_node:
+            raise UsageError(
+                f"--backend nccl runs one rank per GPU: {ranks_per_node} ranks per node need "
+                f"{ranks_per_node} GPUs, this node has {found.count} (use --nproc "
+                f"{found.count} or fewer, or --backend gloo)" if found.count else
+                "--backend nccl needs CUDA GPUs; this node has none that torch can see "
+                "(check CUDA_VISIBLE_DEVICES and the driver), or use --backend gloo")
+        return "nccl", False
+    if requested == "gloo":
+        return "gloo", False
+    if found.count >= ranks_per_node:
+        return "nccl", False
+    if found.count and warn:
+        warnings.warn(f"{ranks_per_node} ranks per node but {found.count} GPUs: the launch runs "
+                      "on gloo on the CPU and its rows are marked gloo_fallback (use --nproc "
+                      f"{found.count} for the GPUs)", GlooFallbackWarning, stacklevel=3)
+    return "gloo", found.count > 0
+
+
+def check_device_memory(bytes_per_rank: float, *, world_size: int,
+                        found: Gpus | None = None) -> None:
+    """Refuse an nccl launch whose rank cannot fit its estimated bytes in one device's memory
+    (less :data:`CONTEXT_RESERVE_BYTES`); warn above 80% of it.
+
+    >>> check_device_memory(2e9, world_size=2, found=Gpus(2, (80 << 30, 80 << 30)))
+    >>> check_device_memory(100e9, world_size=2, found=Gpus(2, (80 << 30, 80 << 30), "H100"))
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: a rank needs about 100.0 GB of device memory at world size 2; a H100 has 85.9 GB (84.8 GB usable): use a smaller size or more ranks
+    """
+    found = gpus() if found is None else found
+    total = found.smallest_memory_bytes
+    if not total:
+        return
+    usable = total - CONTEXT_RESERVE_BYTES
+    name = found.name or "GPU"
+    if bytes_per_rank > usable:
+        raise UsageError(f"a rank needs about {bytes_per_rank / 1e9:.1f} GB of device memory at "
+                         f"world size {world_size}; a {name} has {total / 1e9:.1f} GB "
+                         f"({usable / 1e9:.1f} GB usable): use a smaller size or more ranks")
+    if bytes_per_rank > 0.8 * usable:
+        from labkit.launchspec import MemoryWarning
+
+        warnings.warn(f"a rank needs about {bytes_per_rank / 1e9:.1f} GB of the "
+                      f"{usable / 1e9:.1f} GB usable on a {name}: close to the limit",
+                      MemoryWarning, stacklevel=3)
