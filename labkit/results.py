@@ -344,7 +344,8 @@ TIMED_PCTS = (50, 75, 90, 95)
 #: declared by every lab whose worker records it
 DEVICE_MEMORY_COLUMNS = (
     Column("device_memory_peak_bytes", "bytes",
-           "the largest device memory a rank held during the point (CUDA; empty on CPU)"),
+           "the most device memory a rank held during the point, what the launch still holds "
+           "from earlier points included (CUDA; empty on CPU)"),
 )
 
 

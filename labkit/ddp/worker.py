@@ -143,12 +143,19 @@ def run_batch(rt: runtime.Runtime, cfg: DDPConfig) -> list[dict]:
     # one rank all-reduces nothing: its breakdown would tell nothing and cost a run
     breakdown = cfg.breakdown and rt.world_size > 1
     if breakdown:
+        for _ in range(cfg.warmup):
+            step()
+        # the DDP step's own peak, read before the breakdown allocates its measuring buffers
+        # (a flat gradient, bucket copies, the fit's all-reduce sizes)
+        peak = runtime.max_device_peak_bytes(rt.device) if cfg.warmup else None
         parts = _breakdown_parts(cfg, rt, ddp, opt, batches)
         local = _rounds(cfg, rt, step, parts)
         stats = _summary(local.pop("step"), "step_time")
+        if peak is None:  # no warm-up step to read it after: the whole run's
+            peak = runtime.max_device_peak_bytes(rt.device)
     else:
         stats = _timed(step, cfg, rt)
-    peak = runtime.max_device_peak_bytes(rt.device)
+        peak = runtime.max_device_peak_bytes(rt.device)
     # after exactly cfg.steps synchronised steps: the state the tests compare
     drift = replica_drift(model)
     row = _row(cfg, "ddp", rt.world_size, model, stats, peak_bytes=peak)
@@ -253,12 +260,10 @@ def _breakdown_parts(cfg, rt, ddp, opt, batches) -> dict:
 
 
 def _rounds(cfg: DDPConfig, rt: runtime.Runtime, step, parts: dict) -> dict:
-    """The DDP ``step`` and every part, timed in turn, round after round: ``cfg.warmup``
-    untimed DDP steps and one untimed run of each part, then ``cfg.measured_steps`` timed
-    rounds. Every timed thing starts with all ranks together (a barrier). This rank's times,
-    by name (``"step"`` and the parts')."""
-    for _ in range(cfg.warmup):
-        step()
+    """The DDP ``step`` (its ``cfg.warmup`` untimed steps already run) and every part, timed
+    in turn, round after round: one untimed run of each part, then ``cfg.measured_steps``
+    timed rounds. Every timed thing starts with all ranks together (a barrier). This rank's
+    times, by name (``"step"`` and the parts')."""
     local: dict = {"step": [], **{name: [] for name in parts}}
     items = [("step", step, None, None), *((n, *v) for n, v in parts.items())]
     for r in range(cfg.measured_steps + 1):  # round 0 warms every part up, untimed

@@ -124,18 +124,20 @@ class DistOperator:
 
     # -- communication ---------------------------------------------------------------------------
     def post_exchange(self, x_ext: torch.Tensor) -> list:
-        """Start filling ``x_ext``'s halo tail from the neighbours: gather the send buffers,
-        then post every receive and send as one exchange of the transport (neighbours only:
-        one batch on nccl, which deadlocks on separately posted pairs); returns the requests
-        to :meth:`wait`."""
+        """Start filling ``x_ext``'s halo tail from the neighbours: every receive and send as
+        one exchange of the transport (neighbours only: one batch on nccl, which deadlocks on
+        separately posted pairs), each send buffer gathered from ``x_ext`` as its send is
+        posted; returns the requests to :meth:`wait`."""
         if not self._send_idx:
             return []
+        owned = x_ext[: self.n_owned]
+
+        def fill(i: int) -> None:
+            torch.index_select(owned, 0, self._send_idx[i][1], out=self._send_buf[i])
+
         with self.sw("halo"):
-            owned = x_ext[: self.n_owned]
-            for (_, idx), buf in zip(self._send_idx, self._send_buf):
-                torch.index_select(owned, 0, idx, out=buf)
             return self.comm.exchange_start(
-                self._sends, [(x_ext[lo:hi], q) for (q, lo, hi) in self._recv_slices])
+                self._sends, [(x_ext[lo:hi], q) for (q, lo, hi) in self._recv_slices], fill)
 
     def wait(self, reqs, bucket: str = "halo") -> None:
         """Wait for requests; the time is charged to ``bucket`` (the exposed part only)."""

@@ -1,7 +1,8 @@
 """Rank side: how the distributed operator's messages travel.
 
-The operator needs two things from a transport: ``exchange_start(sends, recvs)``, which posts
-one halo exchange (``sends``: ``[(tensor, dst), ...]``, ``recvs``: ``[(tensor, src), ...]``) and
+The operator needs two things from a transport: ``exchange_start(sends, recvs, fill)``, which
+posts one halo exchange (``sends``: ``[(tensor, dst), ...]``, ``recvs``: ``[(tensor, src), ...]``,
+``fill(i)`` gathering send ``i``'s values) and
 returns the requests (each with ``wait()``, waited later so that work can overlap the
 messages), and ``all_reduce(tensor, async_op=False)``. Two transports provide them:
 
@@ -77,14 +78,22 @@ class TorchTransport:
     def __init__(self, batched: bool | None = None):
         self.batched = batched
 
-    def exchange_start(self, sends, recvs) -> list:
+    def exchange_start(self, sends, recvs, fill=None) -> list:
         """Post one exchange: receive into each ``(tensor, src)`` of ``recvs``, send each
-        ``(tensor, dst)`` of ``sends``; the requests, receives first, to wait on later."""
+        ``(tensor, dst)`` of ``sends``; the requests, receives first, to wait on later.
+        ``fill(i)``, where given, fills send ``i``'s tensor: posted separately, right before
+        that send (the receives are already out while the rank gathers), batched, all first."""
         if self.batched is None:
             self.batched = GLOO_BATCHED if dist.get_backend() == "gloo" else True
         if not self.batched:
-            return ([dist.irecv(t, src=q) for t, q in recvs]
-                    + [dist.isend(t, dst=q) for t, q in sends])
+            reqs = [dist.irecv(t, src=q) for t, q in recvs]
+            for i, (t, q) in enumerate(sends):
+                if fill is not None:
+                    fill(i)
+                reqs.append(dist.isend(t, dst=q))
+            return reqs
+        for i in range(len(sends) if fill is not None else 0):
+            fill(i)
         ops = ([dist.P2POp(dist.irecv, t, q) for t, q in recvs]
                + [dist.P2POp(dist.isend, t, q) for t, q in sends])
         return dist.batch_isend_irecv(ops) if ops else []
@@ -175,11 +184,17 @@ class ShmTransport:
                                   f"{self.timeout_s:.0f} s (did it fail?)")
 
     # -- point to point --------------------------------------------------------------------------
-    def exchange_start(self, sends, recvs) -> list:
+    def exchange_start(self, sends, recvs, fill=None) -> list:
         """Post one exchange (as :meth:`TorchTransport.exchange_start`): each receive is a
-        request that polls its mailbox when waited on; each send writes into the peer's
-        mailbox at once (after waiting for its slot to be free)."""
-        return ([self.irecv(t, q) for t, q in recvs] + [self.isend(t, q) for t, q in sends])
+        request that polls its mailbox when waited on; each send (filled by ``fill(i)`` first,
+        where given) writes into the peer's mailbox at once (after waiting for its slot to be
+        free)."""
+        reqs = [self.irecv(t, q) for t, q in recvs]
+        for i, (t, q) in enumerate(sends):
+            if fill is not None:
+                fill(i)
+            reqs.append(self.isend(t, q))
+        return reqs
 
     def isend(self, tensor: torch.Tensor, dst: int):
         n = self._counts[self.rank].get(dst)
