@@ -14,7 +14,6 @@ costs over a second on a small laptop, and most laptops have no CUDA.
 
 from __future__ import annotations
 
-import functools
 import glob
 import os
 import shutil
@@ -51,19 +50,19 @@ def _driver_hint() -> bool:
         return visible.strip() not in ("", "-1")
     if sys.platform == "darwin":  # no CUDA on macOS: gloo (NCCL does not build there)
         return False
-    return shutil.which("nvidia-smi") is not None or bool(glob.glob("/dev/nvidia[0-9]*"))
+    # NVIDIA's tools or device nodes; ROCm's (torch.cuda is HIP there, its nccl is RCCL)
+    return (shutil.which("nvidia-smi") is not None or bool(glob.glob("/dev/nvidia[0-9]*"))
+            or os.path.exists("/dev/kfd")
+            or any(os.environ.get(v) for v in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")))
 
 
-def gpus() -> Gpus:
-    """This node's CUDA devices as torch sees them (honouring ``CUDA_VISIBLE_DEVICES``)."""
-    if not _driver_hint():
+def gpus(*, ask_torch: bool = False) -> Gpus:
+    """This node's CUDA devices as torch sees them (honouring ``CUDA_VISIBLE_DEVICES``); torch
+    is asked only where a driver is hinted at, or ``ask_torch``. torch counts the devices once
+    per process: a notebook that changes ``CUDA_VISIBLE_DEVICES`` after its first launch must
+    restart its kernel."""
+    if not (ask_torch or _driver_hint()):
         return Gpus(0)
-    return _torch_gpus(os.environ.get("CUDA_VISIBLE_DEVICES"))
-
-
-@functools.lru_cache(maxsize=4)
-def _torch_gpus(visible: str | None) -> Gpus:
-    # asked once per CUDA_VISIBLE_DEVICES: a sweep checks every launch before the first
     import torch
 
     if not torch.cuda.is_available():
@@ -92,7 +91,9 @@ def choose_backend(ranks_per_node: int, requested: str | None = None, *,
     """
     if requested not in (None, "gloo", "nccl"):
         raise UsageError(f"backend must be gloo or nccl, got {requested!r}")
-    found = gpus() if found is None else found
+    if requested == "gloo":
+        return "gloo", False
+    found = gpus(ask_torch=requested == "nccl") if found is None else found
     if requested == "nccl":
         if found.count < ranks_per_node:
             raise UsageError(
@@ -102,8 +103,6 @@ def choose_backend(ranks_per_node: int, requested: str | None = None, *,
                 "--backend nccl needs CUDA GPUs; this node has none that torch can see "
                 "(check CUDA_VISIBLE_DEVICES and the driver), or use --backend gloo")
         return "nccl", False
-    if requested == "gloo":
-        return "gloo", False
     if found.count >= ranks_per_node:
         return "nccl", False
     if found.count and warn:

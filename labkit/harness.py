@@ -99,9 +99,13 @@ def _heartbeat(rank: int, host: int | None, start: str | None, period_s: float =
 
     def beat():
         while True:
-            _status(f"rank{rank}.beat", json.dumps({"time": time.time(),
-                                                    "progress": runtime.LAST_PROGRESS[0]}))
-            if host is not None and not procs.alive(host, start):
+            try:
+                _status(f"rank{rank}.beat", json.dumps({"time": time.time(),
+                                                        "progress": runtime.LAST_PROGRESS[0]}))
+                launcher_alive = host is None or procs.alive(host, start)
+            except Exception:  # noqa: BLE001 - a beat lost is better than a watch lost
+                launcher_alive = True
+            if not launcher_alive:
                 gone = f"launcher (pid {host}) is gone: rank exits"
                 _status(f"rank{rank}.error", json.dumps({"time": time.time(), "error": gone}))
                 print(f"labkit worker: {gone}", file=sys.stderr, flush=True)

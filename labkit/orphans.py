@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -72,8 +73,8 @@ def kill_marked(value: str, var: str, grace_s: float = 2.0) -> list[int]:
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
         for pid in (p for p in processes_of(value, var) if p != me):
             _signal(pid, sig)
-        deadline = time.time() + wait
-        while time.time() < deadline and [p for p in processes_of(value, var) if p != me]:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and [p for p in processes_of(value, var) if p != me]:
             time.sleep(0.05)
     return found
 
@@ -83,12 +84,19 @@ def die_with_parent(parent: int):
     dies (SIGKILL, the OOM killer, a dead notebook kernel). Linux only (``prctl``); elsewhere,
     and as a second line everywhere, each rank's heartbeat (:mod:`labkit.harness`) ends the rank
     once its launcher is gone, and the agent follows its ranks."""
-    def preexec():
-        with contextlib.suppress(OSError, AttributeError):
-            import ctypes
+    if not sys.platform.startswith("linux"):
+        # no prctl; and Python run between fork and exec in a threaded process (a notebook
+        # kernel) can deadlock on macOS: no preexec_fn at all, the heartbeat covers it
+        return None
+    prctl = None
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
 
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the child
+
+    def preexec():
+        if prctl is not None:
+            prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
     return preexec

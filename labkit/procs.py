@@ -42,9 +42,18 @@ def process_start(pid: int) -> str | None:
     (True, None)
     """
     try:
-        return f"{psutil.Process(pid).create_time():.3f}"
+        return f"{_started(psutil.Process(pid)):.3f}"
     except (psutil.Error, ValueError, OverflowError):
         return None
+
+
+def _started(proc: psutil.Process) -> float:
+    # Linux: seconds since boot. psutil adds the boot time, which it re-reads and which moves
+    # when the wall clock is stepped (a resumed laptop, NTP): a live launcher would then look
+    # like another process. macOS fixes a process's start time when it starts.
+    if sys.platform.startswith("linux"):
+        return proc.create_time() - psutil.boot_time()
+    return proc.create_time()
 
 
 def alive(pid: int, start: str | None = None) -> bool:
@@ -71,7 +80,7 @@ def alive(pid: int, start: str | None = None) -> bool:
     except ValueError:
         return True  # a token that cannot be read: judged by the pid alone
     try:
-        return abs(proc.create_time() - then) <= START_SLACK_S
+        return abs(_started(proc) - then) <= START_SLACK_S
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:

@@ -65,7 +65,7 @@ class _Sized:
 
 
 def test_nccl_with_more_ranks_than_gpus_is_refused_before_launch(monkeypatch):
-    monkeypatch.setattr(devices, "gpus", lambda: Gpus(4, (80 << 30,) * 4, "H100"))
+    monkeypatch.setattr(devices, "gpus", lambda **kw: Gpus(4, (80 << 30,) * 4, "H100"))
     _never_launch(monkeypatch)
     with pytest.raises(UsageError, match="8 ranks per node need 8 GPUs, this node has 4"):
         launch_lab("placement", PlacementConfig(), LaunchOptions(nprocs=(4, 8), backend="nccl",
@@ -73,12 +73,12 @@ def test_nccl_with_more_ranks_than_gpus_is_refused_before_launch(monkeypatch):
 
 
 def test_a_rank_larger_than_the_gpu_is_refused_before_launch(monkeypatch):
-    monkeypatch.setattr(devices, "gpus", lambda: Gpus(2, (80 << 30,) * 2, "H100"))
+    monkeypatch.setattr(devices, "gpus", lambda **kw: Gpus(2, (80 << 30,) * 2, "H100"))
     _never_launch(monkeypatch)
     with pytest.raises(UsageError, match="100.0 GB of device memory.*a H100 has 85.9 GB"):
         launch_lab("placement", _Sized(100e9), LaunchOptions(nprocs=(2,), progress=False))
     # on gloo the same estimate is checked against the host's memory instead
-    monkeypatch.setattr(devices, "gpus", lambda: Gpus(0))
+    monkeypatch.setattr(devices, "gpus", lambda **kw: Gpus(0))
     with pytest.raises(UsageError, match="this machine has .* GB available"):
         launch_lab("placement", _Sized(1e15), LaunchOptions(nprocs=(2,), progress=False))
 
@@ -99,7 +99,7 @@ def test_gloo_fallback_is_a_declared_launch_column():
 @pytest.mark.slow
 def test_too_few_gpus_runs_on_gloo_with_every_row_marked(monkeypatch):
     # one GPU for two ranks: the launch goes to gloo on the CPU, says so, and marks its rows
-    monkeypatch.setattr(devices, "gpus", lambda: Gpus(1, (80 << 30,), "H100"))
+    monkeypatch.setattr(devices, "gpus", lambda **kw: Gpus(1, (80 << 30,), "H100"))
     with pytest.warns(devices.GlooFallbackWarning):
         (res,) = launch_lab("placement", PlacementConfig(), LaunchOptions(
             nprocs=(2,), progress=False, timeout_s=LAUNCH_TIMEOUT_S))

@@ -259,3 +259,23 @@ def test_killing_the_host_leaves_nothing_where_labkit_cannot_read_proc(tmp_path)
             host.kill()
     assert left == [], f"still running 15 s after the host was SIGKILLed: {left}"
     assert _proc_reads(tmp_path) == ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="psutil's boot time: Linux")
+def test_a_wall_clock_step_leaves_a_live_process_alive(monkeypatch):
+    """psutil dates a Linux process from the boot time, which a stepped wall clock moves (a
+    resumed laptop, NTP): the token counts from boot, so the launcher stays itself."""
+    import psutil._pslinux as pslinux
+
+    me = os.getpid()
+    token, started = procs.process_start(me), psutil.Process(me).create_time()
+    booted = psutil.boot_time()
+    monkeypatch.setattr(pslinux, "boot_time", lambda: booted + 2.0)
+    monkeypatch.setattr(psutil, "boot_time", lambda: booted + 2.0)
+    assert psutil.Process(me).create_time() > started + 1.0  # the clock did move
+    assert procs.alive(me, token)
+
+
+def test_no_preexec_fn_off_linux(monkeypatch):
+    monkeypatch.setattr(orphans.sys, "platform", "darwin")
+    assert orphans.die_with_parent(os.getpid()) is None
