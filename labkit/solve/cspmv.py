@@ -6,31 +6,15 @@ read again twice and w once after the SpMV wrote it (3 streams of 8 bytes per ro
 the SpMV already holds ``r[i]`` (its diagonal entry's column) and ``w[i]`` (the sum it just
 formed), so ``spmv_dots`` below adds ``r[i]²`` and ``w[i] r[i]`` as it goes: the dots cost no
 bytes. It also writes the boundary rows straight to their place (no buffer and scatter), and it
-fetches the matrix's two streams (values, column indices) 2 KB ahead of the row it is on:
-``torch.mv`` on a CSR matrix got 0.58-0.75 of the copy bandwidth on one thread here, and this
-loop without the prefetch no more (2M rows, one pass: torch.mv 11.1 ms, the loop 9.7-10.7 ms,
-with the prefetch 7.6-8.0 ms; 7 interleaved rounds). With the prefetch the loop is bound by
-its instructions, not by memory: 0.62-0.72 ns per entry (1.6-1.9 cycles) whether the matrix
-fits in L2 (20k rows) or not (2M rows), 5- and 7-point alike. Two or four rows summed in
-lockstep, straight-line code for rows of 5 or 7 entries, and AVX2 or AVX-512 gathers of x were
-no faster (0.69-1.34 ns per entry), so one rank reads memory at ~20 GB/s in the SpMV where a
-copy gets ~27, and two ranks share what one leaves unused.
+fetches the matrix's two streams (values, column indices) 2 KB ahead of the row it is on, since
+without that a CSR SpMV reads well below the copy bandwidth of one thread.
 
 ``cg_update`` is CG's four vector updates in one loop (:mod:`labkit.solve.fused` says why), and
-``dots2`` the two dots in one pass where the SpMV cannot carry them. A ctypes call costs ~2 us;
-the same loops from ``torch.compile`` cost ~30 us a call more (its guards and frame), which at
-250k rows is a sixth of the update itself, and compiling them costs each launch 3.3 s (12.6 s on
-a cold cache) where this file compiles in a fraction of a second. Measured on one thread,
-medians of 3 rounds of 60 calls: the update over 1,000 / 250k / 1M / 4M rows took 2.2 / 154 /
-1157 / 6518 us in C, 32.6 / 191 / 1137 / 6284 us compiled, 6.1 / 201 / 1444 / 8655 us as four
-torch calls.
-
-With these passes a CG iteration moves the fewest bytes
-:func:`labkit.solve.formulas.minimal_bytes_per_iteration` counts. Measured at 2M rows, one
-thread, 3 rounds in one process, medians: 16.6 ms per iteration with the fused update,
-``torch.mv`` and the dots' own pass; 14.5 ms with the SpMV-with-dots pass before the prefetch
-(the textbook loop: 19.5 ms). With the prefetch ``benchmarks/solve_memory_bench.py`` measured
-12.0-12.2 ms per iteration at 2M DOF, 1.08x the minimal-bytes floor (1.05x at 501,264 DOF).
+``dots2`` the two dots in one pass where the SpMV cannot carry them: a ctypes call costs
+microseconds where ``torch.compile``'s guards cost tens of them and its compile seconds per
+launch. With these passes a CG iteration moves the fewest bytes
+:func:`labkit.solve.formulas.minimal_bytes_per_iteration` counts. What each choice measured is
+in ``docs/measurements.md`` (solve).
 
 The C source is compiled once per machine with the system's C compiler (``cc``, or ``$CC``)
 into a cache folder and loaded with ctypes (no torch headers: it compiles in a fraction of a

@@ -10,9 +10,8 @@ messages), and ``all_reduce(tensor, async_op=False)``. Two transports provide th
   nodes; on nccl an exchange is one ``batch_isend_irecv`` (see :data:`GLOO_BATCHED`). On a
   CPU node every gloo message passes through gloo's own threads: the socket loop receives it,
   the process group's worker runs the all-reduce, and the waiting compute thread is woken.
-  Each hand-off is a thread wake-up, and on this 2-core VM a small all-reduce takes about
-  0.2 ms in a tight loop and more than 1 ms inside a CG iteration, where the other core is
-  busy and the woken thread waits for the compute thread's time slice to end.
+  Each hand-off is a thread wake-up, which on a machine whose cores are all computing waits
+  for a time slice to end (``docs/measurements.md``, solve, has what that cost on 2 cores).
 * ``shm``: ranks on one host write into each other's mailboxes in a shared-memory segment and
   poll a sequence number, as MPI's shared-memory transports do. No thread, no system call, no
   socket: a message costs a memory copy and the time until the peer polls. It needs every
