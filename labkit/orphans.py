@@ -38,7 +38,33 @@ def _signal(pid: int, sig: int) -> None:
 def kill_launch(proc: subprocess.Popen, launch_id: str, grace_s: float = 3.0) -> None:
     """Terminate the agent's group (it forwards to ranks), then SIGKILL anything left: every
     process carrying the launch id, and every process that was below the agent (where a
-    platform will not show another process's environment, the family tree still does)."""
+    platform will not show another process's environment, the family tree still does).
+    A Ctrl-C or SIGTERM that arrives meanwhile waits until the kill is done (:func:`deferred`):
+    a second Ctrl-C must not stop the first one's cleaning half-way."""
+    with deferred():
+        _kill_launch(proc, launch_id, grace_s)
+
+
+@contextlib.contextmanager
+def deferred(signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+    """Hold ``signals`` back for the block, then deliver the first that came, once, to the
+    handlers that were there before (the main thread only: elsewhere nothing is changed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    saved = {sig: signal.signal(sig, lambda signum, frame: came.append(signum))
+             for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
+        if came:
+            signal.raise_signal(came[0])
+
+
+def _kill_launch(proc: subprocess.Popen, launch_id: str, grace_s: float) -> None:
     me = os.getpid()
     # read before the agent goes (its ranks then belong to init), and only while it is not
     # reaped: until then its pid cannot name another process

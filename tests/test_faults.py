@@ -266,3 +266,23 @@ def test_stale_workdirs_of_dead_launchers_are_removed(tmp_path):
     (reused / "owner").write_text(f"{os.getpid()} 12.000")
     assert sorted(clean_stale_workdirs(str(tmp_path))) == [dead, reused]
     assert alive.exists() and not dead.exists() and not reused.exists()
+
+
+def test_a_second_ctrl_c_waits_until_the_launch_is_killed():
+    """Ctrl-C while the launcher is still killing a launch (an agent that ignores SIGTERM
+    keeps it in its grace period): the kill finishes, then the interrupt is raised."""
+    import threading
+
+    from labkit.orphans import LAUNCH_ENV, kill_launch
+    from labkit.procs import alive
+
+    launch_id = uuid.uuid4().hex
+    agent = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 60 & wait"],
+                             env={**os.environ, LAUNCH_ENV: launch_id}, start_new_session=True)
+    time.sleep(0.3)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        kill_launch(agent, launch_id, grace_s=2.0)
+    assert time.monotonic() - t0 >= 2.0  # the interrupt waited for the kill
+    assert agent.poll() is not None and not alive(agent.pid)
