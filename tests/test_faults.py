@@ -280,9 +280,15 @@ def test_a_second_ctrl_c_waits_until_the_launch_is_killed():
     agent = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 60 & wait"],
                              env={**os.environ, LAUNCH_ENV: launch_id}, start_new_session=True)
     time.sleep(0.3)
-    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
-    t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        kill_launch(agent, launch_id, grace_s=2.0)
+    # Python's own Ctrl-C handler, whatever this process inherited (a job started in the
+    # background of a shell, as CI may be, begins with SIGINT ignored)
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            kill_launch(agent, launch_id, grace_s=2.0)
+    finally:
+        signal.signal(signal.SIGINT, saved)
     assert time.monotonic() - t0 >= 2.0  # the interrupt waited for the kill
     assert agent.poll() is not None and not alive(agent.pid)
