@@ -13,7 +13,7 @@ both alike (one torch thread by default: spinning OpenMP threads make multi-thre
 swing with the neighbours' load). Reports the median over steps of each and their ratio; the goal is within 2%.
 
 Part 2, real launches: ``labkit.ddp.run`` on 1 and 2 ranks, one thread for every process
-(the no-DDP one included), over notebook 04's batch sweep, with the whole-machine run (every
+(the no-DDP one included), over notebook 05's batch sweep, with the whole-machine run (every
 core as a thread) at the smallest and largest batch: rounds of both launches, their order
 swapped every round (so a load that drifts does not always fall on the same launch). Per batch
 the medians over rounds of the measured speedup against the no-DDP process and of the model's
@@ -172,9 +172,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps-per-block", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch threads in part 1")
     p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256, 1024],
-                   help="part 2: batches per rank (notebook 04's sweep)")
+                   help="part 2: batches per rank (notebook 05's sweep)")
     p.add_argument("--repeats", type=int, default=3, help="part 2: rounds")
-    p.add_argument("--steps", type=int, default=6, help="part 2: steps per run (notebook 04's)")
+    p.add_argument("--steps", type=int, default=6, help="part 2: steps per run (notebook 05's)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads-per-rank", type=int, default=1,
                    help="part 2: threads of every process, the no-DDP one included")

@@ -1,15 +1,15 @@
 """Pipeline lab benchmark: the bubble read off the timeline against (P−1)/(P−1+M), and the step
-predicted from t_slot(M) against the measured step, with notebook 06's defaults (medians over
+predicted from t_slot(M) against the measured step, with notebook 07's defaults (medians over
 rounds).
 
     .venv/bin/python benchmarks/pipeline_bench.py --rounds 3 [--notebook]
 
 Each round is one 2-rank launch of GPipe (M = 1, 2, 4, 8), 1F1B and zero bubble (M = 2, 4, 8)
-with notebook 06's model (8 layers, hidden 1024, batch 256, 3 timed steps after a checked and a
+with notebook 07's model (8 layers, hidden 1024, batch 256, 3 timed steps after a checked and a
 warm-up step); odd rounds run the schedules in the reverse order, so that a noisy neighbour on
 a shared machine hurts all of them alike. Targets (P = 2): the fill/drain bubble within 0.05 of
 (P−1)/(P−1+M) for GPipe at every M and 1F1B at M >= 2; (M + P − 1) × t_slot(M) within 15% of
-the measured step. With --notebook, notebook 06 is also executed once with its defaults and
+the measured step. With --notebook, notebook 07 is also executed once with its defaults and
 timed (target: under 25 s on 2 cores).
 """
 
@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--schedules", nargs="+", default=["gpipe", "1f1b", "zero_bubble"])
-    p.add_argument("--notebook", action="store_true", help="also time notebook 06 (defaults)")
+    p.add_argument("--notebook", action="store_true", help="also time notebook 07 (defaults)")
     args = p.parse_args(argv)
 
     from labkit import pipeline
@@ -105,9 +105,9 @@ def main(argv=None) -> int:
 
         with tempfile.TemporaryDirectory() as tmp:
             load = os.getloadavg()[0]
-            res = execute(NOTEBOOK_DIR / "06_pipeline_bubbles.ipynb", f"{tmp}/06.ipynb",
+            res = execute(NOTEBOOK_DIR / "07_pipeline_bubbles.ipynb", f"{tmp}/06.ipynb",
                           {"results_dir": f"{tmp}/results"}, cwd=tmp, cell_timeout_s=600)
-            print(f"notebook 06 with its defaults: {'ok' if res['ok'] else 'FAILED'} in "
+            print(f"notebook 07 with its defaults: {'ok' if res['ok'] else 'FAILED'} in "
                   f"{res['elapsed_s']:.1f} s (target < 25 s on 2 cores; load {load:.1f} -> "
                   f"{os.getloadavg()[0]:.1f})")
     return 0

@@ -127,9 +127,8 @@ def cmd_lab(args) -> int:
 
     table = laws.gather(args.executed)
     if len(table):
-        held = int(table["holds"].sum())
-        print(f"{held} of {len(table)} law(s) held within their tolerance on this machine "
-              f"(the site's front page has the table; {args.executed}/*/results/laws.json)")
+        print(f"{laws.counts_sentence(table)} on this machine (the site's front page has "
+              f"the table; {args.executed}/*/results/laws.json)")
     if not args.no_site:
         builder, index = build_site(args.executed, args.out, preview=args.preview)
         print(f"{built(builder, args.preview)}: {index}")

@@ -41,3 +41,31 @@ def check(answer, expected, *, name: str = "exercise", rel: float = 0.02, abs_to
         raise AssertionError(f"{name}: {answer!r} is not right yet." + (f" Hint: {hint}" if hint else ""))
     print(f"{name}: correct")
     return True
+
+
+def prediction(guess, measured: float, *, name: str, unit: str = "", rel: float = 0.25) -> None:
+    """Your prediction (a ``predict_...`` parameter, ``None`` until you set it) beside what the
+    run measured, after the measurement. Never raises: a prediction is a
+    question asked before the answer, not a test.
+
+    >>> print(prediction(None, 1.71, name="speedup at 2 ranks"))
+    speedup at 2 ranks: measured 1.71. You gave no prediction: set it in the parameters cell and run again.
+    >>> print(prediction(2.0, 1.71, name="speedup at 2 ranks"))
+    speedup at 2 ranks: you predicted 2, measured 1.71 (+17% off): within 25%, a good guess.
+    >>> print(prediction(4, 1.71, name="speedup at 2 ranks"))
+    speedup at 2 ranks: you predicted 4, measured 1.71 (+134% off): further than 25%; the section explains the gap.
+    """
+    from labkit.book.laws import symmetric_error_pct
+
+    u = f" {unit}" if unit else ""
+    if guess is None:
+        text = (f"{name}: measured {measured:.3g}{u}. You gave no prediction: set it in the "
+                "parameters cell and run again.")
+    else:
+        err = symmetric_error_pct(float(guess), float(measured))
+        close = math.isfinite(err) and abs(err) <= 100 * rel
+        text = (f"{name}: you predicted {float(guess):.3g}{u}, measured {measured:.3g}{u} "
+                f"({err:+.0f}% off): " + (f"within {100 * rel:g}%, a good guess." if close else
+                                          f"further than {100 * rel:g}%; the section explains "
+                                          "the gap."))
+    print(text)

@@ -29,7 +29,7 @@ RUN_MARKER = ".labkit-run"
 
 
 def select(only=None, folder=NOTEBOOK_DIR) -> list[Path]:
-    """All tutorials, or those whose number or name starts with one of ``only`` (``02``, ``04_ddp``)."""
+    """All tutorials, or those whose number or name starts with one of ``only`` (``02``, ``05_ddp``)."""
     notebooks = list_notebooks(folder)
     if not notebooks:
         raise UsageError(f"{folder}: no notebooks NN_name.ipynb")

@@ -352,7 +352,7 @@ def render_quarto(executed_dir, out_dir=None, *, node_modules: Path = NODE_MODUL
         if len(table):  # the lab-wide table: how well each law held on the machine that ran it
             with open(stage / "index.qmd", "a") as f:
                 f.write("\n## How well each law held on this machine\n\n"
-                        + laws.markdown(table) + "\n")
+                        + laws.counts_markdown(table) + "\n\n" + laws.markdown(table) + "\n")
         figure = front_figure(executed_dir)
         if figure:
             (stage / FRONT_FIGURE).write_bytes(figure[0])

@@ -7,7 +7,7 @@ Read in this order:
 * :mod:`~labkit.collectives.formulas` (pure) -- busbw factors, the α–β model, its fit, sizes;
 * :mod:`~labkit.collectives.config` (pure) -- what a sweep asks for, validated before any launch;
 * :mod:`~labkit.collectives.worker` (rank side) -- one launch: every op and size at one world size;
-* :mod:`~labkit.collectives.run` (host side) -- :func:`run`, what notebook 05 and
+* :mod:`~labkit.collectives.run` (host side) -- :func:`run`, what notebook 06 and
   ``labkit collectives`` call;
 * :mod:`~labkit.collectives.report`, :mod:`~labkit.collectives.plots`,
   :mod:`~labkit.collectives.cli`.

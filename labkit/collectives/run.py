@@ -1,4 +1,4 @@
-"""Host side: :func:`run`, the call behind ``labkit collectives`` and notebook 05.
+"""Host side: :func:`run`, the call behind ``labkit collectives`` and notebook 06.
 
 One torchrun launch per world size sweeps every op over every size
 (:mod:`labkit.collectives.worker`); the rows come back with the α–β model fitted per

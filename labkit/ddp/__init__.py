@@ -14,7 +14,7 @@ Read in this order:
 * :mod:`~labkit.ddp.formulas` (pure) -- exposed communication, overlap, speedup and efficiency,
   the model of a DDP step and the crossover batch;
 * :mod:`~labkit.ddp.worker` (rank side) -- one launch: baseline, DDP and breakdown per batch;
-* :mod:`~labkit.ddp.run` (host side) -- :func:`run`, what notebook 04 and ``labkit ddp`` call;
+* :mod:`~labkit.ddp.run` (host side) -- :func:`run`, what notebook 05 and ``labkit ddp`` call;
 * :mod:`~labkit.ddp.verdicts` (pure) -- the sentences a sweep's numbers say;
 * :mod:`~labkit.ddp.report`, :mod:`~labkit.ddp.plots`, :mod:`~labkit.ddp.diff` (``labkit diff``
   of two results files), :mod:`~labkit.ddp.cli`.

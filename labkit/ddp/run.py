@@ -1,4 +1,4 @@
-"""Host side: :func:`run`, the call behind ``labkit ddp`` and notebook 04.
+"""Host side: :func:`run`, the call behind ``labkit ddp`` and notebook 05.
 
 One torchrun launch per world size (:mod:`labkit.ddp.worker`) runs every batch size of the
 config: the no-DDP baseline (1-rank launch only), DDP, and the breakdown of where a step's time

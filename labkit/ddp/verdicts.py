@@ -1,4 +1,4 @@
-"""The data-parallel training lab's verdicts: the sentences notebook 04 and ``labkit ddp``
+"""The data-parallel training lab's verdicts: the sentences notebook 05 and ``labkit ddp``
 print, each computed from the numbers it is given (pure: no torch).
 
 :func:`pays_sentence` whether DDP pays against one process over a batch sweep;

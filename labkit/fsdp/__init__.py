@@ -12,7 +12,7 @@ Read in this order:
   fp32 here), bytes moved (FSDP: 1.5x DDP), the step time;
 * :mod:`~labkit.fsdp.shard` (rank side) -- DDP, the ZeRO-1 optimizer, FSDP2, held bytes;
 * :mod:`~labkit.fsdp.worker` (rank side) -- one launch: reference, checks, counts, timings;
-* :mod:`~labkit.fsdp.run` (host side) -- :func:`run`, what notebook 08 and ``labkit fsdp`` call;
+* :mod:`~labkit.fsdp.run` (host side) -- :func:`run`, what notebook 09 and ``labkit fsdp`` call;
 * :mod:`~labkit.fsdp.report`, :mod:`~labkit.fsdp.plots`, :mod:`~labkit.fsdp.widgets` (memory
   per GPU under DP / ZeRO-1/2/3 / TP), :mod:`~labkit.fsdp.cli`.
 

@@ -1,4 +1,4 @@
-"""Host side: :func:`run`, the call behind ``labkit fsdp`` and notebook 08.
+"""Host side: :func:`run`, the call behind ``labkit fsdp`` and notebook 09.
 
 One torchrun launch per world size (:mod:`labkit.fsdp.worker`) runs every variant of the
 config (DDP, the hand-written ZeRO-1, FSDP2); the rows come back with DDP's bytes beside each

@@ -1,6 +1,6 @@
 """The performance model: one training step of a DP x TP x PP layout predicted from catalogued
 hardware, every formula stated, and checked against this machine's measurements, against
-mlsysim 0.3.0 and against published runs (notebook 07).
+mlsysim 0.3.0 and against published runs (notebook 08).
 
 A pure model: nothing here launches (``measure_local``, which measures this machine for the
 ``local`` catalog entry, is the one exception, imported on demand). Read in this order:

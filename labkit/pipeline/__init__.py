@@ -11,7 +11,7 @@ Read in this order:
 * :mod:`~labkit.pipeline.schedules` (pure) -- the ideal schedule each rank runs, simulated;
 * :mod:`~labkit.pipeline.config` (pure) -- what a sweep asks for, validated before any launch;
 * :mod:`~labkit.pipeline.worker` (rank side) -- one launch: every (schedule, M) at one P;
-* :mod:`~labkit.pipeline.run` (host side) -- :func:`run`, what notebook 06 and
+* :mod:`~labkit.pipeline.run` (host side) -- :func:`run`, what notebook 07 and
   ``labkit pipeline`` call;
 * :mod:`~labkit.pipeline.verdicts` (pure) -- the sentences a sweep's rows say;
 * :mod:`~labkit.pipeline.report`, :mod:`~labkit.pipeline.plots`, :mod:`~labkit.pipeline.cli`,

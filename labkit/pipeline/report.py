@@ -3,7 +3,7 @@
 :data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
 results file upserts by; :func:`bubble_table` the table ``labkit pipeline`` prints, with the
 verdicts of :mod:`labkit.pipeline.verdicts` under it; :func:`main_rows` and
-:func:`conventions` the selections notebook 06 makes (with
+:func:`conventions` the selections notebook 07 makes (with
 :func:`labkit.pipeline.verdicts.series` and :func:`~labkit.pipeline.verdicts.best_microbatches`);
 :func:`bubble_laws`, :func:`step_laws`, :func:`best_m_laws` and :func:`over_ideal_laws` its law
 tables (:mod:`labkit.book.laws`); :func:`recv_ahead_table` GPipe and 1F1B with and without their

@@ -1,4 +1,4 @@
-"""Host side: :func:`run`, the call behind ``labkit pipeline`` and notebook 06.
+"""Host side: :func:`run`, the call behind ``labkit pipeline`` and notebook 07.
 
 One torchrun launch per P (= world size) runs every (schedule, M) of the grid
 (:mod:`labkit.pipeline.worker`); the rows come back with the measured bubbles beside the

@@ -1,4 +1,4 @@
-"""The pipeline lab's verdicts: the sentences notebook 06 and ``labkit pipeline`` print, each
+"""The pipeline lab's verdicts: the sentences notebook 07 and ``labkit pipeline`` print, each
 computed from the rows it is given (pure: pandas only).
 
 :func:`bubble_sentence` whether the fill/drain bubble falls with M and stays near the formula;

@@ -14,7 +14,7 @@ Read in this order:
 * :mod:`~labkit.tp.measure` (rank side) -- collectives counted, α–β and compute rate measured
   (the FSDP lab uses it too);
 * :mod:`~labkit.tp.worker` (rank side) -- one launch: reference, checks, counts, timings;
-* :mod:`~labkit.tp.run` (host side) -- :func:`run`, what notebook 08 and ``labkit tp`` call;
+* :mod:`~labkit.tp.run` (host side) -- :func:`run`, what notebook 09 and ``labkit tp`` call;
 * :mod:`~labkit.tp.report`, :mod:`~labkit.tp.plots`, :mod:`~labkit.tp.cli`.
 
 ``from labkit import tp; tp.run(tp.TPConfig(hidden=256), ...)``. Importing this package

@@ -1,4 +1,4 @@
-"""Host side: :func:`run`, the call behind ``labkit tp`` and notebook 08.
+"""Host side: :func:`run`, the call behind ``labkit tp`` and notebook 09.
 
 One torchrun launch per world size (:mod:`labkit.tp.worker`) runs every variant of the config;
 the rows come back with the speedup of each variant against its 1-rank run (when the sweep has
