@@ -48,11 +48,11 @@ def prediction(guess, measured: float, *, name: str, unit: str = "", rel: float 
     run measured, after the measurement. Never raises: a prediction is a
     question asked before the answer, not a test.
 
-    >>> print(prediction(None, 1.71, name="speedup at 2 ranks"))
+    >>> prediction(None, 1.71, name="speedup at 2 ranks")
     speedup at 2 ranks: measured 1.71. You gave no prediction: set it in the parameters cell and run again.
-    >>> print(prediction(2.0, 1.71, name="speedup at 2 ranks"))
+    >>> prediction(2.0, 1.71, name="speedup at 2 ranks")
     speedup at 2 ranks: you predicted 2, measured 1.71 (+17% off): within 25%, a good guess.
-    >>> print(prediction(4, 1.71, name="speedup at 2 ranks"))
+    >>> prediction(4, 1.71, name="speedup at 2 ranks")
     speedup at 2 ranks: you predicted 4, measured 1.71 (+134% off): further than 25%; the section explains the gap.
     """
     from labkit.book.laws import symmetric_error_pct
