@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "labkit.fsdp.cli",
     "labkit.book.cli",
     "labkit.perfmodel.cli",
+    "labkit.machine.cli",
 )
 
 

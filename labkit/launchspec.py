@@ -192,6 +192,7 @@ WORKERS = {
     "transport": "labkit.checks.transport_worker",
     "tp": "labkit.tp.worker",
     "fsdp": "labkit.fsdp.worker",
+    "machine": "labkit.machine.worker",
 }
 
 

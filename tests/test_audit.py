@@ -251,7 +251,7 @@ def test_a_rank_that_hands_a_host_tensor_to_a_collective_fails(tmp_path):
 #: the operation that does a lab's main work: it must run on the device (a lab whose matrices
 #: stay on the host hands torch.distributed nothing wrong, yet would time the CPU on a GPU)
 MAIN_WORK = {"workshare": "mm", "pipeline": "linear", "ddp": "linear", "tp": "linear",
-             "fsdp": "linear"}
+             "fsdp": "linear", "machine": "mm"}
 
 
 def test_every_worker_has_a_small_config():
@@ -262,6 +262,7 @@ def test_every_worker_has_a_small_config():
     from labkit.config import from_dict
     from labkit.ddp.config import DDPConfig
     from labkit.fsdp.config import FSDPConfig
+    from labkit.machine.config import MachineConfig
     from labkit.pipeline.config import PipelineConfig
     from labkit.solve.config import SolveConfig
     from labkit.speedup.config import WorkshareConfig
@@ -270,7 +271,7 @@ def test_every_worker_has_a_small_config():
     classes = {"solve": SolveConfig, "collectives": CollectivesConfig, "pipeline": PipelineConfig,
                "ddp": DDPConfig, "tp": TPConfig, "fsdp": FSDPConfig, "workshare": WorkshareConfig,
                "placement": PlacementConfig, "transport": TransportCheckConfig,
-               "selftest": SelftestConfig}
+               "selftest": SelftestConfig, "machine": MachineConfig}
     assert set(classes) == set(WORKERS) and set(MAIN_WORK) <= set(WORKERS)
     for worker, cls in classes.items():
         for n in (1, 2, 8):

@@ -33,11 +33,13 @@ LABS = {
     "checks": {"config", "run", "report", "cli"},
     "perfmodel": {"model", "catalog", "plots", "cli"},
     "book": {"notebooks", "sweep", "lab", "site", "cli"},
+    "machine": {"config", "formulas", "worker", "run", "report", "plots", "cli"},
 }
 
 #: the lab each tutorial belongs to (it may use its own lab's modules directly)
-NOTEBOOK_LAB = {"01": "checks", "02": "speedup", "03": "solve", "04": "ddp", "05": "collectives",
-                "06": "pipeline", "07": "perfmodel", "08": None}
+NOTEBOOK_LAB = {"01": "checks", "02": "speedup", "03": "solve", "04": "solve", "05": "ddp",
+                "06": "collectives", "07": "pipeline", "08": "perfmodel", "09": None,
+                "90": "perfmodel"}
 
 #: modules that hold pure code: no torch at import time
 PURE_ROOMS = {"config", "formulas", "report", "verdicts"}

@@ -122,7 +122,9 @@ def cmd_lab(args) -> int:
     failed = [r for r in rows if not r["ok"]]
     for r in rows:
         print(f"{r['notebook']:32s} {'ok' if r['ok'] else 'FAILED':7s} {r['elapsed_s']:7.1f} s")
-    print(f"{len(rows) - len(failed)} of {len(rows)} notebook(s) ran in {ran:.1f} s")
+    notebooks_run = [r for r in rows if r["notebook"].endswith(".ipynb")]
+    print(f"{sum(r['ok'] for r in notebooks_run)} of {len(notebooks_run)} notebook(s) ran in "
+          f"{ran:.1f} s")
     from labkit.book import laws
 
     table = laws.gather(args.executed)

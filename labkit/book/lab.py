@@ -4,7 +4,10 @@ Each notebook ``notebooks/NN_name.ipynb`` runs with papermill in ``_executed/NN_
 working directory, so its ``results_dir`` lands there) and is saved executed as
 ``_executed/NN_name.ipynb``, the input of ``labkit site``. A failing notebook does not stop the
 others; the site still builds (the failed page shows papermill's error banner) and the command
-exits 1. ``_executed/lab.json`` records what ran and how long it took.
+exits 1. ``_executed/lab.json`` records what ran and how long it took. Before the first
+notebook the run measures this machine's profile (:mod:`labkit.machine`) into
+``_executed/machine_profile.json`` and points every notebook at it (``$LABKIT_MACHINE_PROFILE``),
+so all of them predict from the same numbers, taken minutes before.
 
 The same tutorials by hand (``labkit notebook``, ``make notebook``): :func:`jupyterlab_command`
 is JupyterLab of this environment on the tutorials, with the ``labkit-python3`` kernel
@@ -50,7 +53,7 @@ def run_lab(notebooks: list[Path], out_dir, *, progress: bool = True,
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows = [measure_profile(out_dir, progress=progress)]
     bar = tqdm(notebooks, desc="lab", unit="notebook", disable=not progress, file=sys.stderr)
     for nb in bar:
         bar.set_postfix_str(nb.stem)
@@ -69,6 +72,33 @@ def run_lab(notebooks: list[Path], out_dir, *, progress: bool = True,
         write_json(out_dir / "lab.json", {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                           "notebooks": rows})
     return rows
+
+
+def measure_profile(out_dir: Path, *, progress: bool = True) -> dict:
+    """This run's machine profile, measured afresh into ``out_dir`` and named in the
+    environment the notebooks' kernels inherit; its row of ``lab.json``. A failed measurement
+    leaves each notebook to measure its own (:func:`labkit.machine.profile`)."""
+    from labkit import machine
+    from labkit.errors import LabkitError
+    from labkit.launch import LaunchOptions
+    from labkit.machine.config import MachineConfig
+    from labkit.machine.run import run
+
+    path = out_dir / machine.FILE
+    path.unlink(missing_ok=True)
+    os.environ.pop(machine.ENV, None)
+    t0 = time.perf_counter()
+    try:
+        run(MachineConfig(), launch=LaunchOptions(nprocs=(2,), progress=False), store=path)
+    except LabkitError as e:
+        return {"notebook": "machine profile", "ok": False,
+                "elapsed_s": round(time.perf_counter() - t0, 2), "error": str(e)}
+    os.environ[machine.ENV] = str(path.resolve())
+    elapsed = time.perf_counter() - t0
+    if progress:
+        print(f"machine profile: measured in {elapsed:.1f} s into {path}", file=sys.stderr)
+    return {"notebook": "machine profile", "ok": True, "elapsed_s": round(elapsed, 2),
+            "error": None}
 
 
 def running_as_root() -> bool:

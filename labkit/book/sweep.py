@@ -179,8 +179,15 @@ def run_sweep(notebook, points: list[Point], out, *, progress: bool = True,
     """Execute every point (a failure does not stop the others); write ``sweep.json``."""
     from tqdm.auto import tqdm
 
+    from labkit.book.lab import measure_profile
+
     notebook, out = Path(notebook), Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    # every point predicts from one profile of this machine, measured once for the sweep
+    profile_row = measure_profile(out, progress=progress)
+    if not profile_row["ok"]:
+        print(f"machine profile not measured ({profile_row['error']}); each point measures "
+              "its own", file=sys.stderr)
     rows = []
     bar = tqdm(points, desc=notebook.stem, unit="point", disable=not progress, file=sys.stderr)
     for p in bar:
@@ -199,10 +206,29 @@ def run_sweep(notebook, points: list[Point], out, *, progress: bool = True,
     return rows
 
 
+def _point_laws(folder):
+    import pandas as pd
+
+    from labkit import results
+    from labkit.book import laws
+
+    rows = [row for path in sorted(Path(folder).glob(f"**/{laws.FILE}"))
+            for row in results.read_rows(path)]
+    return pd.DataFrame(rows)
+
+
 def summary(rows: list[dict]) -> str:
+    """What ran, and each point's laws counted by kind (its ``laws.json`` files)."""
+    from labkit.book import laws
+
     failed = [r for r in rows if r["status"] != "ok"]
     lines = [f"{len(rows) - len(failed)} of {len(rows)} point(s) ran, "
              f"{sum(r['elapsed_s'] for r in rows):.1f} s in all"]
+    for r in rows:
+        table = _point_laws(r["folder"])
+        if len(table):
+            lines.append(f"point {Path(r['folder']).name} ({r['elapsed_s']:.0f} s): "
+                         f"{laws.counts_sentence(table)}")
     for r in failed:
         lines.append(f"FAILED {Path(r['folder']).name}: {r['error']}")
     return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""The profile's config (pure: validated on the host before the launch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.config import distinct_positive_ints, option, positive_int
+from labkit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    """``labkit calibrate``: what the profile measures and how often."""
+
+    matmul_sizes: tuple = option((64, 128, 256, 512), "n of the n x n matrix products timed")
+    step_width: int = option(512, "width of the two-layer MLP whose training step is timed")
+    step_batch: int = option(64, "batch of that training step")
+    copy_bytes: int = option(32 << 20, "bytes of the memory copy timed")
+    min_bytes: int = option(8, "smallest all-reduce and message")
+    max_bytes: int = option(16 << 20, "largest all-reduce and message")
+    factor: int = option(8, "size step of the sweep")
+    iters: int = option(15, "timed repeats per size (the p50 of the slowest rank is kept)")
+    warmup: int = option(2, "untimed repeats per size", cli=False)
+    sample_s: float = option(0.02, "seconds one compute or copy sample lasts", cli=False)
+    busy_n: int = option(256, "n of the matrix products that keep every core busy", cli=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "matmul_sizes",
+                           tuple(distinct_positive_ints("matmul_sizes", self.matmul_sizes)))
+        positive_int("step_width", self.step_width)
+        positive_int("step_batch", self.step_batch)
+        positive_int("copy_bytes", self.copy_bytes, minimum=4)
+        positive_int("min_bytes", self.min_bytes, minimum=4)
+        positive_int("max_bytes", self.max_bytes, minimum=self.min_bytes)
+        positive_int("factor", self.factor, minimum=2)
+        positive_int("iters", self.iters)
+        positive_int("warmup", self.warmup, minimum=0)
+        positive_int("busy_n", self.busy_n, minimum=8)
+        if not 0 < self.sample_s <= 1:
+            raise UsageError(f"sample_s must be in (0, 1] s, got {self.sample_s}")
+
+    def sizes(self) -> list[int]:
+        """The sweep's message sizes: ``min_bytes`` times powers of ``factor`` (4-byte aligned).
+
+        >>> MachineConfig(min_bytes=8, max_bytes=4096, factor=8).sizes()
+        [8, 64, 512, 4096]
+        """
+        out, s = [], self.min_bytes
+        while s <= self.max_bytes:
+            out.append(s - s % 4)
+            s *= self.factor
+        return out
+
+    def check_world_size(self, n: int) -> None:
+        if n < 2:
+            raise UsageError("the machine profile needs 2 ranks or more (a co-run and a peer)")

@@ -1,0 +1,91 @@
+"""The profile's arithmetic (pure: no torch).
+
+Three rules carry a measurement taken at a few points to the point a model asks about:
+
+* **interpolation in log-log**: a time measured at sizes s_i is read at s between two of them on
+  the straight line through their logarithms (times of collectives and products are power laws
+  piece by piece, so a straight line in log-log is the natural in-between);
+* **the co-run slowdown**: ``t_together / t_alone``, one rank's work timed with every rank of
+  the launch doing the same at once, over the same work timed alone;
+* **oversubscription**: with more ranks than cores, each core runs ranks/cores of them in turn,
+  so the slowdown grows by that factor on top of the co-run slowdown measured at one rank a core.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def loglog_interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
+    """y at ``x`` on the piecewise straight line through (log xs, log ys); outside the measured
+    range, the nearest segment's line continued (a power law extrapolated one step).
+
+    >>> loglog_interp(4, [1, 16], [1, 4])     # y = sqrt(x)
+    2.0
+    >>> round(loglog_interp(64, [1, 4, 16], [1, 2, 4]), 6)   # continued: y = sqrt(x)
+    8.0
+    >>> loglog_interp(3, [3], [7])
+    7.0
+    """
+    pts = sorted((float(a), float(b)) for a, b in zip(xs, ys) if a > 0 and b > 0)
+    if not pts:
+        raise ValueError("no positive points to interpolate")
+    if len(pts) == 1:
+        return pts[0][1]
+    lx = math.log(x)
+    for i in range(len(pts) - 1):
+        (x0, y0), (x1, y1) = pts[i], pts[i + 1]
+        if lx <= math.log(x1) or i == len(pts) - 2:
+            if lx < math.log(x0) and i > 0:
+                continue
+            w = (lx - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+    raise AssertionError("unreachable")
+
+
+def slowdown(*, t_together_s: float, t_alone_s: float) -> float:
+    """The co-run slowdown: the same work with every rank at it at once, over one rank alone.
+
+    >>> slowdown(t_together_s=0.125, t_alone_s=0.1)
+    1.25
+    """
+    if not (t_alone_s > 0 and t_together_s > 0):
+        raise ValueError("times must be > 0")
+    return t_together_s / t_alone_s
+
+
+def compute_slowdown(ranks: int, *, co_run: float, measured_ranks: int, cores: int) -> float:
+    """How much slower one rank's compute runs with ``ranks`` ranks computing at once.
+
+    1 for one rank; the measured co-run slowdown ``co_run`` (taken with ``measured_ranks``
+    ranks, one a core) up to the cores; beyond them, ``co_run · ranks / cores``: each core takes
+    ranks/cores of the ranks in turn. Between 2 and ``measured_ranks`` the measured value is the
+    best we have; more ranks than measured (still within the cores) keep it too, and say so in
+    the profile's warnings.
+
+    >>> compute_slowdown(1, co_run=1.25, measured_ranks=2, cores=2)
+    1.0
+    >>> compute_slowdown(2, co_run=1.25, measured_ranks=2, cores=2)
+    1.25
+    >>> compute_slowdown(4, co_run=1.25, measured_ranks=2, cores=2)
+    2.5
+    """
+    if ranks < 1 or cores < 1:
+        raise ValueError("ranks and cores must be >= 1")
+    if ranks == 1:
+        return 1.0
+    return max(1.0, co_run) * max(1.0, ranks / cores)
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (the middle of the sorted values; the mean of the middle two).
+
+    >>> median([3, 1, 2]), median([4, 1, 2, 3])
+    (2, 2.5)
+    """
+    v = sorted(values)
+    if not v:
+        raise ValueError("median of nothing")
+    k = len(v) // 2
+    return v[k] if len(v) % 2 else (v[k - 1] + v[k]) / 2

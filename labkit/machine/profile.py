@@ -1,0 +1,250 @@
+"""The profile as the models read it: :class:`Profile`, and :func:`profile`, which finds this
+run's (or measures it) and says visibly when it describes another machine (pure once stored).
+
+Where :func:`profile` looks, in order: the file ``$LABKIT_MACHINE_PROFILE`` names (``labkit
+lab`` measures the profile first and sets it for every notebook of the run), then
+``results_dir/machine_profile.json`` (a notebook run by hand: notebook 01 stores it there). A
+missing profile is measured, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit.machine import formulas
+
+ENV = "LABKIT_MACHINE_PROFILE"
+FILE = "machine_profile.json"
+#: a profile older than this (by hand, outside a lab run) is flagged
+STALE_AFTER_S = 12 * 3600
+
+
+def _pairs(rows, measurement: str, context: str, x: str, y: str) -> tuple[list, list]:
+    pts = sorted((r[x], r[y]) for r in rows
+                 if r.get("measurement") == measurement and r.get("context") == context)
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """This machine, as one launch of :mod:`labkit.machine.worker` measured it."""
+
+    rows: tuple
+    source: str = ""
+    warnings: tuple = field(default=())
+
+    @classmethod
+    def from_rows(cls, rows, source: str = "", warnings=()) -> Profile:
+        rows = tuple(dict(r) for r in rows)
+        need = {"matmul", "step", "copy", "allreduce", "message"}
+        have = {r.get("measurement") for r in rows}
+        if not need <= have:
+            from labkit.errors import UsageError
+            raise UsageError(f"{source or 'profile'}: not a machine profile (lacks "
+                             f"{', '.join(sorted(need - have))} rows); measure one with "
+                             "`labkit calibrate`")
+        return cls(rows=rows, source=str(source), warnings=tuple(warnings))
+
+    # -- where and when ---------------------------------------------------------------------
+    def _first(self, key, default=None):
+        return next((r[key] for r in self.rows if r.get(key) is not None), default)
+
+    @property
+    def host(self) -> str:
+        return self._first("hostname", "?")
+
+    @property
+    def cores(self) -> int:
+        return int(self._first("cores", 1))
+
+    @property
+    def torch_version(self) -> str:
+        return self._first("torch_version", "?")
+
+    @property
+    def world_size(self) -> int:
+        return int(self._first("world_size", 2))
+
+    @property
+    def measured_at(self) -> str:
+        return self._first("timestamp", "?")
+
+    # -- compute and memory -----------------------------------------------------------------
+    def matmul_flop_per_s(self, n: float, *, together: bool = False) -> float:
+        """The n x n @ n x n rate of one rank, alone or with every rank computing at once."""
+        xs, ys = _pairs(self.rows, "matmul", "together" if together else "alone", "n",
+                        "flop_per_s")
+        return formulas.loglog_interp(n, xs, ys)
+
+    @property
+    def co_run_slowdown(self) -> float:
+        """t_together / t_alone of the miniature training step (an MLP's forward and backward:
+        products, elementwise ops, autograd's memory traffic), the slowdown the step models
+        carry."""
+        _, (alone,) = _pairs(self.rows, "step", "alone", "n", "time_p50_s")
+        _, (together,) = _pairs(self.rows, "step", "together", "n", "time_p50_s")
+        return formulas.slowdown(t_together_s=together, t_alone_s=alone)
+
+    def step_flop_per_s(self, *, together: bool = False) -> float:
+        """The miniature training step's rate, alone or with every rank at it at once."""
+        _, (rate,) = _pairs(self.rows, "step", "together" if together else "alone", "n",
+                            "flop_per_s")
+        return rate
+
+    def compute_slowdown(self, ranks: int, *, n: float | None = None) -> float:
+        """One rank's compute with ``ranks`` ranks at it at once, over alone (1.0 for one rank):
+        the training step's co-run slowdown, or the n x n matrix product's when ``n`` is given;
+        beyond the cores, times ranks/cores."""
+        co = self.co_run_slowdown if n is None else (
+            self.matmul_flop_per_s(n) / self.matmul_flop_per_s(n, together=True))
+        return formulas.compute_slowdown(ranks, co_run=co, measured_ranks=self.world_size,
+                                         cores=self.cores)
+
+    def copy_bytes_per_s(self, *, together: bool = False) -> float:
+        """Memory copy rate of one rank (bytes read + written per second), alone or together."""
+        _, ys = _pairs(self.rows, "copy", "together" if together else "alone", "size_bytes",
+                       "bytes_per_s")
+        return ys[-1]
+
+    @property
+    def copy_slowdown(self) -> float:
+        return self.copy_bytes_per_s() / self.copy_bytes_per_s(together=True)
+
+    # -- messages ---------------------------------------------------------------------------
+    def _alpha_beta(self, busy: bool) -> tuple[float, float]:
+        from labkit.collectives.formulas import fit_alpha_beta
+
+        xs, ys = _pairs(self.rows, "allreduce", "busy" if busy else "idle", "size_bytes",
+                        "time_p50_s")
+        return fit_alpha_beta("all_reduce", self.world_size, sizes=xs, times=ys)
+
+    @property
+    def alpha_s(self) -> float:
+        """α of the α–β line fitted to the idle all-reduce sweep (relative least squares)."""
+        return self._alpha_beta(False)[0]
+
+    @property
+    def beta_bytes_per_s(self) -> float:
+        return self._alpha_beta(False)[1]
+
+    def allreduce_s(self, size_bytes: float, *, ranks: int | None = None,
+                    busy: bool = False) -> float:
+        """An all-reduce of ``size_bytes`` in context: read off the measured sweep (log-log
+        between sizes) at the profile's world size; ``busy``: while every rank's core also
+        computes. At another rank count, the ring α–β model with this sweep's fit."""
+        ranks = self.world_size if ranks is None else int(ranks)
+        if ranks < 2:
+            return 0.0
+        if ranks == self.world_size:
+            xs, ys = _pairs(self.rows, "allreduce", "busy" if busy else "idle", "size_bytes",
+                            "time_p50_s")
+            return formulas.loglog_interp(max(size_bytes, xs[0]), xs, ys)
+        from labkit.collectives.formulas import allreduce_time
+
+        alpha, beta = self._alpha_beta(busy)
+        return allreduce_time(size_bytes=size_bytes, ranks=ranks, alpha_s=alpha,
+                              beta_bytes_per_s=beta)
+
+    def message_s(self, size_bytes: float, *, busy: bool = False) -> float:
+        """One point-to-point message of ``size_bytes``, one way (half a ping-pong)."""
+        xs, ys = _pairs(self.rows, "message", "busy" if busy else "idle", "size_bytes",
+                        "time_p50_s")
+        return formulas.loglog_interp(max(size_bytes, xs[0]), xs, ys)
+
+    # -- showing it -------------------------------------------------------------------------
+    def table(self):
+        """The measured rows (what, context, size, p50 time, rate) as a DataFrame."""
+        import pandas as pd
+
+        cols = ["measurement", "context", "n", "size_bytes", "time_p50_s", "flop_per_s",
+                "bytes_per_s"]
+        df = pd.DataFrame(self.rows)
+        return df[[c for c in cols if c in df]]
+
+    def describe(self) -> str:
+        """Where and when it was measured, in one line."""
+        return (f"machine profile of {self.host} ({self.cores} cores, torch "
+                f"{self.torch_version}, {self.world_size} ranks), measured {self.measured_at}"
+                + (f", from {self.source}" if self.source else ""))
+
+
+def foreign(rows, *, host: str, cores: int, torch_version: str | None,
+            now: float | None = None, in_run: bool = False) -> list[str]:
+    """Why a stored profile may not describe this machine (empty: it does).
+
+    >>> rows = [{"hostname": "a", "cores": 2, "torch_version": "2.13.0",
+    ...          "timestamp": "2026-11-25T03:00:00+00:00"}]
+    >>> foreign(rows, host="a", cores=2, torch_version="2.13.0", in_run=True)
+    []
+    >>> foreign(rows, host="b", cores=8, torch_version="2.13.0", in_run=True)
+    ['measured on host a, this is b', 'measured with 2 cores, this process has 8']
+    """
+    first = rows[0] if rows else {}
+    out = []
+    if first.get("hostname") != host:
+        out.append(f"measured on host {first.get('hostname')}, this is {host}")
+    if first.get("cores") != cores:
+        out.append(f"measured with {first.get('cores')} cores, this process has {cores}")
+    if torch_version and first.get("torch_version") not in (None, torch_version):
+        out.append(f"measured with torch {first.get('torch_version')}, this is {torch_version}")
+    if not in_run and first.get("timestamp"):
+        from datetime import datetime
+
+        when = datetime.fromisoformat(first["timestamp"]).timestamp()
+        age = (time.time() if now is None else now) - when
+        if age > STALE_AFTER_S:
+            out.append(f"measured {age / 3600:.0f} h ago, by an older run")
+    return out
+
+
+def _torch_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
+
+
+def profile(results_dir: str | os.PathLike = "results", *, measure: bool = True,
+            nproc: int = 2, quiet: bool = False) -> Profile:
+    """This run's machine profile: the one ``labkit lab`` measured (``$LABKIT_MACHINE_PROFILE``),
+    else ``results_dir/machine_profile.json``, else measured now (one ``nproc``-rank launch, a
+    few seconds) and stored there. A profile of another host, core count or torch, or an old one
+    outside a lab run, is used with a printed warning naming where it came from."""
+    from labkit import results
+    from labkit.procs import available_cores
+
+    env = os.environ.get(ENV)
+    path = Path(env) if env else Path(results_dir) / FILE
+    if not path.exists():
+        if not measure:
+            from labkit.errors import UsageError
+            raise UsageError(f"{path}: no machine profile (measure one: labkit calibrate "
+                             f"--json {path})")
+        from labkit.machine.config import MachineConfig
+        from labkit.machine.run import run
+
+        if not quiet:
+            print(f"no machine profile for this run yet: measuring it now ({nproc} ranks, a few "
+                  f"seconds) into {path}", flush=True)
+        from labkit.launch import LaunchOptions
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        run(MachineConfig(), launch=LaunchOptions(nprocs=(nproc,)), store=path)
+    rows = results.read_rows(path)
+    why = foreign(rows, host=socket.gethostname(), cores=available_cores(),
+                  torch_version=_torch_version(), in_run=bool(env))
+    prof = Profile.from_rows(rows, source=str(path), warnings=why)
+    if why and not quiet:
+        print(f"WARNING: the machine profile in {path} may not describe this machine: "
+              f"{'; '.join(why)}. Its numbers are used as they are; measure this machine's with "
+              f"`labkit calibrate --json {path}` (or delete the file and run again).", flush=True)
+    if not all(math.isfinite(r.get("time_p50_s", 1.0)) for r in prof.rows):
+        raise ValueError(f"{path}: a profile row has no finite time")
+    return prof

@@ -1,0 +1,145 @@
+"""The machine profile: its arithmetic on synthetic rows, where it is found, the warning a
+foreign profile gets, and one real measurement (slow)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from labkit import machine, results
+from labkit.errors import UsageError
+from labkit.machine import formulas, report
+from labkit.machine.config import MachineConfig
+from labkit.machine.profile import Profile, foreign
+from labkit.procs import available_cores
+
+
+def synthetic_rows(*, co_run=1.25, copy=1.6, busy=1.5, host=None, cores=None):
+    """A profile whose every number is known: alpha 100 us, beta 1 GB/s on 2 ranks."""
+    base = {"hostname": host or socket.gethostname(), "cores": cores or available_cores(),
+            "torch_version": None, "world_size": 2, "timestamp": "2026-11-25T03:00:00+00:00"}
+    rows = []
+    for n in (64, 512):
+        t = 2 * n ** 3 / 1e10
+        rows += [{**base, "measurement": "matmul", "context": "alone", "n": n, "size_bytes": None,
+                  "time_p50_s": t, "flop_per_s": 2 * n ** 3 / t},
+                 {**base, "measurement": "matmul", "context": "together", "n": n,
+                  "size_bytes": None, "time_p50_s": t * co_run,
+                  "flop_per_s": 2 * n ** 3 / (t * co_run)}]
+    rows += [{**base, "measurement": "step", "context": c, "n": 512, "size_bytes": None,
+              "time_p50_s": t, "flop_per_s": 1e9 / t}
+             for c, t in (("alone", 0.01), ("together", 0.01 * co_run))]
+    rows += [{**base, "measurement": "copy", "context": c, "n": None, "size_bytes": 1 << 20,
+              "time_p50_s": t, "bytes_per_s": 2 * (1 << 20) / t}
+             for c, t in (("alone", 1e-3), ("together", 1e-3 * copy))]
+    for s in (8, 4096, 1 << 20):
+        t = 2 * 1e-4 + s / 1e9  # 2 (N-1) alpha + 2 (N-1)/N S / beta at N = 2
+        for ctx, f in (("idle", 1.0), ("busy", busy)):
+            rows.append({**base, "measurement": "allreduce", "context": ctx, "n": None,
+                         "size_bytes": s, "time_p50_s": t * f, "bytes_per_s": s / (t * f)})
+            rows.append({**base, "measurement": "message", "context": ctx, "n": None,
+                         "size_bytes": s, "time_p50_s": (1e-4 + s / 1e9) * f,
+                         "bytes_per_s": s / ((1e-4 + s / 1e9) * f)})
+    return rows
+
+
+def test_co_run_and_oversubscription_from_synthetic_rows():
+    p = Profile.from_rows(synthetic_rows(co_run=1.25, cores=2))
+    assert p.co_run_slowdown == pytest.approx(1.25)
+    assert p.compute_slowdown(1) == 1.0
+    assert p.compute_slowdown(2) == pytest.approx(1.25)
+    assert p.compute_slowdown(4) == pytest.approx(2.5)  # two ranks a core, in turn
+    assert p.compute_slowdown(2, n=64) == pytest.approx(1.25)
+    assert p.copy_slowdown == pytest.approx(1.6)
+    assert p.matmul_flop_per_s(256) == pytest.approx(1e10)
+
+
+def test_collectives_in_context_from_synthetic_rows():
+    p = Profile.from_rows(synthetic_rows(busy=1.5))
+    assert p.alpha_s == pytest.approx(1e-4, rel=1e-3)
+    assert p.beta_bytes_per_s == pytest.approx(1e9, rel=1e-3)
+    assert p.allreduce_s(4096) == pytest.approx(2e-4 + 4096 / 1e9)
+    assert p.allreduce_s(4096, busy=True) == pytest.approx(1.5 * (2e-4 + 4096 / 1e9))
+    assert p.allreduce_s(4, busy=False) == pytest.approx(p.allreduce_s(8))  # no extrapolation down
+    assert p.allreduce_s(1 << 20, ranks=1) == 0.0
+    # another world size: the ring model with the sweep's fit, 2 (N-1) alpha + 2 (N-1)/N S / beta
+    assert p.allreduce_s(1 << 20, ranks=4) == pytest.approx(6e-4 + 1.5 * (1 << 20) / 1e9,
+                                                            rel=1e-3)
+    assert p.message_s(4096) == pytest.approx(1e-4 + 4096 / 1e9)
+
+
+def test_sentences_flip_with_their_numbers():
+    p = Profile.from_rows(synthetic_rows(co_run=1.25, busy=1.5))
+    text = report.describe(p)
+    assert "1.25x slower with 2 ranks" in text[0]
+    assert "1.50x slower" in text[2]
+    q = Profile.from_rows(synthetic_rows(co_run=0.8, busy=0.5))
+    text = report.describe(q)
+    assert "1.25x faster" in text[0] and "2.00x faster" in text[2]
+    assert "about as fast" in report.describe(Profile.from_rows(synthetic_rows(co_run=1.0)))[0]
+
+
+def test_interpolation_and_slowdown_rules():
+    assert formulas.loglog_interp(2, [1, 4], [10, 40]) == pytest.approx(20)
+    with pytest.raises(ValueError):
+        formulas.loglog_interp(1, [], [])
+    with pytest.raises(ValueError):
+        formulas.slowdown(t_together_s=0, t_alone_s=1)
+
+
+def test_a_foreign_profile_is_used_with_a_visible_warning(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(machine.ENV, raising=False)
+    results.upsert(tmp_path / machine.FILE, synthetic_rows(host="elsewhere", cores=64),
+                   ("measurement", "context", "n", "size_bytes"))
+    p = machine.profile(tmp_path, measure=False)
+    out = capsys.readouterr().out
+    assert "WARNING" in out and "measured on host elsewhere" in out and str(tmp_path) in out
+    assert p.warnings and p.host == "elsewhere"
+
+
+def test_an_old_profile_outside_a_run_is_flagged():
+    rows = [{"hostname": "a", "cores": 2, "timestamp": "2026-11-20T00:00:00+00:00"}]
+    why = foreign(rows, host="a", cores=2, torch_version=None, now=1_800_000_000, in_run=False)
+    assert why and "older run" in why[0]
+    assert foreign(rows, host="a", cores=2, torch_version=None, in_run=True) == []
+
+
+def test_a_missing_profile_without_measuring_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.delenv(machine.ENV, raising=False)
+    with pytest.raises(UsageError, match="no machine profile"):
+        machine.profile(tmp_path, measure=False)
+
+
+def test_a_file_that_is_not_a_profile_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv(machine.ENV, raising=False)
+    results.upsert(tmp_path / machine.FILE, [{"measurement": "matmul", "context": "alone"}])
+    with pytest.raises(UsageError, match="not a machine profile"):
+        machine.profile(tmp_path, measure=False)
+
+
+def test_config_refuses_bad_values_in_one_line():
+    with pytest.raises(UsageError, match="max_bytes"):
+        MachineConfig(min_bytes=64, max_bytes=8)
+    with pytest.raises(UsageError, match="2 ranks"):
+        MachineConfig().check_world_size(1)
+
+
+@pytest.mark.slow
+def test_calibrate_measures_and_a_notebook_reads_it(tmp_path, monkeypatch, capsys):
+    """``labkit calibrate --json`` stores a profile every row of which has a finite time, and
+    :func:`labkit.machine.profile` finds it (no warning: this machine, just now)."""
+    from labkit.cli import main
+
+    monkeypatch.delenv(machine.ENV, raising=False)
+    path = tmp_path / machine.FILE
+    assert main(["calibrate", "--json", str(path), "--iters", "3", "--max-bytes", "4096",
+                 "--matmul-sizes", "32", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "training step runs" in out and "alpha-beta fit" in out
+    doc = json.loads(path.read_text())
+    assert {r["measurement"] for r in doc["rows"]} == {"matmul", "step", "copy", "allreduce",
+                                                       "message"}
+    p = machine.profile(tmp_path, measure=False)
+    assert not p.warnings and p.compute_slowdown(2) > 0 and p.allreduce_s(1024) > 0
