@@ -39,6 +39,10 @@ def executed_dir() -> Path:
 
 def run(path: Path) -> dict:
     """Execute ``path`` (once per session) with its test parameters; the execute() row."""
+    if not _runs:  # one machine profile for every notebook of the session, as labkit lab does
+        from labkit.book.lab import measure_profile
+
+        measure_profile(workdir(), progress=False)
     if path.name not in _runs:
         run_dir = workdir() / path.stem
         run_dir.mkdir(parents=True, exist_ok=True)

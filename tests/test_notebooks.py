@@ -78,3 +78,34 @@ def test_notebook_executes(path):
     errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]
     assert not errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_no_computed_sentence_contradicts_its_numbers(path):
+    """The executed notebook's printed sentences agree with its law rows and its numbers
+    (:mod:`labkit.book.consistency`), at the test parameters as at the defaults."""
+    from labkit import results
+    from labkit.book.consistency import notebook_problems
+    from labkit.book.laws import FILE
+
+    from ._notebook_runs import workdir
+
+    res = run(path)
+    assert res["ok"], res["error"]
+    rows = [r for p in sorted((workdir() / path.stem).glob(f"**/{FILE}"))
+            for r in results.read_rows(p)]
+    assert notebook_problems(res["output"], rows) == []
+
+
+def test_every_law_row_says_its_kind():
+    """Every laws.check call in the notebooks and the labs goes through labkit.book.laws, whose
+    rows all carry a kind (an unknown kind, a tolerance past the caps, or a published row
+    without its source is refused)."""
+    from labkit.book import laws
+
+    assert laws.check("x", predicted=1, measured=1)["kind"] == "model"
+    for bad in ({"kind": "guess"}, {"tolerance_pct": 45}, {"tolerance_abs": 0.1},
+                {"kind": "published"}, {"tolerance_pct": 10, "tolerance_abs": 0.01}):
+        with pytest.raises(ValueError):
+            laws.check("x", predicted=1, measured=1, **bad)

@@ -131,6 +131,12 @@ def cmd_lab(args) -> int:
     if len(table):
         print(f"{laws.counts_sentence(table)} on this machine (the site's front page has "
               f"the table; {args.executed}/*/results/laws.json)")
+    from labkit.book.consistency import lab_problems
+
+    contradictions = lab_problems(args.executed)
+    print(f"{len(contradictions)} computed sentence(s) contradict the numbers beside them")
+    for c in contradictions:
+        print(f"  {c['notebook']} cell {c['cell']}: {c['problem']}")
     if not args.no_site:
         builder, index = build_site(args.executed, args.out, preview=args.preview)
         print(f"{built(builder, args.preview)}: {index}")
