@@ -44,7 +44,7 @@ def run(path: Path) -> dict:
 
         measure_profile(workdir(), progress=False)
     if path.name not in _runs:
-        run_dir = workdir() / path.stem
+        run_dir = executed_dir() / path.stem  # labkit lab's layout: the site gathers the laws
         run_dir.mkdir(parents=True, exist_ok=True)
         params = {**load_test_params().get(path.name, {}), "results_dir": str(run_dir / "results")}
         _runs[path.name] = execute(path, executed_dir() / path.name, params, cwd=run_dir,

@@ -89,11 +89,11 @@ def test_no_computed_sentence_contradicts_its_numbers(path):
     from labkit.book.consistency import notebook_problems
     from labkit.book.laws import FILE
 
-    from ._notebook_runs import workdir
+    from ._notebook_runs import executed_dir
 
     res = run(path)
     assert res["ok"], res["error"]
-    rows = [r for p in sorted((workdir() / path.stem).glob(f"**/{FILE}"))
+    rows = [r for p in sorted((executed_dir() / path.stem).glob(f"**/{FILE}"))
             for r in results.read_rows(p)]
     assert notebook_problems(res["output"], rows) == []
 

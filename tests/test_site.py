@@ -111,6 +111,16 @@ def test_preview_site_in_chromium(tmp_path, server):
         assert re.search(r"[.!?]\s*$|\w \u2026$", visible.strip()), f"cut mid-word: {visible!r}"
     assert classes(dom, "mjx-chtml") >= 1, "index: the summaries' formulas were not typeset"
     assert "<strong>" in dom
+    # the front page's law table: each kind counted apart, as the executed notebooks stored them
+    from labkit.book import laws
+
+    gathered = laws.gather(executed_dir())
+    assert len(gathered), "the executed notebooks stored no law rows"
+    counts = re.search(r'<table class="law-counts">(.*?)</table>', dom, re.S)
+    assert counts, "index: no table of law counts"
+    for c in laws.counts(gathered):
+        assert f"<td>{c['kind']}</td>" in counts.group(1)
+        assert f"<td>{c['held']} of {c['laws']}</td>" in counts.group(1)
 
     for p in NOTEBOOKS:
         if not runs[p.name]["ok"]:
