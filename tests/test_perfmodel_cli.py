@@ -1,5 +1,6 @@
-"""``labkit model`` / ``search`` / ``catalog`` / ``calibrate``: the header, marked OOM rows, one-line
-errors naming flags (exit 2), the same --fabric form, the measured DP overlap (pure, fast)."""
+"""``labkit model`` / ``search`` / ``catalog`` / ``model-check``: the header, marked OOM rows,
+one-line errors naming flags (exit 2), the same --fabric form, the measured DP overlap (pure,
+fast)."""
 
 import shutil
 
@@ -100,19 +101,19 @@ def test_measured_dp_overlap(tmp_path, capsys, monkeypatch):
     (d / "local.yaml").write_text(cut)
     monkeypatch.setenv("LABKIT_DATA", str(d))
     err = _err(capsys, ["model", "--tp", "8", "--dp-overlap", "measured"])
-    assert "no overlap is measured on this machine yet" in err and "labkit ddp" in err
+    assert "reference VM" in err and "labkit ddp" in err and "model-check --ddp" in err
     from labkit import results
 
     ddp = tmp_path / "ddp.json"
     results.record(str(ddp), [{"model": "mlp", "world_size": 2, "ddp": True, "overlap_fraction": 0.25}],
                    key=("model", "world_size"))
-    assert main(["calibrate", "--ddp", str(ddp), "--write"]) == 0
+    assert main(["model-check", "--ddp", str(ddp)]) == 0
     assert "0.250" in capsys.readouterr().out
-    assert catalog.local_entry()["dp_overlap_fraction"] == 0.25
-    assert "alpha_s" in catalog.local_entry()  # the rest of the entry is kept
+    assert (d / "local.yaml").read_text() == cut  # the reference VM's entry is never rewritten
+    monkeypatch.delenv("LABKIT_DATA")
     assert main(["model", "--tp", "8", "--pp", "4", "--microbatches", "32", "--dp-overlap", "measured"]) == 0
-    assert "DP overlap 0.25: measured on this machine" in capsys.readouterr().out
-    assert "--ddp" in _err(capsys, ["calibrate", "--write"])
+    assert "measured by the DDP lab on the reference 2-core VM" in capsys.readouterr().out
+    assert "--collectives" in _err(capsys, ["model-check"])
 
 
 def test_compare_needs_mlsysim_or_says_how(capsys, monkeypatch):

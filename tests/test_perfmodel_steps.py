@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from labkit.book import laws
 from labkit.errors import UsageError
 from labkit.perfmodel import catalog, layouts, model, published, topology
 from labkit.perfmodel.model import Cluster, Layout, Workload, memory_per_gpu, predict
@@ -161,7 +162,7 @@ def test_published_runs_beside_the_model():
     assert df.loc["llama3_405b_8k_gpus", "measured"] == 0.43 and df.loc["llama3_405b_16k_gpus", "measured"] == 0.41
     for run, r in df.iterrows():
         assert r.source and r.url.startswith("https://") and r.missed, run
-        assert r.error_pct == pytest.approx(100 * (r.predicted - r.measured) / r.measured)
+        assert r.error_pct == pytest.approx(laws.symmetric_error_pct(r.predicted, r.measured))
     assert df.loc["megatron_gpt_1t"].holds
     # the efficiency is an input: the implied one recovers the measurement
     eff = df.attrs["efficiency"]

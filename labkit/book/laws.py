@@ -185,7 +185,8 @@ def verdict(row: dict) -> str:
         why = f" ({row['note']})" if row.get("note") else ""
         return head + f"fails, as taught{why}."
     text = head + f"{'holds' if row['holds'] else 'does not hold'} within {_tolerance(row)}."
-    if row.get("note") and not row["holds"] and "mechanism not observed" in row["note"]:
+    if row.get("note") and not row["holds"] and (
+            kind == "published" or "mechanism not observed" in row["note"]):
         text += f" ({row['note']})"
     if kind == "model" and not row["holds"] and row.get("split"):
         text += " " + split_sentence(row) + "."

@@ -1,9 +1,9 @@
 """The performance model: one training step of a DP x TP x PP layout predicted from catalogued
 hardware, every formula stated, and checked against this machine's measurements, against
-mlsysim 0.3.0 and against published runs (notebook 08).
+against published runs (notebook 08), and against mlsysim 0.3.0 (the appendix, notebook 90).
 
-A pure model: nothing here launches (``measure_local``, which measures this machine for the
-``local`` catalog entry, is the one exception, imported on demand). Read in this order:
+A pure model: nothing here launches; this machine's numbers come from the run's machine profile
+(:mod:`labkit.machine`). Read in this order:
 
 * :mod:`~labkit.perfmodel.catalog` -- accelerators, fabrics, nodes, models and published
   timings, each number with its source (``data/*.yaml``);
@@ -17,30 +17,33 @@ A pure model: nothing here launches (``measure_local``, which measures this mach
   and its verdict;
 * :mod:`~labkit.perfmodel.layouts` -- the layout search (every DP x TP x PP = N, ranked) and
   one layout across fabrics;
-* :mod:`~labkit.perfmodel.calibrate` -- the model beside measured collective, pipeline and DDP
-  rows;
+* :mod:`~labkit.perfmodel.modelcheck` -- the model, with this run's machine profile, beside
+  measured collective, pipeline and DDP rows;
+* :mod:`~labkit.perfmodel.verdicts` -- the sentences the notebooks print, computed from the
+  numbers;
 * :mod:`~labkit.perfmodel.published` -- the model beside published runs (Megatron-LM 1T,
   Llama 3 405B, nccl-tests on 8 H100), ``data/published_runs.yaml``;
 * :mod:`~labkit.perfmodel.mlsysim_engine` -- mlsysim 0.3.0 as an optional second engine, term
   by term (the extra ``.[mlsysim]``; a recorded table without it);
 * :mod:`~labkit.perfmodel.plots`, :mod:`~labkit.perfmodel.widgets` (the layout explorer),
-  :mod:`~labkit.perfmodel.cli` (``labkit model``, ``search``, ``catalog``, ``calibrate``).
+  :mod:`~labkit.perfmodel.cli` (``labkit model``, ``search``, ``catalog``, ``model-check``).
 
 ``from labkit.perfmodel import catalog, model``. Importing this package imports nothing heavy
 (no torch, no mlsysim).
 """
 
 from labkit.perfmodel import (
-    calibrate,
     catalog,
     layouts,
     mlsysim_engine,
     model,
+    modelcheck,
     plots,
     published,
     topology,
+    verdicts,
     widgets,
 )
 
-__all__ = ["calibrate", "catalog", "layouts", "mlsysim_engine", "model", "plots", "published",
-           "topology", "widgets"]
+__all__ = ["catalog", "layouts", "mlsysim_engine", "model", "modelcheck", "plots", "published",
+           "topology", "verdicts", "widgets"]

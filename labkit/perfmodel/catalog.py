@@ -11,7 +11,8 @@ source) and names the file, the entry and the field in a :class:`~labkit.errors.
 - ``data/nodes.yaml``: GPUs per node, which accelerator, which fabric inside and between nodes.
 - ``data/models.yaml``: parameter counts and transformer shapes; a mixture of experts also
   gives ``active_params`` (per token), ``num_experts`` and ``experts_per_token``.
-- ``data/local.yaml``: this machine, filled from our own measurements (see :mod:`labkit.perfmodel.calibrate`);
+- ``data/local.yaml``: a reference 2-core VM measured on 2026-11-21 (another machine, not the
+  one the lab runs on: a prediction on this machine uses this run's profile, :mod:`labkit.machine`);
   it also appears as accelerator ``local`` and fabric ``local`` (scope ``any``).
 - ``data/reference/*.yaml``: published timings, loaded by :func:`load_reference`; published
   runs beside the model: :mod:`labkit.perfmodel.published`.
@@ -325,7 +326,8 @@ def model_preset(key: str, folder=None) -> ModelSpec:
 
 
 def local_entry(folder=None) -> dict:
-    """The committed ``local`` entry (alpha_s, beta_bytes_per_s, compute_flop_per_s, measured)."""
+    """The committed ``local`` entry, a reference 2-core VM (alpha_s, beta_bytes_per_s,
+    compute_flop_per_s, measured): another machine, never a prediction's input for this one."""
     return dict(_lookup("local", "local entry", "local", folder))
 
 

@@ -1,4 +1,4 @@
-"""labkit model | search | catalog | calibrate: the 3-D parallelism model and its clusters."""
+"""labkit model | search | catalog | model-check: the 3-D parallelism model and its clusters."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ FLAGS = {"global_batch_size": "--global-batch-size", "num_microbatches": "--micr
 
 
 def _dp_overlap(text: str):
-    """A fraction in [0, 1], or ``measured`` (this machine's DDP lab value, data/local.yaml)."""
+    """A fraction in [0, 1], or ``measured`` (the DDP lab's value on the reference VM,
+    data/local.yaml)."""
     if text == "measured":
         return text
     try:
@@ -65,7 +66,8 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
                    help="activation recomputation (default: %(default)s)")
     g.add_argument("--dp-overlap", type=_dp_overlap, default=0.0, metavar="F|measured",
                    help="share of the DP communication hidden behind backward, or 'measured' "
-                        "(the DDP lab's value on this machine) (default: %(default)s)")
+                        "(the DDP lab's value on the reference 2-core VM, data/local.yaml) "
+                        "(default: %(default)s)")
     g.add_argument("--schedule", default="1f1b", choices=("gpipe", "1f1b", "interleaved"))
     g.add_argument("--placement", default="tp,dp,pp", help="rank order, innermost first "
                    "(default: %(default)s, Megatron's; mlsysim places tp,pp,dp)")
@@ -104,25 +106,24 @@ def register(sub) -> None:
     p.add_argument("--json", metavar="PATH", help="also store all rows in this results file")
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("catalog", help="print a catalog (accelerators, fabrics, nodes, models, local), "
+    p = sub.add_parser("catalog", help="print a catalog (accelerators, fabrics, nodes, models, local: a reference VM), "
                        "a reference dataset, or 'published' (the model beside published runs)")
     p.add_argument("name", help="catalog name, a reference dataset (ddp_k80, ddp_v100, ...) or "
                    "published")
     p.set_defaults(func=cmd_catalog)
 
-    p = sub.add_parser("calibrate", help="the model beside measured collectives / pipeline rows")
+    p = sub.add_parser("model-check", help="the model beside measured collectives / pipeline "
+                       "rows, with this machine's profile (labkit calibrate measures it)")
     p.add_argument("--collectives", metavar="PATH", help="results file of labkit collectives")
     p.add_argument("--pipeline", metavar="PATH", help="results file of labkit pipeline")
-    p.add_argument("--ddp", metavar="PATH", help="results file of labkit ddp: the measured "
-                   "overlap of the all-reduce with backward (with --write: stored for "
-                   "--dp-overlap measured)")
+    p.add_argument("--ddp", metavar="PATH", help="results file of labkit ddp: print the measured "
+                   "overlap of the all-reduce with backward")
+    p.add_argument("--profile", metavar="DIR", help="a run's results folder holding its machine "
+                   "profile (measured there now if absent): the model's alpha, beta, compute rate, "
+                   "co-run slowdown and in-context all-reduce")
     p.add_argument("--fit", action="store_true",
-                   help="fit alpha, beta to the collective rows (default: the committed local entry)")
-    p.add_argument("--measure", action="store_true",
-                   help="measure this machine (all-reduce sweep + compute rate) first")
-    p.add_argument("--write", action="store_true",
-                   help="with --measure or --ddp: store the result in data/local.yaml")
-    p.set_defaults(func=cmd_calibrate)
+                   help="fit alpha, beta to the collective rows instead (no profile needed)")
+    p.set_defaults(func=cmd_model_check)
 
 
 def _flag_words(message: str) -> str:
@@ -156,10 +157,9 @@ def _dp_overlap_value(args) -> float:
         return args.dp_overlap
     loc = local_entry()
     if loc.get("dp_overlap_fraction") is None:
-        raise UsageError("--dp-overlap measured: no overlap is measured on this machine yet "
-                         "(data/local.yaml has no dp_overlap_fraction); run `labkit ddp --nproc 2 "
-                         "--json ddp.json`, then `labkit calibrate --ddp ddp.json --write`, or "
-                         "give a fraction")
+        raise UsageError("--dp-overlap measured: data/local.yaml (the reference VM) has no "
+                         "dp_overlap_fraction; give a fraction (`labkit ddp --nproc 2 --json "
+                         "ddp.json`, then `labkit model-check --ddp ddp.json` measures one here)")
     return float(loc["dp_overlap_fraction"])
 
 
@@ -224,8 +224,8 @@ def _header(work, cluster, args) -> None:
                             algorithm=args.algorithm):
         print(f"# {line}")
     if args.dp_overlap == "measured":
-        print(f"# DP overlap {work.dp_overlap:g}: measured on this machine by the DDP lab "
-              "(data/local.yaml)")
+        print(f"# DP overlap {work.dp_overlap:g}: measured by the DDP lab on the reference 2-core "
+              "VM (data/local.yaml)")
 
 
 def model_rows(args, work=None, clusters=None):
@@ -365,54 +365,33 @@ def cmd_catalog(args) -> int:
     return 0
 
 
-def cmd_calibrate(args) -> int:
+def cmd_model_check(args) -> int:
     from labkit import results
     from labkit.errors import UsageError
-    from labkit.perfmodel.calibrate import calibration_check, summary
-    from labkit.perfmodel.catalog import local_entry
+    from labkit.perfmodel.modelcheck import model_check, overlap_from_ddp_rows, summary
 
-    if args.write and not (args.measure or args.ddp):
-        raise UsageError("--write stores a new measurement: give --measure or --ddp PATH too")
+    if args.fit and args.profile:
+        raise UsageError("give --profile DIR or --fit, not both")
     coll = results.read_rows(args.collectives) if args.collectives else []
     pipe = results.read_rows(args.pipeline) if args.pipeline else []
     if args.ddp:
-        _calibrate_overlap(args)
-        if not (coll or pipe or args.measure):
+        frac, n = overlap_from_ddp_rows(results.read_rows(args.ddp))
+        print(f"DP overlap with backward, measured by the DDP lab: {frac:.3f} (median of {n} "
+              f"row(s) of {args.ddp}; use: labkit model --dp-overlap {frac:.3f})")
+        if not (coll or pipe):
             return 0
-    if args.measure:
-        from labkit.perfmodel.measure_local import measure_local
-
-        loc, measured = measure_local(write=args.write)
-        coll = coll or measured
-        print(f"measured: alpha {loc['alpha_s'] * 1e6:.1f} us, beta {loc['beta_bytes_per_s'] / 1e9:.3f}"
-              f" GB/s, compute {loc['compute_flop_per_s'] / 1e9:.1f} GFLOP/s"
-              + (" (written to data/local.yaml)" if args.write else ""))
-    else:
-        loc = local_entry()
     if not coll and not pipe:
-        raise UsageError("give --collectives PATH and/or --pipeline PATH (or --measure)")
-    kw = {} if args.fit else {"alpha_s": loc["alpha_s"], "beta_bytes_per_s": loc["beta_bytes_per_s"]}
-    df = calibration_check(coll, pipe, compute_flop_per_s=loc["compute_flop_per_s"], **kw)
+        raise UsageError("give --collectives PATH and/or --pipeline PATH (or --ddp PATH)")
+    if not (args.fit or args.profile):
+        raise UsageError("give --profile DIR (a run's results folder with its machine profile, "
+                         "measured there if absent; labkit calibrate) or --fit")
+    prof = None
+    if args.profile:
+        from labkit import machine
+
+        prof = machine.profile(args.profile)
+    df = model_check(coll, pipe, profile=prof, fit=args.fit)
     print_frame(df, ["lab", "what", "world_size", "size_bytes", "num_microbatches", "quantity",
                      "measured", "model", "error_pct"])
     print("median |error| %: " + ", ".join(f"{k} {v:.1f}" for k, v in summary(df).items()))
     return 0
-
-
-def _calibrate_overlap(args) -> None:
-    """Print (and with --write store) the DP overlap the DDP lab measured."""
-    import time
-
-    from labkit import results
-    from labkit.perfmodel.calibrate import overlap_from_ddp_rows, write_local
-    from labkit.perfmodel.catalog import local_entry
-
-    frac, n = overlap_from_ddp_rows(results.read_rows(args.ddp))
-    print(f"DP overlap with backward, measured by the DDP lab: {frac:.3f} (median of {n} row(s) "
-          f"of {args.ddp})")
-    if args.write:
-        how = (f"labkit calibrate --ddp {args.ddp} --write on {time.strftime('%Y-%m-%d')}: median "
-               f"overlap_fraction (1 - exposed all-reduce / standalone all-reduce) of {n} DDP "
-               "row(s) with world_size > 1 from labkit ddp")
-        path = write_local({**local_entry(), "dp_overlap_fraction": frac, "dp_overlap_measured": how})
-        print(f"written to {path} (use: labkit model --dp-overlap measured)")

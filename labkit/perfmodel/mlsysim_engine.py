@@ -251,7 +251,9 @@ def _cause(term: str, s: Scenario, lab: dict, ms: dict) -> tuple[bool, str]:
     if term == "memory_gb":
         return False, ("same weights, gradients and Adam states; mlsysim adds a 5 % gradient bucket "
                        "and 2 pipeline buffers (and compares with GiB: 80 GiB = 85.9 GB)")
-    return False, "the sum of the terms above"  # step, MFU
+    if term == "mfu":
+        return False, "F / (step · N · peak): follows the step time"
+    return False, "the sum of the terms above"  # the step
 
 
 def compare(scenarios) -> list[dict]:
@@ -278,9 +280,52 @@ def recorded(folder=None):
     return load_reference(RECORDED, folder)
 
 
+#: what a live comparison costs on a 2-core machine: importing mlsysim (pint, scipy) takes most
+#: of it; each scenario adds a little
+LIVE_IMPORT_S = 9.0
+LIVE_PER_SCENARIO_S = 0.06
+
+
+def live_estimate_s(n_scenarios: int | None = None) -> float:
+    """Seconds a live comparison of ``n_scenarios`` (default: all 20) takes here, estimated.
+
+    >>> round(live_estimate_s(20), 1)
+    10.2
+    """
+    n = len(tutorial_scenarios() + modifier_scenarios()) if n_scenarios is None else n_scenarios
+    return LIVE_IMPORT_S + LIVE_PER_SCENARIO_S * n
+
+
+def check_engine(engine: str, *, budget_s: float) -> bool:
+    """Whether ``engine`` ("recorded" or "live") runs mlsysim now; refused in one line before
+    anything is imported when unknown, when mlsysim is missing, or when the live estimate
+    exceeds ``budget_s``.
+
+    >>> check_engine("recorded", budget_s=8)
+    False
+    >>> check_engine("live", budget_s=8)
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: engine 'live': about 10 s to import and run mlsysim 0.3.0 here, over this notebook's 8 s budget; use engine 'recorded' (its stored terms) or labkit model --compare mlsysim for one scenario
+    """
+    if engine not in ("recorded", "live"):
+        raise UsageError(f"engine {engine!r}: 'recorded' or 'live'")
+    if engine == "recorded":
+        return False
+    est = live_estimate_s()
+    if est > budget_s:
+        raise UsageError(f"engine 'live': about {est:.0f} s to import and run mlsysim {VERSION} "
+                         f"here, over this notebook's {budget_s:g} s budget; use engine "
+                         "'recorded' (its stored terms) or labkit model --compare mlsysim for "
+                         "one scenario")
+    require()
+    return True
+
+
 def side_by_side(scenarios=None, *, live: bool | None = None):
-    """The comparison as a DataFrame: computed now when mlsysim 0.3.0 is installed (or
-    ``live=True``), else the recorded table; ``df.attrs["engine"]`` says which."""
+    """The comparison as a DataFrame: computed now by both engines when mlsysim 0.3.0 is
+    installed (or ``live=True``), else this model's terms computed now beside mlsysim's
+    recorded ones; ``df.attrs["engine"]`` says which."""
     import pandas as pd
 
     if live is None:
@@ -288,13 +333,20 @@ def side_by_side(scenarios=None, *, live: bool | None = None):
     if live:
         scenarios = scenarios or tutorial_scenarios() + modifier_scenarios()
         df = pd.DataFrame(compare(scenarios), columns=list(COLUMNS))
-        df.attrs["engine"] = f"live: mlsysim {VERSION} installed here"
+        df.attrs["engine"] = f"live: mlsysim {VERSION} run now, beside this model"
         return df
     df = recorded()
     if scenarios is not None:
         df = df[df.scenario.isin([s.name for s in scenarios])].reset_index(drop=True)
-    df.attrs["engine"] = (f"{df.attrs.get('source', '')} (data/reference/{RECORDED}.yaml); "
-                          "mlsysim is not installed here: pip install -e \".[mlsysim]\" for a live run")
+    by_name = {s.name: s for s in scenarios or tutorial_scenarios() + modifier_scenarios()}
+    now = {name: run_labkit(by_name[name]) for name in dict.fromkeys(df.scenario)
+           if name in by_name}
+    df["labkit"] = [float(now[r.scenario][r.term]) if r.scenario in now else r.labkit
+                    for r in df.itertuples()]
+    df["diff_pct"] = [relative_error_pct(a, b) for a, b in zip(df.labkit, df.mlsysim)]
+    df.attrs["engine"] = (f"this model now beside mlsysim {VERSION}'s terms as "
+                          f"{df.attrs.get('source', 'recorded')} "
+                          f"(data/reference/{RECORDED}.yaml)")
     return df
 
 
@@ -325,3 +377,32 @@ def record(path=None) -> Path:
     path.write_text(yaml.safe_dump(doc, sort_keys=False, width=200, allow_unicode=True,
                                    default_flow_style=None))
     return path
+
+
+def agreement_law(side, *, scenario: str, term: str, law: str, tolerance_pct: float) -> dict:
+    """One term of :func:`side_by_side` as an ``agreement`` law (one engine against another,
+    no measurement): labkit's value as the prediction, mlsysim's as the reference, the cause
+    of any difference as the note."""
+    from labkit.book import laws
+
+    part = side[(side.scenario == scenario) & (side.term == term)]
+    if part.empty:
+        raise UsageError(f"no term {term!r} of scenario {scenario!r} in the side-by-side table")
+    r = part.iloc[0]
+    return laws.check(law, predicted=float(r.labkit), measured=float(r.mlsysim), kind="agreement",
+                      unit=r.unit, tolerance_pct=tolerance_pct, note=str(r.cause))
+
+
+def largest_same_formula_gap(side):
+    """The term, among those both engines price with one formula (and mlsysim not at zero),
+    where they differ most (symmetric error); a row of ``side`` with ``gap_pct`` added."""
+    from labkit.book import laws
+
+    same = side[side.same_formula & (side.mlsysim != 0)]
+    if same.empty:
+        raise UsageError("no nonzero term with the same formula in the side-by-side table")
+    gaps = [laws.symmetric_error_pct(a, b) for a, b in zip(same.labkit, same.mlsysim)]
+    i = max(range(len(gaps)), key=lambda k: abs(gaps[k]))
+    row = same.iloc[i].copy()
+    row["gap_pct"] = gaps[i]
+    return row

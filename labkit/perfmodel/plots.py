@@ -73,27 +73,6 @@ def layout_search_plot(rows, top: int = 10):
     return fig
 
 
-def calibration_plot(check):
-    """Model against measurement (rows of :func:`labkit.perfmodel.calibrate.calibration_check`)."""
-    kinds = [q for q in ("time_s", "bubble_fraction", "step_time_s") if q in set(check.quantity)]
-    fig, axes = new_figure(len(kinds), 1, width=4.0, height=3.6)
-    titles = {"time_s": "collectives: time (s)", "bubble_fraction": "pipeline: bubble fraction",
-              "step_time_s": "pipeline: step time (s)"}
-    for ax, q in zip(axes[0], kinds):
-        part = check[check.quantity == q]
-        ax.scatter(part.measured, part.model, s=18)
-        lo, hi = min(part.measured.min(), part.model.min()), max(part.measured.max(), part.model.max())
-        ax.plot([lo, hi], [lo, hi], color="gray", lw=1, ls="--", label="model = measured")
-        if q == "time_s":
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-        ax.set_xlabel("measured")
-        ax.set_ylabel("model")
-        ax.set_title(titles[q], fontsize=10)
-        ax.legend(fontsize=7)
-    return fig
-
-
 def mlsysim_plot(side):
     """Step-time terms of both engines per scenario (rows of
     :func:`labkit.perfmodel.mlsysim_engine.side_by_side`): labkit left, mlsysim right."""

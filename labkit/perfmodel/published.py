@@ -10,6 +10,12 @@ and, where the error is large, the terms the model misses (written beside each r
 Training runs use one compute efficiency for all (``efficiency_assumption`` in the file): the
 model does not predict how fast one GPU's kernels run; ``implied_efficiency`` is the value
 that would make the model match the measurement.
+
+Each run is scored by :func:`labkit.book.laws.check` as a ``published`` law (another machine's
+number, with its source). Bus bandwidth is a rate: a relative tolerance (``tolerance_pct``, at
+most 25 %). MFU and HFU are fractions of the peak in [0, 1]: an absolute tolerance
+(``tolerance_abs``, at most 0.05), because a miss of 0.05 means 5 % of the peak whatever the
+level, where a relative band would be narrower for a run at 30 % than for one at 50 %.
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from labkit.book import laws
 from labkit.errors import UsageError
-from labkit.metrics import relative_error_pct
 
 FILE = "published_runs.yaml"
-RUN_FIELDS = ("key", "kind", "what", "source", "url", "quantity", "measured", "tolerance_pct",
-              "scenario", "assumptions", "missed")
+RUN_FIELDS = ("key", "kind", "what", "source", "url", "quantity", "measured", "scenario",
+              "assumptions", "missed")
+#: the tolerance each quantity is held to: relative for rates, absolute for fractions
+TOLERANCE_FIELD = {"busbw_gb_per_s": "tolerance_pct", "mfu": "tolerance_abs",
+                   "hfu": "tolerance_abs"}
 TRAINING_SCENARIO = ("model", "node", "nodes", "tp", "pp", "global_batch_size", "seq_len",
                      "precision", "microbatches", "schedule", "virtual_stages", "recompute",
                      "zero_stage", "dp_overlap")
@@ -43,6 +52,11 @@ def load(folder=None) -> dict:
         missing = [f for f in RUN_FIELDS if not run.get(f) and run.get(f) != 0]
         if missing:
             raise UsageError(f"{path.name}: run {i} ({run.get('key', '?')}) lacks {', '.join(missing)}")
+        want = TOLERANCE_FIELD.get(run["quantity"])
+        other = ({"tolerance_pct", "tolerance_abs"} - {want}).pop() if want else None
+        if want is None or not isinstance(run.get(want), (int, float)) or other in run:
+            raise UsageError(f"{path.name}: run {run['key']}: {run['quantity']} is held to "
+                             f"{want or 'tolerance_pct or tolerance_abs'} (a number), not {other}")
         if run["kind"] == "training":
             absent = [f for f in TRAINING_SCENARIO if f not in run["scenario"]]
             if absent:
@@ -102,12 +116,15 @@ def table(folder=None, efficiency: float | None = None):
     rows = []
     for run in raw["runs"]:
         pred = predict_run(run, eff)
-        err = relative_error_pct(pred["predicted"], float(run["measured"]))
+        law = laws.check(run["key"], predicted=pred["predicted"], measured=float(run["measured"]),
+                         kind="published", unit=pred["unit"], source=run["source"],
+                         tolerance_pct=run.get("tolerance_pct"),
+                         tolerance_abs=run.get("tolerance_abs"))
         rows.append({"run": run["key"], "what": run["what"], "quantity": run["quantity"],
                      "predicted": pred["predicted"], "measured": float(run["measured"]),
-                     "unit": pred["unit"], "error_pct": err,
-                     "tolerance_pct": float(run["tolerance_pct"]),
-                     "holds": abs(err) <= run["tolerance_pct"],
+                     "unit": pred["unit"], "error_pct": law["error_pct"],
+                     "error_abs": law["error_abs"], "tolerance_pct": law["tolerance_pct"],
+                     "tolerance_abs": law["tolerance_abs"], "holds": law["holds"],
                      "implied_efficiency": pred["implied_efficiency"], "model_fits": pred["fits"],
                      "model": pred["detail"], "missed": run["missed"],
                      "assumptions": run["assumptions"], "source": run["source"],
@@ -116,3 +133,21 @@ def table(folder=None, efficiency: float | None = None):
     df.attrs.update({"title": raw.get("title", ""), "efficiency": eff,
                      "efficiency_note": raw.get("efficiency_note", "")})
     return df
+
+
+def law(row, name: str | None = None) -> dict:
+    """A :func:`table` row as a ``published`` law (:func:`labkit.book.laws.check`): its source,
+    its tolerance, and the terms the model misses as the note.
+
+    >>> r = law(table().set_index("run", drop=False).loc["nccl_allreduce_8xh100_10gb"])
+    >>> r["kind"], r["tolerance_pct"], r["source"].startswith("Austin")
+    ('published', 25.0, True)
+    """
+    get = row.get if isinstance(row, dict) else row.__getitem__
+    tol_abs = get("tolerance_abs")
+    tol_abs = None if tol_abs is None or tol_abs != tol_abs else float(tol_abs)
+    return laws.check(name or f"{get('quantity')} of {get('what')}", predicted=get("predicted"),
+                      measured=get("measured"), kind="published", unit=get("unit"),
+                      source=get("source"), note=get("missed"),
+                      tolerance_pct=None if tol_abs is not None else get("tolerance_pct"),
+                      tolerance_abs=tol_abs)

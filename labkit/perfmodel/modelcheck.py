@@ -1,0 +1,316 @@
+"""The 3-D model against this machine: its formulas, carrying this run's machine profile, beside
+collectives and pipeline rows measured now (pure: no torch). ``labkit model-check`` and
+notebook 08 section 11.
+
+A prediction on this machine uses this machine's profile of this run (:mod:`labkit.machine`),
+never ``data/local.yaml`` (a reference VM, another machine). Any object with the profile's
+attributes and methods will do (``alpha_s``, ``beta_bytes_per_s``, ``allreduce_s``,
+``message_s``, ``compute_slowdown``, ``step_flop_per_s``): the formulas below take plain
+numbers.
+
+* a collective of ``S`` bytes on ``N`` ranks: the profile's all-reduce time *in context* at that
+  size (its measured sweep, the peer idle), beside the α–β ring law with the profile's fitted
+  α, β (:func:`labkit.collectives.formulas.collective_time`)::
+
+      t = 2(N−1)·α + 2(N−1)/N·S/β
+
+* a pipeline step of ``layers`` × Linear(h, h) over P stages, batch B, M microbatches, v chunks
+  (:func:`pipeline_terms`)::
+
+      T = T_stage + (P−1)/(v·M)·T_stage + 2·v·M·t_msg,   T_stage = 6·(L/P)·h²·B / rate
+
+  with ``rate`` the profile's training-step rate measured alone divided by the co-run
+  slowdown of P ranks computing at once, and ``t_msg`` the one-way message time of one microbatch's
+  activations ((B/M)·h·4 bytes) with the cores busy;
+* the bubble fraction (P−1)/(v·M+P−1) beside the fill and drain idle read off the timeline.
+
+Errors are symmetric (:func:`labkit.book.laws.symmetric_error_pct`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from labkit.book import laws
+from labkit.collectives import formulas as collectives
+from labkit.errors import UsageError
+from labkit.pipeline.formulas import bubble_fraction
+
+#: every prediction here is a time or a ratio (relative) or a fraction of a step (absolute)
+STEP_TOLERANCE_PCT = 25.0
+BUBBLE_TOLERANCE_ABS = 0.05
+#: bytes per activation element the pipeline lab sends (fp32)
+ACTIVATION_BYTES = 4
+
+
+def _rows(rows) -> list[dict]:
+    if rows is None:
+        return []
+    if hasattr(rows, "to_dict"):  # a DataFrame
+        return rows.to_dict("records")
+    return [dict(r) for r in rows]
+
+
+def fit_local(collective_rows, op: str = "all_reduce", world_size: int | None = None,
+              min_fit_bytes: int = 0) -> tuple[float, float]:
+    """α (s) and β (B/s) fitted to the ``op`` rows of one world size (default: the largest > 1)."""
+    rows = [r for r in _rows(collective_rows) if r.get("op") == op and r.get("world_size", 1) > 1]
+    if not rows:
+        raise UsageError(f"no {op} rows with world_size > 1 to fit alpha and beta from")
+    n = world_size or max(r["world_size"] for r in rows)
+    used = [r for r in rows if r["world_size"] == n and r["size_bytes"] >= min_fit_bytes]
+    if not used:
+        raise UsageError(f"no {op} rows at world_size {n} (and size >= {min_fit_bytes} B)")
+    return collectives.fit_alpha_beta(op, n, sizes=[r["size_bytes"] for r in used],
+                                      times=[r["time_p50_s"] for r in used])
+
+
+def overlap_from_ddp_rows(ddp_rows) -> tuple[float, int]:
+    """The DP overlap measured by the DDP lab: the median ``overlap_fraction`` (1 − exposed
+    all-reduce / standalone all-reduce) of its DDP rows with more than one rank, and how many.
+
+    >>> overlap_from_ddp_rows([{"ddp": True, "world_size": 2, "overlap_fraction": f}
+    ...                        for f in (0.1, 0.3, 0.2)])
+    (0.2, 3)
+    """
+    vals = [float(r["overlap_fraction"]) for r in _rows(ddp_rows)
+            if r.get("world_size", 1) > 1 and r.get("ddp", True)
+            and isinstance(r.get("overlap_fraction"), (int, float))
+            and math.isfinite(r["overlap_fraction"])]
+    if not vals:
+        raise UsageError("no DDP rows with world_size > 1 and an overlap_fraction (run "
+                         "`labkit ddp --nproc 2 --json FILE`)")
+    return statistics.median(vals), len(vals)
+
+
+def message_bytes(row: dict) -> int:
+    """Bytes of one microbatch's activations, what a stage sends: (B/M)·h·4.
+
+    >>> message_bytes(dict(batch=128, num_microbatches=4, hidden=512))
+    65536
+    """
+    return int(row["batch"]) // int(row["num_microbatches"]) * int(row["hidden"]) * ACTIVATION_BYTES
+
+
+def pipeline_terms(row: dict, *, compute_flop_per_s: float, compute_slowdown: float = 1.0,
+                   message_s: float = 0.0) -> dict:
+    """The model's step of a pipeline-lab row (``layers`` × Linear(h, h), ``batch``, P, M, v),
+    term by term, in seconds: ``compute`` (one stage's work, T_stage), ``bubble``
+    ((P−1)/(v·M)·T_stage), ``messages`` (2·v·M·t_msg) and their sum ``step``.
+    ``compute_flop_per_s`` is the rate of one rank computing alone; the ``compute_slowdown`` of
+    P ranks computing at once divides it (every stage computes while the others do).
+
+    8 layers of 256, batch 64, P = 2, M = 4 at 40 GFLOP/s, slowdown 1.25, 100 µs messages:
+    T_stage = 6·4·256²·64/40e9 · 1.25 = 3.146 ms, bubble 1/4 of it, 8 messages 0.8 ms.
+
+    >>> t = pipeline_terms(dict(layers=8, hidden=256, batch=64, num_stages=2, num_microbatches=4),
+    ...                    compute_flop_per_s=40e9, compute_slowdown=1.25, message_s=1e-4)
+    >>> {k: round(v * 1e3, 3) for k, v in t.items()}
+    {'compute': 3.146, 'bubble': 0.786, 'messages': 0.8, 'step': 4.732}
+    """
+    if not compute_flop_per_s > 0 or not compute_slowdown > 0 or message_s < 0:
+        raise UsageError("compute_flop_per_s and compute_slowdown must be > 0, message_s >= 0")
+    p, m = int(row["num_stages"]), int(row["num_microbatches"])
+    v = int(row.get("virtual_stages", 1) or 1)
+    h, batch, layers = int(row["hidden"]), int(row["batch"]), int(row["layers"])
+    stage = 6.0 * layers / p * h * h * batch / compute_flop_per_s * compute_slowdown
+    terms = {"compute": stage, "bubble": stage * (p - 1) / (v * m),
+             "messages": 2 * v * m * message_s if p > 1 else 0.0}
+    return {**terms, "step": sum(terms.values())}
+
+
+def profile_terms(prof, row: dict) -> dict:
+    """:func:`pipeline_terms` of a pipeline row with a machine profile's numbers: the rate of
+    its miniature training step alone (Linear + tanh layers forward and backward, the pipeline
+    lab's own kind of layer), the co-run slowdown of P ranks training at once, and the one-way
+    message of one microbatch's activations with the cores busy."""
+    return pipeline_terms(row, compute_flop_per_s=prof.step_flop_per_s(),
+                          compute_slowdown=prof.compute_slowdown(int(row["num_stages"])),
+                          message_s=prof.message_s(message_bytes(row), busy=True))
+
+
+def model_check(collective_rows=None, pipeline_rows=None, *, profile=None, fit: bool = False,
+                min_fit_bytes: int = 0):
+    """The model beside each measurement, with its symmetric error (a DataFrame with ``lab,
+    what, world_size, size_bytes, num_microbatches, quantity, measured, model, error_pct``).
+
+    Collective rows get the profile's in-context time (``model``) and the α–β law with the
+    profile's α, β (``alpha_beta_s``); with ``fit`` (no profile needed) α, β are fitted to the
+    rows themselves (per op and world size): the errors then show how well the *shape* of the
+    α–β law holds. Pipeline rows get the bubble fraction beside ``bubble_fill_drain``
+    (``bubble_measured``, all idle time, where absent) and, with a profile, the step time of
+    :func:`profile_terms` beside ``step_time_s``, with the measured split of the step
+    (compute, fill/drain bubble, other waits: shares of the timeline times the step).
+    """
+    import pandas as pd
+
+    if profile is None and not fit:
+        raise UsageError("give a machine profile, or fit alpha and beta to the rows")
+    out = []
+    groups: dict[tuple, list[dict]] = {}
+    for r in _rows(collective_rows):
+        groups.setdefault((r["op"], int(r["world_size"])), []).append(r)
+    for (op, n), part in sorted(groups.items()):
+        if n < 2:
+            continue
+        if fit or profile is None:
+            used = [r for r in part if r["size_bytes"] >= min_fit_bytes] or part
+            a, b = collectives.fit_alpha_beta(op, n, sizes=[r["size_bytes"] for r in used],
+                                              times=[r["time_p50_s"] for r in used])
+        else:
+            a, b = profile.alpha_s, profile.beta_bytes_per_s
+        for r in sorted(part, key=lambda r: r["size_bytes"]):
+            ab = collectives.collective_time(op=op, ranks=n, size_bytes=r["size_bytes"],
+                                             alpha_s=a, beta_bytes_per_s=b)
+            in_context = (profile.allreduce_s(r["size_bytes"], ranks=n)
+                          if profile is not None and not fit and op == "all_reduce" else ab)
+            out.append({"lab": "collectives", "what": op, "world_size": n,
+                        "size_bytes": r["size_bytes"], "quantity": "time_s",
+                        "measured": r["time_p50_s"], "model": in_context, "alpha_beta_s": ab,
+                        "error_pct": laws.symmetric_error_pct(in_context, r["time_p50_s"]),
+                        "alpha_s": a, "beta_gb_per_s": b / 1e9,
+                        "measured_p10_s": r.get("time_p10_s"), "measured_p90_s": r.get("time_p90_s")})
+    for r in _rows(pipeline_rows):
+        out += _pipeline_rows(r, profile)
+    if not out:
+        raise UsageError("no measured rows to check (collective rows need world_size > 1)")
+    return pd.DataFrame(out)
+
+
+def _pipeline_rows(r: dict, profile) -> list[dict]:
+    p, m = int(r["num_stages"]), int(r["num_microbatches"])
+    v = int(r.get("virtual_stages", 1) or 1)
+    f = bubble_fraction(num_stages=p, num_microbatches=m, virtual_stages=v,
+                        schedule="interleaved" if v > 1 else "1f1b")
+    # the schedule's bubble (fill and drain idle, read off the timeline) is what the formula
+    # describes; all idle time (bubble_measured) also holds message and scheduling waits
+    fill_drain = r.get("bubble_fill_drain")
+    meas = float(fill_drain if fill_drain is not None and fill_drain == fill_drain
+                 else r["bubble_measured"])
+    head = {"lab": "pipeline", "what": r.get("schedule", ""), "world_size": p, "num_stages": p,
+            "num_microbatches": m}
+    out = [{**head, "quantity": "bubble_fraction", "measured": meas, "model": f,
+            "error_pct": laws.symmetric_error_pct(f, meas), "error_abs": f - meas}]
+    if profile is not None and "hidden" in r:
+        t = profile_terms(profile, r)
+        step = float(r["step_time_s"])
+        split = None
+        if r.get("compute_share") is not None and r.get("idle_other") is not None:
+            split = {"compute": step * float(r["compute_share"]),
+                     "fill/drain bubble": step * meas,
+                     "other waits (messages, scheduling)": step * float(r["idle_other"])}
+        out.append({**head, "quantity": "step_time_s", "measured": step, "model": t["step"],
+                    "error_pct": laws.symmetric_error_pct(t["step"], step),
+                    "model_compute_s": t["compute"], "model_bubble_s": t["bubble"],
+                    "model_messages_s": t["messages"], "split": split})
+    return out
+
+
+def check_laws(check) -> list[dict]:
+    """The law rows of a :func:`model_check` table (kind ``model``): the largest size of each
+    collective (time: relative), each pipeline bubble (a fraction: absolute) and step time
+    (relative, with its measured split).
+
+    >>> import pandas as pd
+    >>> rows = check_laws(pd.DataFrame([
+    ...     {"lab": "pipeline", "what": "gpipe", "num_stages": 2, "num_microbatches": 4,
+    ...      "quantity": "bubble_fraction", "measured": 0.22, "model": 0.2}]))
+    >>> rows[0]["law"], rows[0]["holds"], rows[0]["tolerance_abs"]
+    ('pipeline bubble fraction, P = 2, M = 4', True, 0.05)
+    """
+    rows = []
+    coll = check[check.quantity == "time_s"]
+    if len(coll):
+        largest = coll.sort_values("size_bytes").groupby(["what", "world_size"]).tail(1)
+        for r in largest.to_dict("records"):
+            p10, p90 = r.get("measured_p10_s"), r.get("measured_p90_s")
+            spread = (f"measured calls spread p10 {p10:.3g} s .. p90 {p90:.3g} s"
+                      if None not in (p10, p90) and not math.isnan(p10) and not math.isnan(p90)
+                      else "")
+            rows.append(laws.check(
+                f"{r['what']} of {r['size_bytes']:,.0f} B on {r['world_size']} ranks (this run's "
+                "machine profile)", predicted=r["model"], measured=r["measured"], unit="s",
+                tolerance_pct=STEP_TOLERANCE_PCT, note=spread))
+    for r in check[check.quantity != "time_s"].to_dict("records"):
+        name = f"P = {int(r['num_stages'])}, M = {int(r['num_microbatches'])}"
+        if r["quantity"] == "bubble_fraction":
+            rows.append(laws.check(f"pipeline bubble fraction, {name}", predicted=r["model"],
+                                   measured=r["measured"], tolerance_abs=BUBBLE_TOLERANCE_ABS))
+        else:
+            split = r.get("split")
+            rows.append(laws.check(
+                f"pipeline step_time_s, {name}", predicted=r["model"], measured=r["measured"],
+                unit="s", tolerance_pct=STEP_TOLERANCE_PCT,
+                split=split if isinstance(split, dict) else None))
+    return rows
+
+
+def summary(check) -> dict:
+    """Median absolute error % per lab: ``{"collectives": 12.3, "pipeline": 4.5}``."""
+    res = {}
+    for lab, part in check.groupby("lab"):
+        vals = [abs(e) for e in part.error_pct if e == e and math.isfinite(e)]
+        res[lab] = statistics.median(vals) if vals else math.nan
+    return res
+
+
+# --- what the live check costs, estimated before anything is launched --------------------------
+
+#: a launch of R ranks on C cores: torch imported by every rank, so beyond the cores it stretches
+LAUNCH_BASE_S = 2.0
+LAUNCH_PER_RANK_S = 1.2
+#: a reference rate for the estimate (the profile is not needed to refuse)
+ESTIMATE_ALPHA_S = 3e-4
+ESTIMATE_BETA_BYTES_PER_S = 0.8e9
+ESTIMATE_FLOP_PER_S = 20e9
+#: what notebook 08 runs live (its size: fixed, so the estimate is a function of the parameters)
+LIVE_PIPELINE = {"layers": 8, "hidden": 512, "batch": 128, "steps": 3, "warmup": 1}
+LIVE_COLLECTIVES = {"factor": 4.0, "iters": 10, "warmup": 3, "min_bytes": 8}
+
+
+def live_estimate_s(*, world_size: int, max_bytes: int, microbatches, cores: int) -> float:
+    """Seconds notebook 08's live check takes, estimated: two launches (collectives, pipeline)
+    of ``world_size`` ranks on ``cores`` cores, the all-reduce sweep 8 B..``max_bytes`` (×4)
+    and the pipeline's steps at each M. Oversubscribed (ranks > cores), everything stretches
+    by ranks/cores.
+
+    >>> round(live_estimate_s(world_size=2, max_bytes=1 << 20, microbatches=[2, 4], cores=2), 1)
+    9.3
+    >>> round(live_estimate_s(world_size=4, max_bytes=1 << 20, microbatches=[2, 4], cores=2), 1)
+    28.3
+    """
+    over = max(1.0, world_size / max(cores, 1))
+    launch = (LAUNCH_BASE_S + LAUNCH_PER_RANK_S * world_size) * over
+    c = LIVE_COLLECTIVES
+    sweep, size = 0.0, c["min_bytes"]
+    while size <= max_bytes:
+        sweep += (c["iters"] + c["warmup"]) * collectives.allreduce_time(
+            size_bytes=size, ranks=world_size, alpha_s=ESTIMATE_ALPHA_S,
+            beta_bytes_per_s=ESTIMATE_BETA_BYTES_PER_S)
+        size *= c["factor"]
+    p = LIVE_PIPELINE
+    flop = 6.0 * p["layers"] * p["hidden"] ** 2 * p["batch"]
+    pipe = sum((p["steps"] + p["warmup"]) * flop / world_size / ESTIMATE_FLOP_PER_S
+               * (1 + (world_size - 1) / m) for m in microbatches)
+    return 2 * launch + (sweep + pipe) * over
+
+
+def check_live(*, world_size: int, max_bytes: int, microbatches, cores: int,
+               budget_s: float) -> float:
+    """The estimate of :func:`live_estimate_s`, or a one-line refusal when it exceeds
+    ``budget_s`` (before anything is launched).
+
+    >>> check_live(world_size=4, max_bytes=1 << 20, microbatches=[2, 4], cores=2, budget_s=10)
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: the live check (4 ranks, all-reduces up to 1048576 B, M = [2, 4]) takes about 28 s here, over its 10 s budget: use live_world_size <= 2 cores, a smaller live_max_bytes or fewer live_microbatches, or measure_live = False
+    """
+    est = live_estimate_s(world_size=world_size, max_bytes=max_bytes, microbatches=microbatches,
+                          cores=cores)
+    if est > budget_s:
+        raise UsageError(f"the live check ({world_size} ranks, all-reduces up to {max_bytes} B, "
+                         f"M = {list(microbatches)}) takes about {est:.0f} s here, over its "
+                         f"{budget_s:g} s budget: use live_world_size <= {cores} cores, a smaller "
+                         "live_max_bytes or fewer live_microbatches, or measure_live = False")
+    return est
