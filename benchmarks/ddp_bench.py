@@ -17,9 +17,10 @@ Part 2, real launches: ``labkit.ddp.run`` on 1 and 2 ranks, one thread for every
 core as a thread) at the smallest and largest batch: rounds of both launches, their order
 swapped every round (so a load that drifts does not always fall on the same launch). Per batch
 the medians over rounds of the measured speedup against the no-DDP process and of the model's
-(:func:`labkit.ddp.formulas.add_prediction_columns`), the error, then the targets side by side
-with what was measured: 2 ranks at least 1.5x the no-DDP process at the largest batch, the
-model within 25% at every batch, and the crossover batch predicted and measured.
+(:func:`labkit.ddp.predict.add_prediction_columns`, from the machine profile), the error, then
+the targets side by side with what was measured: 2 ranks at least 1.5x the no-DDP process at
+the largest batch, the model within 25% at every batch, the crossover batch predicted and
+measured, and whether the model says rightly at which batches DDP pays.
 
 The lab machines are shared: other jobs steal cores, so every number is a median of rounds
 measured side by side, and the load average is printed with every round.
@@ -91,12 +92,16 @@ def harness_overhead(model_name: str, batch: int, blocks: int, steps_per_block: 
 
 
 def ddp_vs_baseline(batches: list[int], repeats: int, steps: int, warmup: int,
-                    threads_per_rank: int) -> None:
+                    threads_per_rank: int, results_dir: str = "results") -> None:
     import math
 
-    from labkit import ddp
+    from labkit import ddp, machine
     from labkit.launch import LaunchOptions
 
+    # the machine profile the model carries: measured once (a few seconds) into results/, or
+    # the one $LABKIT_MACHINE_PROFILE names
+    prof = machine.profile(results_dir)
+    print(f"  {prof.describe()}; co-run slowdown at 2 ranks {prof.compute_slowdown(2):.2f}")
     batches = sorted(batches)
     ends = (batches[0], batches[-1])
     config = ddp.DDPConfig(batch_size=tuple(batches), steps=steps, warmup=warmup,
@@ -108,7 +113,7 @@ def ddp_vs_baseline(batches: list[int], repeats: int, steps: int, warmup: int,
         order = (1, 2) if i % 2 == 0 else (2, 1)  # interleaved: the launch order swaps
         load = os.getloadavg()[0]
         df = ddp.run(config, launch=LaunchOptions(nprocs=order, threads_per_rank=threads_per_rank,
-                                                  progress=False))
+                                                  progress=False), profile=prof)
         get = df.set_index(["batch_size", "variant", "world_size"])
         for b in batches:
             two = get.loc[(b, "ddp", 2)]
@@ -125,6 +130,7 @@ def ddp_vs_baseline(batches: list[int], repeats: int, steps: int, warmup: int,
         c = ddp.report.crossover(ddp.report.select(df, ("no_ddp", "ddp")))
         cross["measured"].append(c["measured"])
         cross["predicted"].append(c["predicted"])
+        cross.setdefault("agreement", []).append(c["agreement"])
         print(f"  round {i + 1}/{repeats}: launches {order}, load {load:.2f} -> "
               f"{os.getloadavg()[0]:.2f}; crossover measured {c['measured']:.0f}, predicted "
               f"{c['predicted']:.0f}; speedups " + ", ".join(
@@ -146,8 +152,8 @@ def ddp_vs_baseline(batches: list[int], repeats: int, steps: int, warmup: int,
               f"{m['pred_t2'] * 1e3:7.1f}ms {m['vs']:7.2f}x {m['pred']:6.2f}x {m['err']:+6.1f}%  "
               f"{whole:>20}")
     print("  (speedup = 2 t_no_DDP / t_DDP against the one-thread no-DDP process; model = "
-          "t_c + copies + max(0, alpha-beta all-reduce - window); error = predicted / measured - 1, median of "
-          "the rounds' errors)")
+          "t_no_DDP x co-run slowdown + copies + all-reduces in context (labkit.ddp.predict); "
+          "error = the larger relative error, median of the rounds' errors)")
     big = batches[-1]
     vs_big = med(per[big]["vs"])
     worst = max(batches, key=lambda b: abs(med(per[b]["err"])))
@@ -163,6 +169,9 @@ def ddp_vs_baseline(batches: list[int], repeats: int, steps: int, warmup: int,
           "(rounds: " + ", ".join(f"{p:.0f}/{m:.0f}" for p, m in zip(cross["predicted"],
                                                                      cross["measured"]))
           + f")   {'error ' + format(100 * (cp - cm) / cm, '+.0f') + '%' if cm == cm else 'n/a'}")
+    print("  the model says whether DDP pays, batch by batch   share right per round: "
+          + ", ".join(f"{a:.2f}" for a in cross["agreement"])
+          + f"   {'PASS' if all(a == 1.0 for a in cross['agreement']) else 'FAIL'}")
 
 
 def main(argv=None) -> int:
@@ -171,13 +180,15 @@ def main(argv=None) -> int:
     p.add_argument("--blocks", type=int, default=40)
     p.add_argument("--steps-per-block", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="torch threads in part 1")
-    p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256, 1024],
+    p.add_argument("--batches", type=int, nargs="+", default=[8, 16, 32, 128],
                    help="part 2: batches per rank (notebook 05's sweep)")
     p.add_argument("--repeats", type=int, default=3, help="part 2: rounds")
-    p.add_argument("--steps", type=int, default=6, help="part 2: steps per run (notebook 05's)")
+    p.add_argument("--steps", type=int, default=5, help="part 2: steps per run (notebook 05's)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads-per-rank", type=int, default=1,
                    help="part 2: threads of every process, the no-DDP one included")
+    p.add_argument("--results-dir", default="results",
+                   help="part 2: where the machine profile is read from (or measured into)")
     args = p.parse_args(argv)
     from labkit.procs import available_cores
 
@@ -186,7 +197,8 @@ def main(argv=None) -> int:
     if args.part in ("harness", "all"):
         harness_overhead("mlp", 64, args.blocks, args.steps_per_block, args.threads)
     if args.part in ("ddp", "all"):
-        ddp_vs_baseline(args.batches, args.repeats, args.steps, args.warmup, args.threads_per_rank)
+        ddp_vs_baseline(args.batches, args.repeats, args.steps, args.warmup, args.threads_per_rank,
+                        args.results_dir)
     print(f"load average after: {os.getloadavg()}")
     return 0
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from labkit import collectives, metrics, results
-from labkit.collectives import formulas, report
+from labkit.collectives import formulas, regimes, report
 from labkit.errors import UsageError
 from labkit.launch import LaunchOptions
 
@@ -61,8 +61,9 @@ def test_fit_with_noise_and_model_error():
     assert a == pytest.approx(100e-6, rel=0.1) and b == pytest.approx(1.5e9, rel=0.1)
     rows = [{"op": "all_reduce", "world_size": 2, "dtype": "float32", "size_bytes": s,
              "time_p50_s": x} for s, x in zip(sizes, t)]
-    fitted = formulas.add_fit(rows)
+    fitted = regimes.add_fit(rows)
     assert all(abs(r["model_error_pct"]) < 5 for r in fitted)
+    assert {r["regime"] for r in fitted} == {"bandwidth"}  # one line fits: no latency regime
     assert fitted[0]["crossover_bytes"] == pytest.approx(2 * a * b)
     assert metrics.model_error_pct(model_s=1.1, measured_s=1.0) == pytest.approx(10.0)
 
@@ -72,7 +73,7 @@ def test_fit_refuses_degenerate_input():
         formulas.fit_alpha_beta("all_reduce", 2, sizes=[8], times=[1e-4])
     with pytest.raises(UsageError):
         formulas.fit_alpha_beta("all_reduce", 1, sizes=[8, 16], times=[1e-4, 1e-4])
-    one_rank = formulas.add_fit([{"op": "all_reduce", "world_size": 1, "size_bytes": 8,
+    one_rank = regimes.add_fit([{"op": "all_reduce", "world_size": 1, "size_bytes": 8,
                               "time_p50_s": 1e-5}])
     assert math.isnan(one_rank[0]["alpha_s"])
 
@@ -117,7 +118,7 @@ def test_cli_bad_input_exit_2(args):
 def test_two_rank_sweep_every_op_checked(tmp_path):
     store = tmp_path / "collectives.json"
     config = collectives.CollectivesConfig(ops=formulas.OPS, min_bytes=8, max_bytes="2M", factor=8,
-                                           iters=5, warmup=1, check=True)
+                                           iters=5, warmup=1, check=True, busy=True)
     df = collectives.run(config, launch=LaunchOptions(nprocs=(2,), progress=False, timeout_s=180),
                          store=store)
     assert set(df.op) == set(formulas.OPS)
@@ -128,8 +129,12 @@ def test_two_rank_sweep_every_op_checked(tmp_path):
         assert r.busbw_gb_per_s == pytest.approx(r.algbw_gb_per_s * formulas.busbw_factor(r.op, 2))
         assert r.time_p10_s <= r.time_p50_s <= r.time_p90_s
     ar = df[df.op == "all_reduce"]
-    assert ar.alpha_s.notna().all() and (ar.beta_gb_per_s > 0).all()
+    assert ar.model_time_s.notna().all() and ar.naive_time_s.notna().all()
+    assert set(ar.regime) <= {"latency", "bandwidth"}
     assert set(ar.columns) >= {"model_time_s", "model_error_pct", "crossover_bytes", "oversubscribed"}
+    # busy: the all-reduce timed again while the cores computed, and they did compute
+    assert ar.busy_time_p50_s.notna().all() and (ar.busy_matmuls > 0).all()
+    assert df[df.op != "all_reduce"].busy_time_p50_s.isna().all()
     # every field a row carries is declared, in memory and as stored (provenance included)
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     stored = results.read_rows(store)

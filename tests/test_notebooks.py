@@ -9,10 +9,9 @@ import json
 import re
 
 import nbformat
-import papermill
 import pytest
 
-from labkit.book.notebooks import parameter_problems, parameters_cell
+from labkit.book.notebooks import inspect_parameters, parameter_problems, parameters_cell
 
 from ._notebook_runs import NOTEBOOKS, load_test_params, run
 
@@ -36,7 +35,7 @@ def test_parameters_cell(path):
     nb = nbformat.read(path, as_version=4)
     _, source = parameters_cell(nb, path)  # exactly one, or UsageError
     assert parameter_problems(source) == [], f"{path.name}: parameters cell is not flat annotated literals"
-    declared = papermill.inspect_notebook(str(path))
+    declared = inspect_parameters(path)
     assert "results_dir" in declared, f"{path.name}: no results_dir parameter"
     for name, info in declared.items():
         assert info["inferred_type_name"] not in ("None", ""), f"{path.name}: {name} has no annotation"

@@ -58,7 +58,10 @@ def prediction(guess, measured: float, *, name: str, unit: str = "", rel: float 
     from labkit.book.laws import symmetric_error_pct
 
     u = f" {unit}" if unit else ""
-    if guess is None:
+    if measured is None or not math.isfinite(float(measured)):
+        text = (f"{name}: not measured in this run (outside what it swept), so your "
+                f"prediction{'' if guess is None else f' of {float(guess):.3g}{u}'} stays open.")
+    elif guess is None:
         text = (f"{name}: measured {measured:.3g}{u}. You gave no prediction: set it in the "
                 "parameters cell and run again.")
     else:

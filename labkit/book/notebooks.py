@@ -92,25 +92,28 @@ def parameter_problems(source: str) -> list[str]:
 
 
 def inspect_parameters(path: str | os.PathLike) -> dict[str, dict]:
-    """The notebook's parameters (papermill's inspection): name -> {inferred_type_name, default, help}.
+    """The notebook's parameters: name -> {name, inferred_type_name, default, help}, read from
+    the ``parameters`` cell's annotated assignments (papermill's own inspection skips a line it
+    cannot parse, such as ``guess: float | None = None``; this one reads every line).
 
     Refuses a notebook without exactly one ``parameters`` cell, naming it.
     """
-    import papermill
+    import ast
 
     nb = read_notebook(path)
-    parameters_cell(nb, path)
-    if not nb.metadata.get("kernelspec", {}).get("name"):
-        # papermill infers parameters through the kernel's language; a notebook saved without
-        # one (written by a script, say) runs on labkit's kernel anyway
-        from papermill.inspection import _infer_parameters
-        from papermill.iorw import load_notebook_node
-
-        node = load_notebook_node(str(path))
-        node.metadata["kernelspec"] = {"name": "python3", "language": "python",
-                                       "display_name": "Python 3"}
-        return {p.name: p._asdict() for p in _infer_parameters(node)}
-    return papermill.inspect_notebook(str(path))
+    _, source = parameters_cell(nb, path)
+    lines = source.splitlines()
+    out = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Name):
+            continue
+        line = lines[node.lineno - 1]
+        comment = line.split("#", 1)[1].strip() if "#" in line[node.end_col_offset:] else ""
+        out[node.target.id] = {"name": node.target.id,
+                               "inferred_type_name": ast.unparse(node.annotation),
+                               "default": ast.unparse(node.value) if node.value else None,
+                               "help": comment}
+    return out
 
 
 _TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
@@ -124,8 +127,10 @@ def check_values(path, declared: dict[str, dict], values: dict, where: str = "")
         raise UsageError(f"{path}: unknown parameter(s) {', '.join(unknown)}{where}; "
                          f"the parameters cell declares: {', '.join(declared) or 'nothing'}")
     for name, value in values.items():
-        ok = _TYPES.get(declared[name].get("inferred_type_name", ""))
-        if ok is None:
+        declared_type = declared[name].get("inferred_type_name", "")
+        optional = declared_type.replace(" ", "").endswith("|None")
+        ok = _TYPES.get(declared_type.split("|")[0].strip())
+        if ok is None or (optional and value is None):
             continue
         # bool is an int subclass: refuse True for an int parameter, and 1 for a bool one
         if not isinstance(value, ok) or (isinstance(value, bool) and bool not in ok):

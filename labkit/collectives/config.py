@@ -21,8 +21,10 @@ class CollectivesConfig:
     fields), by a notebook and by each rank (from the JSON the launcher passes on).
     ``check`` runs every size once more on known inputs and counts the wrong elements (on by
     default here; ``labkit collectives`` turns it on with ``--check``, as nccl-tests' ``-c``).
-    ``fit_min_bytes``: fit α and β on sizes >= this only (0 or None: every size); every size is
-    still predicted.
+    ``fit_min_bytes``: fit α and β on sizes >= this only (0 or None: on the bandwidth regime the
+    sweep shows, :mod:`labkit.collectives.regimes`); every size is still predicted. ``busy``
+    times each all-reduce size a second time while every rank's core also computes (the
+    situation of an all-reduce overlapping backward).
 
     >>> CollectivesConfig(max_bytes="64K").max_bytes
     65536
@@ -40,7 +42,10 @@ class CollectivesConfig:
     dtype: str = option("float32", "float32 float64 int32 int64")
     check: bool = option(True, "count wrong elements (#wrong)", cli=False)
     fit_min_bytes: int | str | None = option(
-        None, "fit α, β on sizes >= this (default: all)", parse=str)
+        None, "fit α, β on sizes >= this (default: the bandwidth regime the sweep shows)",
+        parse=str)
+    busy: bool = option(False, "time every all-reduce size once more while a thread in every "
+                               "rank keeps its core computing", cli=False)
 
     def __post_init__(self):
         object.__setattr__(self, "ops", distinct_choices("op", self.ops, OPS))
@@ -57,3 +62,74 @@ class CollectivesConfig:
         fit_min = self.fit_min_bytes
         object.__setattr__(self, "fit_min_bytes",
                            0 if fit_min in (None, 0, "0") else parse_size(fit_min))
+
+
+#: rough costs on a small CPU machine (gloo), for the estimate made before a launch: the
+#: notebook's own start, imports and figure; one launch of 2 ranks (start, import torch,
+#: rendezvous); one collective call's latency and copy bandwidth on a loaded core
+OVERHEAD_S = 5.0
+LAUNCH_S = 3.5
+CALL_ALPHA_S = 5e-4
+CALL_BETA_BYTES_PER_S = 1e9
+
+
+def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
+    """Seconds a notebook running this sweep takes, estimated before anything launches.
+
+    Per world size: a launch (longer when ranks outnumber cores), then per op and size
+    ``warmup + iters`` calls (one more with ``check``; the all-reduce twice with ``busy``, the
+    busy pass twice as slow), each ``α + S/β``; with more ranks than cores every call takes
+    ranks/cores times longer. The defaults of notebook 06 on 2 cores:
+
+    >>> round(estimate_s(CollectivesConfig(ops=("all_reduce", "all_gather", "broadcast"),
+    ...       max_bytes="8M", factor=4, iters=10, warmup=3, busy=True), [2], cores=2), 1)
+    9.7
+    >>> round(estimate_s(CollectivesConfig(max_bytes="8M", factor=4), [2, 4], cores=2), 1)
+    23.8
+    """
+    from labkit.collectives.formulas import size_sweep
+
+    total = OVERHEAD_S
+    for n in world_sizes:
+        over = max(1.0, n / max(1, cores))
+        total += LAUNCH_S * max(1.0, n / 2) * over
+        calls = config.warmup + config.iters + (1 if config.check else 0)
+        for op in config.ops:
+            passes = 3 if (config.busy and op == "all_reduce") else 1  # busy: 1 + 2 (slower)
+            for size, _ in size_sweep(op, n, config.min_bytes, config.max_bytes, config.factor,
+                                      config.dtype):
+                total += passes * calls * over * (CALL_ALPHA_S + size / CALL_BETA_BYTES_PER_S)
+    return total
+
+
+def check_budget(config: CollectivesConfig, world_sizes, *, budget_s: float, cores: int) -> float:
+    """The estimate (:func:`estimate_s`), or a one-line :class:`UsageError` before any launch
+    when it is over ``budget_s``, saying what to change.
+
+    >>> check_budget(CollectivesConfig(max_bytes="64M"), [2, 4], budget_s=10, cores=2)
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: this sweep is estimated at 34 s on 2 cores, over this notebook's budget of 10 s: sweep world size 2 only (4 ranks share 2 cores: run `labkit collectives --nproc 2 4` in a terminal) and lower max_bytes (64M) or iters (20), raise factor (2)
+    """
+    est = estimate_s(config, world_sizes, cores=cores)
+    if est <= budget_s:
+        return est
+    fixes = []
+    if len(world_sizes) > 1 or any(n > cores for n in world_sizes):
+        ok = [n for n in world_sizes if n <= cores][:1] or [min(2, cores)]
+        why = (f"{max(world_sizes)} ranks share {cores} cores" if max(world_sizes) > cores
+               else "each world size is a launch")
+        fixes.append(f"sweep world size {ok[0]} only ({why}: run `labkit collectives --nproc "
+                     f"{' '.join(map(str, world_sizes))}` in a terminal)")
+    fixes.append(f"lower max_bytes ({_size_text(config.max_bytes)}) or iters ({config.iters}), "
+                 f"raise factor ({config.factor:g})"
+                 + (" or sweep fewer ops" if len(config.ops) > 1 else ""))
+    raise UsageError(f"this sweep is estimated at {est:.0f} s on {cores} cores, over this "
+                     f"notebook's budget of {budget_s:g} s: {' and '.join(fixes)}")
+
+
+def _size_text(size: int) -> str:
+    for unit, k in (("G", 30), ("M", 20), ("K", 10)):
+        if size >= 1 << k and size % (1 << k) == 0:
+            return f"{size >> k}{unit}"
+    return str(size)

@@ -1,8 +1,8 @@
 """Collectives math: nccl-tests bandwidths, the α–β (latency–bandwidth) model and its fit.
 
 Pure (no torch): the host validates sizes with :func:`parse_size` before it launches
-(:class:`labkit.collectives.config.CollectivesConfig`), :func:`add_fit` puts the fitted model
-beside each measured row, and the performance model (``labkit.perfmodel.model``) prices its
+(:class:`labkit.collectives.config.CollectivesConfig`), :mod:`labkit.collectives.regimes` fits
+the model where it applies, and the performance model (``labkit.perfmodel.model``) prices its
 collectives with :func:`collective_time`.
 
 Conventions of nccl-tests, kept so numbers compare with theirs:
@@ -32,7 +32,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from labkit.errors import UsageError
-from labkit.metrics import model_error_pct
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 DTYPE_BYTES = {"float32": 4, "float64": 8, "int32": 4, "int64": 8}
@@ -232,39 +231,3 @@ def size_sweep(op: str, world_size: int, min_bytes: int, max_bytes: int, factor:
         size *= factor
     return out
 
-
-def add_fit(rows: list[dict], min_fit_bytes: int = 0) -> list[dict]:
-    """Fit α, β per (op, world_size, dtype) over measured rows and add the model beside each.
-
-    Reads ``op, world_size, dtype, size_bytes, time_p50_s``; adds ``alpha_s``,
-    ``beta_gb_per_s``, ``model_time_s``, ``model_busbw_gb_per_s``, ``model_error_pct`` and
-    ``crossover_bytes``. Rows of a 1-rank world (nothing moves) get NaN. Sizes below
-    ``min_fit_bytes`` are predicted but not fitted. Returns new dicts; the input is unchanged.
-    """
-    out = [dict(r) for r in rows]
-    groups: dict[tuple, list[dict]] = {}
-    for r in out:
-        groups.setdefault((r["op"], r["world_size"], r.get("dtype")), []).append(r)
-    for (op, n, _), part in groups.items():
-        used = [r for r in part if r["size_bytes"] >= min_fit_bytes] or part
-        try:
-            alpha, beta = fit_alpha_beta(op, n, sizes=[r["size_bytes"] for r in used],
-                                         times=[r["time_p50_s"] for r in used])
-        except UsageError:
-            alpha = beta = math.nan
-        for r in part:
-            fitted = math.isfinite(beta)
-            t = (collective_time(op=op, ranks=n, size_bytes=r["size_bytes"], alpha_s=alpha,
-                                 beta_bytes_per_s=beta) if fitted else math.nan)
-            r.update({
-                "alpha_s": alpha,
-                "beta_gb_per_s": beta / 1e9 if fitted else math.nan,
-                "model_time_s": t,
-                "model_busbw_gb_per_s": busbw_gb_per_s(op=op, ranks=n, size_bytes=r["size_bytes"],
-                                                       time_s=t) if fitted else math.nan,
-                "model_error_pct": (model_error_pct(model_s=t, measured_s=r["time_p50_s"])
-                                    if fitted else math.nan),
-                "crossover_bytes": (crossover_bytes(op, n, alpha_s=alpha, beta_bytes_per_s=beta)
-                                    if fitted else math.nan),
-            })
-    return out

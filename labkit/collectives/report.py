@@ -29,12 +29,22 @@ COLUMNS = (
     Column("algbw_gb_per_s", "GB/s", "algorithm bandwidth S / time_p50_s"),
     Column("busbw_gb_per_s", "GB/s", "bus bandwidth: algbw x factor(op, N), nccl-tests' busbw"),
     Column("wrong", "", "elements that differ from the exact answer, all ranks (None: not checked)"),
-    Column("alpha_s", "s", "fitted per-message latency α of the op at this world size"),
-    Column("beta_gb_per_s", "GB/s", "fitted link bandwidth β"),
-    Column("model_time_s", "s", "the α–β model's time at this size"),
-    Column("model_busbw_gb_per_s", "GB/s", "the α–β model's busbw at this size"),
+    Column("busy_time_p50_s", "s", "median all-reduce time while a thread in every rank keeps "
+                                    "its core computing (None: not measured)"),
+    Column("busy_time_p10_s", "s", "10th percentile of the busy call times"),
+    Column("busy_time_p90_s", "s", "90th percentile of the busy call times"),
+    Column("busy_matmuls", "", "matrix products rank 0's busy thread finished while timed"),
+    Column("regime", "", "bandwidth (on the α–β line) or latency (below it: the floor)"),
+    Column("alpha_s", "s", "per-message latency α fitted to the op's bandwidth regime"),
+    Column("beta_gb_per_s", "GB/s", "link bandwidth β fitted to the op's bandwidth regime"),
+    Column("floor_s", "s", "the latency regime's model: the median p50 of its sizes"),
+    Column("model_time_s", "s", "the regime-aware model: the α–β line, or the floor below it"),
+    Column("model_busbw_gb_per_s", "GB/s", "the model's busbw at this size"),
     Column("model_error_pct", "%", "100 (model_time_s - time_p50_s) / time_p50_s"),
-    Column("crossover_bytes", "bytes", "size above which the bandwidth term dominates"),
+    Column("crossover_bytes", "bytes", "S* of the bandwidth regime's line: above it the "
+                                       "bandwidth term dominates"),
+    Column("naive_time_s", "s", "one α–β line fitted through every size, at this size"),
+    Column("naive_error_pct", "%", "100 (naive_time_s - time_p50_s) / time_p50_s"),
     *DEVICE_MEMORY_COLUMNS,
 )
 
@@ -58,8 +68,10 @@ def wrong_elements(df) -> int:
 
 def nccl_tests_table(df, *, warmup: int | None = None) -> str:
     """The sweep as nccl-tests prints it, one block per (op, world size): size, count, type,
-    redop, root, time (p50, p10, p90), algbw, busbw, #wrong, and the α–β model's time and
-    error; under each block the fit (α, β, crossover) and the average bus bandwidth.
+    redop, root, time (p50, p10, p90), algbw, busbw, #wrong, and the regime-aware model's time
+    and error; under each block the bandwidth regime's fit (α, β, S*), the latency regime's
+    floor, the median errors of the model and of one line through every size, and the average
+    bus bandwidth.
     ``warmup``: the untimed calls per size, for the block header (rows do not carry it).
     """
     lines = []
@@ -81,9 +93,19 @@ def nccl_tests_table(df, *, warmup: int | None = None) -> str:
                 f"{r.time_p50_s * 1e6:>9.1f} {r.time_p10_s * 1e6:>9.1f} "
                 f"{r.time_p90_s * 1e6:>9.1f} {r.algbw_gb_per_s:>7.3f} {r.busbw_gb_per_s:>7.3f} "
                 f"{wrong:>6} {r.model_time_s * 1e6:>9.1f} {r.model_error_pct:>7.1f}")
-        lines.append(f"# α–β fit: α = {r0.alpha_s * 1e6:.1f} us, β = {r0.beta_gb_per_s:.3f} GB/s; "
-                     f"bandwidth dominates above {r0.crossover_bytes / 1024:.0f} KiB; "
-                     f"median |model error| {part.model_error_pct.abs().median():.1f}%")
+        band = part[part.regime == "bandwidth"] if "regime" in part else part.iloc[:0]
+        if len(band):
+            lines.append(f"# α–β fit on the bandwidth regime (>= {int(band.size_bytes.min())} B):"
+                         f" α = {r0.alpha_s * 1e6:.1f} us, β = {r0.beta_gb_per_s:.3f} GB/s; "
+                         f"S* = {r0.crossover_bytes / 1024:.0f} KiB")
+        else:
+            lines.append("# no bandwidth regime: no α–β line fits the largest sizes")
+        if len(band) < len(part):
+            below = f"< {int(band.size_bytes.min())} B" if len(band) else "every size"
+            lines.append(f"# latency regime ({below}): floor {r0.floor_s * 1e6:.1f} us "
+                         "(median p50)")
+        lines.append(f"# median |model error| {part.model_error_pct.abs().median():.1f}%, one "
+                     f"line through every size {part.naive_error_pct.abs().median():.1f}%")
         lines.append(f"# Avg bus bandwidth    : {part.busbw_gb_per_s.mean():.4f} GB/s")
     return "\n".join(lines)
 

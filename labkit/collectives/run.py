@@ -2,7 +2,8 @@
 
 One torchrun launch per world size sweeps every op over every size
 (:mod:`labkit.collectives.worker`); the rows come back with the α–β model fitted per
-(op, world size, dtype) beside each measurement (:func:`labkit.collectives.formulas.add_fit`)
+(op, world size, dtype) beside each measurement (:func:`labkit.collectives.regimes.add_fit`:
+α–β where it applies, the floor below it)
 and, with a ``store``, are upserted into that results file under
 :data:`labkit.collectives.report.KEY`.
 """
@@ -25,7 +26,7 @@ def run(config: CollectivesConfig, launch: LaunchOptions | None = None, store=No
     import pandas as pd
 
     from labkit import results
-    from labkit.collectives.formulas import add_fit
+    from labkit.collectives.regimes import add_fit
     from labkit.collectives.report import KEY
     from labkit.launch import launch_lab
 

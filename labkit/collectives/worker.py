@@ -9,8 +9,11 @@ Per size: ``warmup`` untimed calls, one barrier, then ``iters`` calls back to ba
 stamping the clock after every call (no barrier in between, so what is timed is the collective
 in steady state, as in a plain loop). A call's time is the slowest rank's; rows carry its
 median and p10/p90. ``check`` runs the op once more on known inputs and counts the elements
-that differ from the exact answer, summed over ranks (``wrong``). Buffers live on the rank's
-device; each row carries the size's device memory peak (None on a CPU).
+that differ from the exact answer, summed over ranks (``wrong``). With ``busy`` every all-reduce
+size is then timed once more, on the same buffer, while a thread in every rank keeps its core
+computing matrix products (the machine profile's busy context: what backward does to an
+all-reduce it overlaps). Buffers live on the rank's device; each row carries the size's device
+memory peak (None on a CPU).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from labkit import runtime, timing
 from labkit.collectives.config import CollectivesConfig
 from labkit.collectives.formulas import algbw_gb_per_s, busbw_gb_per_s, size_sweep
 from labkit.harness import worker_main
+from labkit.machine.config import MachineConfig
+from labkit.machine.worker import Busy
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
           "int64": torch.int64}
@@ -108,6 +113,17 @@ def on_rank(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
             wrong = count_wrong(op, count, rt, dtype) if cfg.check else None
             peak = runtime.max_device_peak_bytes(rt.device)
             p10, p50, p90 = (float(np.percentile(steps, q)) for q in (10, 50, 90))
+            busy = {"busy_time_p50_s": None, "busy_time_p10_s": None, "busy_time_p90_s": None,
+                    "busy_matmuls": None}
+            if cfg.busy and op == "all_reduce":
+                with Busy(MachineConfig().busy_n, rt.device) as spin:
+                    done = spin.count
+                    busy_steps, _ = timing.slowest_step_times(time_op(op, inp, out, cfg,
+                                                                      rt.device))
+                    done = spin.count - done
+                busy = {f"busy_time_p{q}_s": float(np.percentile(busy_steps, q))
+                        for q in (50, 10, 90)}
+                busy["busy_matmuls"] = int(done)
             rows.append({
                 "op": op, "world_size": rt.world_size, "size_bytes": size, "count": count,
                 "dtype": cfg.dtype, "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none",
@@ -117,7 +133,7 @@ def on_rank(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
                 "algbw_gb_per_s": algbw_gb_per_s(size_bytes=size, time_s=p50),
                 "busbw_gb_per_s": busbw_gb_per_s(op=op, ranks=rt.world_size, size_bytes=size,
                                                   time_s=p50),
-                "wrong": wrong,
+                "wrong": wrong, **busy,
                 "device_memory_peak_bytes": peak,
             })
             runtime.print0(f"{op} {size} B: {p50 * 1e6:.1f} us")

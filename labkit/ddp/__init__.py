@@ -12,7 +12,10 @@ Read in this order:
   encoder, and seeded synthetic batches;
 * :mod:`~labkit.ddp.train` (rank side) -- one optimizer step, DDP's wrapper, replica drift;
 * :mod:`~labkit.ddp.formulas` (pure) -- exposed communication, overlap, speedup and efficiency,
-  the model of a DDP step and the crossover batch;
+  the sum of a DDP step and the crossover batch;
+* :mod:`~labkit.ddp.predict` (pure) -- the model of a DDP step on this machine from its machine
+  profile (the co-run slowdown, the all-reduces in context), and the measured split;
+* :mod:`~labkit.ddp.budget` (pure) -- notebook 05's run time estimated before launch;
 * :mod:`~labkit.ddp.worker` (rank side) -- one launch: baseline, DDP and breakdown per batch;
 * :mod:`~labkit.ddp.run` (host side) -- :func:`run`, what notebook 05 and ``labkit ddp`` call;
 * :mod:`~labkit.ddp.verdicts` (pure) -- the sentences a sweep's numbers say;
@@ -23,8 +26,9 @@ Read in this order:
 package imports nothing heavy (no torch), so ``labkit diff`` never pays for it.
 """
 
-from labkit.ddp import diff, formulas, plots, report, verdicts
+from labkit.ddp import budget, diff, formulas, plots, predict, report, verdicts
 from labkit.ddp.config import DDPConfig
 from labkit.ddp.run import run
 
-__all__ = ["DDPConfig", "diff", "formulas", "plots", "report", "run", "verdicts"]
+__all__ = ["DDPConfig", "budget", "diff", "formulas", "plots", "predict", "report", "run",
+           "verdicts"]

@@ -2,7 +2,9 @@
 
 ``labkit ddp``'s flags are :class:`~labkit.ddp.config.DDPConfig`'s fields (in the groups
 "workload" and "DDP") and the shared launch flags; the command builds the config, runs
-:func:`labkit.ddp.run.run` and prints :mod:`labkit.ddp.report`'s tables.
+:func:`labkit.ddp.run.run` and prints :mod:`labkit.ddp.report`'s tables; where this run has a
+machine profile (``$LABKIT_MACHINE_PROFILE``, or ``machine_profile.json`` beside ``--json``;
+``labkit calibrate`` measures one) also the model of a DDP step beside the measurement.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def cmd_ddp(args) -> int:
 
     # validate everything before anything launches or is written
     config = config_from_args(DDPConfig, args)
-    df = run(config, launch=launch_options(args), store=args.json)
+    launch = launch_options(args)
+    prof = _profile(args.json)
+    df = run(config, launch=launch, store=args.json, profile=prof)
     print(report.benchmark_table(df))
     print()
     print_frame(report.scaling_frame(df), floatfmt="{:.3g}")
@@ -63,7 +67,14 @@ def cmd_ddp(args) -> int:
         print(verdicts.model_sentence(pred["batch"], pred["error_pct"]))
         if len(pred) >= 2:
             print(verdicts.pays_sentence(pred["batch"], pred["measured"], ranks=n))
-            print(verdicts.crossover_sentence(report.crossover(df, n)))
+            cross = report.crossover(df, n)
+            print(verdicts.crossover_sentence(cross))
+            print(verdicts.agreement_sentence(cross["batches"], cross["predicted_speedups"],
+                                              cross["measured_speedups"]))
+    elif prof is None:
+        print("\n(no model of the DDP step: it needs this machine's profile, "
+              "`labkit calibrate --json results/machine_profile.json`, then --json "
+              "results/ddp.json)")
     print()
     print(report.placement_table(df))
     if df["oversubscribed"].any():
@@ -75,6 +86,22 @@ def cmd_ddp(args) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _profile(json_path):
+    """The machine profile of this run ($LABKIT_MACHINE_PROFILE, else the one beside the results
+    file), or None: a terminal command does not spend seconds measuring one unasked."""
+    import os
+
+    from labkit import machine
+    from labkit.errors import UsageError
+
+    if not json_path and not os.environ.get(machine.ENV):
+        return None
+    try:
+        return machine.profile(os.path.dirname(os.path.abspath(json_path or ".")), measure=False)
+    except UsageError:
+        return None
 
 
 def cmd_diff(args) -> int:

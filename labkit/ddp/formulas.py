@@ -12,17 +12,17 @@ algbw_gb_per_s`, :func:`~labkit.collectives.formulas.busbw_gb_per_s`, nccl-tests
 From them: the *exposed* communication ``t_ddp - t_nosync`` (what the all-reduce adds to a step),
 and the *overlap* ``1 - exposed / t_ar`` (the share of a full all-reduce hidden behind backward).
 
-The model of a DDP step, from measured parts (:func:`ddp_step_time`)::
+The sum of a DDP step (:func:`ddp_step_time`)::
 
     t_DDP(b) = t_c(b) + t_copy + max(0, t_ar - t_window)
 
-``t_c(b)``: compute at ``b`` samples per rank (the ``no_sync`` step); ``t_ar``: the all-reduce of
-every gradient bucket, α–β (:func:`comm_time`); ``t_copy``: DDP's copies of the gradients into
-its buckets and back; ``t_window``: the backward time the all-reduce can hide behind
-(:func:`overlap_window`). Against one process without DDP (:func:`ddp_speedup`):
-``N t_no_ddp(b) / t_DDP(b)``; with step times linear in the batch (:func:`fit_step_time`) the
-batch where that is 1 follows in closed form (:func:`predicted_crossover_batch`), and the
-measured one from a sweep (:func:`crossover_batch`).
+``t_c(b)``: compute at ``b`` samples per rank; ``t_ar``: the all-reduces of the gradient
+buckets; ``t_copy``: DDP's copies of the gradients into its buckets and back; ``t_window``: the
+backward time the all-reduce can hide behind (:func:`overlap_window`). The lab's model of each
+term on this machine, from its machine profile, is :mod:`labkit.ddp.predict`. Against one process
+without DDP (:func:`ddp_speedup`): ``N t_no_ddp(b) / t_DDP(b)``; with step times linear in the
+batch (:func:`fit_step_time`) the batch where that is 1 follows in closed form
+(:func:`predicted_crossover_batch`), and the measured one from a sweep (:func:`crossover_batch`).
 """
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from labkit.collectives.formulas import allreduce_time
 from labkit.config import positive_int, positive_number
 from labkit.errors import UsageError
-from labkit.metrics import model_error_pct
 
 
 def exposed_comm_s(ddp_step_s: float, nosync_step_s: float) -> float:
@@ -60,7 +58,8 @@ def overlap_fraction(exposed_s: float, allreduce_s: float) -> float:
     return min(1.0, max(0.0, 1.0 - exposed_s / positive_number("all-reduce time", allreduce_s)))
 
 
-def _get(row: dict, key: str) -> float:
+def row_value(row: dict, key: str) -> float:
+    """A row's finite number, else NaN (a missing or non-numeric field)."""
     v = row.get(key)
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
@@ -80,18 +79,19 @@ def add_scaling_columns(rows: Iterable[dict]) -> list[dict]:
     [1.0, 0.5]
     """
     rows = [dict(r) for r in rows]
-    ref = _references(rows, "ddp", world_size=1)
-    base = _references(rows, "no_ddp")
-    whole = _references(rows, "no_ddp_all_cores")
+    ref = references(rows, "ddp", world_size=1)
+    base = references(rows, "no_ddp")
+    whole = references(rows, "no_ddp_all_cores")
     for r in rows:
-        n, t = int(r.get("world_size") or 1), _get(r, "step_time_p50_s")
-        t1 = _get(ref.get(_bench(r), {}), "step_time_p50_s")
-        t0 = _get(base.get(_bench(r), {}), "step_time_p50_s")
+        n, t = int(r.get("world_size") or 1), row_value(r, "step_time_p50_s")
+        t1 = row_value(ref.get(benchmark_key(r), {}), "step_time_p50_s")
+        t0 = row_value(base.get(benchmark_key(r), {}), "step_time_p50_s")
         r["speedup"] = n * t1 / t if r.get("variant") == "ddp" else math.nan
         r["scaling_efficiency"] = t1 / t if r.get("variant") == "ddp" else math.nan
         r["speedup_vs_no_ddp"] = n * t0 / t
         if r.get("variant") == "ddp" and whole:
-            r["speedup_vs_all_cores"] = n * _get(whole.get(_bench(r), {}), "step_time_p50_s") / t
+            tw = row_value(whole.get(benchmark_key(r), {}), "step_time_p50_s")
+            r["speedup_vs_all_cores"] = n * tw / t
     return rows
 
 
@@ -102,12 +102,14 @@ BENCHMARK = ("model", "input_dim", "hidden_dim", "output_dim", "num_layers", "im
              "static_graph", "gradient_as_bucket_view", "device")
 
 
-def _bench(r: dict) -> tuple:
+def benchmark_key(r: dict) -> tuple:
+    """What makes two rows the same benchmark (:data:`BENCHMARK`)."""
     return tuple(str(r.get(k)) for k in BENCHMARK)
 
 
-def _references(rows: list[dict], variant: str, **equal) -> dict:
-    return {_bench(r): r for r in rows if r.get("variant") == variant
+def references(rows: list[dict], variant: str, **equal) -> dict:
+    """The rows of ``variant`` (with the given fields) by their benchmark."""
+    return {benchmark_key(r): r for r in rows if r.get("variant") == variant
             and all(r.get(k) == v for k, v in equal.items())}
 
 
@@ -130,7 +132,7 @@ def ddp_step_time(*, compute_s: float, allreduce_s: float, bucket_copy_s: float 
         t_DDP = t_c + t_copy + max(0, t_ar - t_window)
 
     ``compute_s``: the step without the all-reduce (its ``no_sync`` step); ``allreduce_s``: the
-    all-reduce of every gradient bucket (:func:`comm_time`); ``bucket_copy_s``: DDP copying each
+    all-reduces of every gradient bucket; ``bucket_copy_s``: DDP copying each
     gradient into its bucket (scaled by 1/N) and back, work on the cores that compute, so never
     hidden; ``overlap_window_s``: the part of backward the all-reduce can run behind
     (:func:`overlap_window`). Left out: DDP's fixed costs per step (its hooks, waking a rank
@@ -151,22 +153,6 @@ def ddp_step_time(*, compute_s: float, allreduce_s: float, bucket_copy_s: float 
             + max(0.0, allreduce_s - overlap_window_s))
 
 
-def comm_time(*, bucket_bytes, ranks: int, alpha_s: float, beta_bytes_per_s: float) -> float:
-    """The all-reduces of one DDP step: one per bucket, each α–β
-    (:func:`labkit.collectives.formulas.allreduce_time`), one after the other. One 16.8 MB
-    bucket, or four of 4.2 MB (three more latencies), on 2 ranks at α = 50 µs, β = 1 GB/s:
-
-    >>> round(comm_time(bucket_bytes=[16_834_600], ranks=2, alpha_s=50e-6,
-    ...                 beta_bytes_per_s=1e9) * 1e3, 3)
-    16.935
-    >>> round(comm_time(bucket_bytes=[4_239_400] + [4_198_400] * 3, ranks=2, alpha_s=50e-6,
-    ...                 beta_bytes_per_s=1e9) * 1e3, 3)
-    17.235
-    """
-    return float(sum(allreduce_time(size_bytes=s, ranks=ranks, alpha_s=alpha_s,
-                                    beta_bytes_per_s=beta_bytes_per_s) for s in bucket_bytes))
-
-
 def overlap_window(*, compute_s: float, bucket_bytes) -> float:
     """The backward time a DDP step's all-reduce can hide behind::
 
@@ -177,9 +163,9 @@ def overlap_window(*, compute_s: float, bucket_bytes) -> float:
     ``S_first / S`` of the gradients, and the all-reduces run beside the rest of backward
     (about 2/3 of the compute: backward does twice the forward's products); the last bucket's
     all-reduce never overlaps. One bucket (DDP's default cap of 25 MB holds all 16.8 MB of the
-    lab's MLP) leaves no window. CPU ranks overlap too: gloo's all-reduce over TCP spends much
-    of its time waiting for the other rank and little of it computing, so it takes little
-    from the core that runs backward beside it.
+    lab's MLP) leaves no window. The window is time the all-reduce *can* hide in: it hides
+    only where something else runs it (a GPU's copy engines and NCCL's kernels, or a spare
+    core for gloo; :func:`labkit.ddp.predict.spare_core`).
 
     >>> overlap_window(compute_s=0.3, bucket_bytes=[16e6])
     0.0
@@ -265,62 +251,6 @@ def crossover_batch(batches, speedups) -> float:
     (b0, s0), (b1, s1) = pairs[below[-1]], pairs[below[-1] + 1]
     f = (1.0 - s0) / (s1 - s0)
     return math.exp(math.log(b0) + f * (math.log(b1) - math.log(b0)))
-
-
-def add_prediction_columns(rows: Iterable[dict]) -> list[dict]:
-    """DDP rows with the model's step time and speedup beside the measured ones.
-
-    Needs the breakdown (``nosync_step_time_p50_s``, the bucket copies) and, on more than one
-    rank, the α–β fit of the same row (``allreduce_alpha_s``, ``allreduce_beta_bytes_per_s``)
-    and DDP's bucket sizes (else one bucket of all the gradient bytes); without a fit, the
-    measured all-reduce of all the gradient bytes stands for the buckets' all-reduces. Adds
-    ``model_comm_s`` (:func:`comm_time`), ``model_overlap_window_s``, ``predicted_step_time_s``
-    (:func:`ddp_step_time`), ``predicted_step_error_pct``, and with a no-DDP row of the same
-    benchmark ``predicted_speedup_vs_no_ddp`` and ``predicted_speedup_error_pct`` (100 (predicted
-    - measured) / measured). Rows it cannot model are left as they are.
-
-    >>> rows = [{"variant": "no_ddp", "world_size": 1, "step_time_p50_s": 0.030, "device": "cpu"},
-    ...         {"variant": "ddp", "world_size": 2, "step_time_p50_s": 0.060, "device": "cpu",
-    ...          "nosync_step_time_p50_s": 0.035, "bucket_copy_time_p50_s": 0.006,
-    ...          "grad_bytes": 16_000_000, "allreduce_alpha_s": 0.0,
-    ...          "allreduce_beta_bytes_per_s": 1e9}]
-    >>> r = add_prediction_columns(add_scaling_columns(rows))[1]
-    >>> round(r["predicted_step_time_s"], 3), round(r["predicted_speedup_vs_no_ddp"], 3)
-    (0.057, 1.053)
-    >>> round(r["speedup_vs_no_ddp"], 3), round(r["predicted_speedup_error_pct"], 1)
-    (1.0, 5.3)
-    """
-    rows = [dict(r) for r in rows]
-    base = _references(rows, "no_ddp")
-    for r in rows:
-        t_c = _get(r, "nosync_step_time_p50_s")
-        if r.get("variant") != "ddp" or not t_c > 0:
-            continue
-        n = int(r.get("world_size") or 1)
-        buckets = r.get("bucket_bytes") or [r.get("grad_bytes")]
-        alpha, beta = _get(r, "allreduce_alpha_s"), _get(r, "allreduce_beta_bytes_per_s")
-        if n == 1:
-            comm = 0.0  # one rank moves nothing
-        elif alpha >= 0 and beta > 0 and all(isinstance(b, (int, float)) for b in buckets):
-            comm = comm_time(bucket_bytes=buckets, ranks=n, alpha_s=alpha, beta_bytes_per_s=beta)
-        elif _get(r, "allreduce_time_p50_s") > 0:  # no α–β fit (noise): the measured one
-            comm = _get(r, "allreduce_time_p50_s")
-        else:
-            continue
-        copy = _get(r, "bucket_copy_time_p50_s")
-        window = overlap_window(compute_s=t_c, bucket_bytes=buckets)
-        step = ddp_step_time(compute_s=t_c, allreduce_s=comm,
-                             bucket_copy_s=copy if copy >= 0 else 0.0, overlap_window_s=window)
-        t = _get(r, "step_time_p50_s")
-        r.update(model_comm_s=comm, model_overlap_window_s=window, predicted_step_time_s=step,
-                 predicted_step_error_pct=model_error_pct(model_s=step, measured_s=t))
-        t0 = _get(base.get(_bench(r), {}), "step_time_p50_s")
-        if t0 > 0:
-            pred = ddp_speedup(ranks=n, noddp_step_s=t0, ddp_step_s=step)
-            r.update(predicted_speedup_vs_no_ddp=pred,
-                     predicted_speedup_error_pct=model_error_pct(
-                         model_s=pred, measured_s=r["speedup_vs_no_ddp"]))
-    return rows
 
 
 def param_count(*, model: str, input_dim: int, hidden_dim: int, output_dim: int,

@@ -2,7 +2,8 @@
 
 :data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
 results file upserts by; :func:`select` and :func:`one` the selections notebooks make;
-:func:`prediction_frame` and :func:`crossover` the model of a DDP step beside the measurement;
+:func:`prediction_frame` and :func:`crossover` the model of a DDP step beside the measurement
+(:mod:`labkit.ddp.predict`);
 the sentences that state a verdict from those numbers live in :mod:`labkit.ddp.verdicts`.
 
 :func:`benchmark_table` copies the layout of PyTorch's ``benchmarks/distributed/ddp/benchmark.py``: one
@@ -90,14 +91,21 @@ COLUMNS = (
     Column("allreduce_fit_times_s", "s", "their p50 times over the slowest rank (a list)"),
     Column("allreduce_alpha_s", "s", "α of the fit: latency of one ring step"),
     Column("allreduce_beta_bytes_per_s", "B/s", "β of the fit: bandwidth"),
-    Column("model_comm_s", "s", "the model's all-reduces of one step: α–β of each bucket, summed"),
+    Column("compute_slowdown", "", "the profile's co-run slowdown of N ranks computing at once"),
+    Column("model_compute_s", "s", "the model's compute: the no-DDP step alone x compute_slowdown"),
+    Column("model_copies_s", "s", "the model's copies: gradient bytes copied at the profile's rate"),
+    Column("model_comm_s", "s",
+           "the model's all-reduces of one step, in context (busy during backward, idle after)"),
     Column("model_overlap_window_s", "s", "backward time the model lets the all-reduce hide behind"),
+    Column("model_exposed_comm_s", "s", "the model's all-reduce time the window does not hide"),
     Column("predicted_step_time_s", "s",
-           "the model: nosync step + bucket copies + max(0, model_comm - window)"),
-    Column("predicted_step_error_pct", "%", "100 (predicted - measured) / measured step time"),
+           "the model: model_compute + model_copies + model_exposed_comm"),
+    Column("predicted_step_error_pct", "%",
+           "the predicted step time's symmetric error (labkit.book.laws.symmetric_error_pct)"),
     Column("predicted_speedup_vs_no_ddp", "", "N t_no_ddp / predicted_step_time_s"),
     Column("predicted_speedup_error_pct", "%",
-           "100 (predicted - measured) / measured speedup against no DDP"),
+           "the predicted speedup's symmetric error against no DDP"),
+    Column("predicted_speedup", "", "N t1 / predicted_step_time_s against 1-rank DDP"),
     *DEVICE_MEMORY_COLUMNS,
 )
 
@@ -244,10 +252,11 @@ def placement_table(df) -> str:
 
 def prediction_frame(df, world_size: int | None = None):
     """The model of a DDP step beside the measurement, one row per batch per rank, at
-    ``world_size`` ranks (default: the largest): the no-DDP step, the compute (``no_sync``
-    step), the model's all-reduce (α–β per bucket), DDP's bucket copies and the overlap window,
-    predicted and measured DDP step (ms), predicted and measured speedup against no DDP and the
-    error (%). ``df``: :func:`labkit.ddp.run.run` rows (with the breakdown)."""
+    ``world_size`` ranks (default: the largest): the no-DDP step alone, the model's compute
+    (that x the co-run slowdown), copies, all-reduce in context and the window, predicted and
+    measured DDP step (ms), the measured compute (``no_sync`` step on N ranks), predicted and
+    measured speedup against no DDP and the error (%). ``df``: :func:`labkit.ddp.run.run` rows
+    with the model (:func:`labkit.ddp.predict.add_prediction_columns`)."""
     import pandas as pd
 
     n = top_world_size(df, world_size)
@@ -258,12 +267,14 @@ def prediction_frame(df, world_size: int | None = None):
         out.append({
             "batch": b,
             "no_ddp_ms": ms(base.get(b, math.nan)),
-            "compute_ms": ms(r.get("nosync_step_time_p50_s", math.nan)),
+            "slowdown": r.get("compute_slowdown", math.nan),
+            "compute_ms": ms(r.get("model_compute_s", math.nan)),
+            "copies_ms": ms(r.get("model_copies_s", math.nan)),
             "allreduce_ms": ms(r.get("model_comm_s", math.nan)),
-            "copies_ms": ms(r.get("bucket_copy_time_p50_s", math.nan)),
             "window_ms": ms(r.get("model_overlap_window_s", math.nan)),
             "predicted_ms": ms(r.get("predicted_step_time_s", math.nan)),
             "measured_ms": ms(r["step_time_p50_s"]),
+            "measured_compute_ms": ms(r.get("nosync_step_time_p50_s", math.nan)),
             "predicted": r.get("predicted_speedup_vs_no_ddp", math.nan),
             "measured": r.get("speedup_vs_no_ddp", math.nan),
             "error_pct": r.get("predicted_speedup_error_pct", math.nan),
@@ -272,26 +283,32 @@ def prediction_frame(df, world_size: int | None = None):
 
 
 PREDICTION_LEGEND = (
-    "predicted step = compute (no_sync step) + copies + max(0, allreduce - window)\n"
-    "allreduce = sum over DDP's buckets of the alpha-beta all-reduce time; copies = DDP's "
-    "gradient copies into its buckets and back\n"
+    "compute = no_ddp (one process alone) x slowdown (the profile's, N ranks computing at once)\n"
+    "predicted step = compute + copies + max(0, allreduce during backward - window) + "
+    "allreduce after it\n"
+    "allreduce = DDP's buckets all-reduced in context (the profile's: busy while backward runs "
+    "where a core is spare for it, else idle, one after the other); window = 0 without a spare "
+    "core\ncopies = DDP's gradient copies at the profile's rate\n"
     "predicted / measured = N t_no_ddp / (predicted / measured step)   "
-    "error = 100 (predicted - measured) / measured")
+    "error = the larger relative error, + when the model is larger")
 
 
 def crossover(df, world_size: int | None = None) -> dict:
     """Where DDP starts to pay, measured and predicted, at ``world_size`` ranks (default: the
-    largest), from a batch sweep with the breakdown.
+    largest), from a batch sweep with the model.
 
     ``measured``: :func:`labkit.ddp.formulas.crossover_batch` of the measured speedups (NaN
     where the sweep does not bracket it); ``predicted``:
-    :func:`labkit.ddp.formulas.predicted_crossover_batch` from straight lines fitted to the
-    no-DDP and the compute (``no_sync``) step times (:func:`~labkit.ddp.formulas.fit_step_time`)
-    and the median over batches of what DDP adds in the model (copies and exposed all-reduce).
-    Also the fits, that median, the batches and both speedup series."""
+    :func:`labkit.ddp.formulas.predicted_crossover_batch` from a straight line fitted to the
+    no-DDP step times (:func:`~labkit.ddp.formulas.fit_step_time`), the model's compute (that
+    line x the co-run slowdown) and the median over batches of what DDP adds in the model
+    (copies and exposed all-reduce); ``agreement``: the share of batches at which the model
+    says rightly whether DDP pays (:func:`labkit.ddp.predict.pays_agreement`). Also the fits,
+    that median, the batches and both speedup series."""
     import numpy as np
 
     from labkit.ddp import formulas
+    from labkit.ddp.predict import pays_agreement
 
     n = top_world_size(df, world_size)
     frame = prediction_frame(df, n).dropna(subset=["no_ddp_ms", "compute_ms", "predicted_ms"])
@@ -299,10 +316,10 @@ def crossover(df, world_size: int | None = None) -> dict:
         from labkit.errors import UsageError
 
         raise UsageError("a crossover needs a sweep of at least two batch sizes with the "
-                         "no-DDP baseline and the breakdown")
+                         "no-DDP baseline and the model")
     b = frame["batch"].tolist()
     a0, a1 = formulas.fit_step_time(b, frame["no_ddp_ms"] / 1e3)
-    c0, c1 = formulas.fit_step_time(b, frame["compute_ms"] / 1e3)
+    s = float(np.median(frame["slowdown"]))
     added = float(np.median(frame["predicted_ms"] - frame["compute_ms"]) / 1e3)
     return {
         "world_size": n, "batches": b,
@@ -310,18 +327,20 @@ def crossover(df, world_size: int | None = None) -> dict:
         "predicted_speedups": frame["predicted"].tolist(),
         "measured": formulas.crossover_batch(b, frame["measured"]),
         "predicted": formulas.predicted_crossover_batch(
-            ranks=n, noddp_fixed_s=a0, noddp_per_sample_s=a1, compute_fixed_s=c0,
-            compute_per_sample_s=c1, comm_s=added),
-        "noddp_fit": (a0, a1), "compute_fit": (c0, c1), "added_s": added,
+            ranks=n, noddp_fixed_s=a0, noddp_per_sample_s=a1, compute_fixed_s=s * a0,
+            compute_per_sample_s=s * a1, comm_s=added),
+        "agreement": pays_agreement(frame["predicted"], frame["measured"]),
+        "noddp_fit": (a0, a1), "slowdown": s, "added_s": added,
     }
 
 
-def threads_frame(df, world_size: int | None = None):
+def threads_frame(df, world_size: int | None = None, *, slowdown: float = 1.0):
     """The whole-machine comparison, one row per batch that has the all-cores run: the no-DDP
-    step with one thread and with every core as a thread, their ratio (the threads' speedup),
-    the DDP step at ``world_size`` ranks (default: the largest) and N ranks' throughput
-    against the all-cores process, measured and predicted (the model's DDP step against
-    threads that would scale perfectly: t_one_thread / threads)."""
+    step with one thread and with every core as a thread, their ratio (the threads' speedup)
+    beside the model's (k threads, each ``slowdown`` times slower than one alone: the machine
+    profile's co-run slowdown), the DDP step at ``world_size`` ranks (default: the largest) and
+    N ranks' throughput against the all-cores process, measured and predicted (the model's DDP
+    step against the model's threads; NaN without the model)."""
     import pandas as pd
 
     n = top_world_size(df, world_size)
@@ -334,10 +353,12 @@ def threads_frame(df, world_size: int | None = None):
             continue
         t1, tt, r = one_thread.iloc[0]["step_time_p50_s"], w["step_time_p50_s"], ranks.iloc[0]
         k = int(w["threads_per_rank"])
+        pred_threads = k / slowdown
         pred_step = r.get("predicted_step_time_s", math.nan)
         out.append({"batch": b, "threads": k, "one_thread_ms": ms(t1),
                     "all_cores_ms": ms(tt), "thread_speedup": t1 / tt,
+                    "predicted_thread_speedup": pred_threads,
                     "ddp_ms": ms(r["step_time_p50_s"]),
                     "measured": n * tt / r["step_time_p50_s"],
-                    "predicted": n * (t1 / k) / pred_step})
+                    "predicted": n * (t1 / pred_threads) / pred_step})
     return pd.DataFrame(out)

@@ -4,9 +4,9 @@ One torchrun launch per world size (:mod:`labkit.ddp.worker`) runs every batch s
 config: the no-DDP baseline (1-rank launch only), DDP, and the breakdown of where a step's time
 goes. The rows come back with the launch's placement table, with speedup and efficiency
 against the 1-rank DDP run (:func:`labkit.ddp.formulas.add_scaling_columns`), with the model's
-step time and speedup beside the measured ones (:func:`labkit.ddp.formulas.
-add_prediction_columns`) and, with a ``store``, are upserted into that results file under
-:data:`labkit.ddp.report.KEY`.
+step time and speedup beside the measured ones, given the run's machine profile
+(:func:`labkit.ddp.predict.add_prediction_columns`) and, with a ``store``, are upserted into
+that results file under :data:`labkit.ddp.report.KEY`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,16 @@ class PlacementWarning(UserWarning):
     """Two ranks share one GPU: every DDP number of that launch is wrong."""
 
 
-def run(config: DDPConfig, launch: LaunchOptions | None = None, store=None):
+def run(config: DDPConfig, launch: LaunchOptions | None = None, store=None, *, profile=None,
+        alone=None):
     """Baseline + DDP at each world size; one row per (batch size, variant, world size).
 
     ``launch``: ranks per node, one launch per value, and the rest
-    (:class:`~labkit.launch.LaunchOptions`); ``store``: a results file to upsert into.
+    (:class:`~labkit.launch.LaunchOptions`); ``store``: a results file to upsert into;
+    ``profile``: this run's machine profile (:func:`labkit.machine.profile`), from which the
+    model of every DDP row of more than one rank is built (:mod:`labkit.ddp.predict`; None: no
+    model columns); ``alone``: rows of an earlier run to take the no-DDP step from (a config
+    with ``baseline=False``).
     Everything is checked before the first launch. The no-DDP baseline runs inside the 1-rank
     launch; without a world size of 1 there is no baseline and no speedup (a warning says so).
 
@@ -42,7 +47,8 @@ def run(config: DDPConfig, launch: LaunchOptions | None = None, store=None):
     import pandas as pd
 
     from labkit import results
-    from labkit.ddp.formulas import add_prediction_columns, add_scaling_columns
+    from labkit.ddp.formulas import add_scaling_columns
+    from labkit.ddp.predict import add_prediction_columns
     from labkit.ddp.report import KEY
     from labkit.launch import launch_lab
 
@@ -64,6 +70,9 @@ def run(config: DDPConfig, launch: LaunchOptions | None = None, store=None):
             row["placement"] = table
             row["placement_ok"] = not problems
             rows.append(row)
-    rows = add_prediction_columns(add_scaling_columns(rows))
+    rows = add_scaling_columns(rows)
+    if profile is not None:
+        extra = alone.to_dict("records") if hasattr(alone, "to_dict") else list(alone or [])
+        rows = add_prediction_columns(rows, profile=profile, alone=extra)
     results.store_rows(store, rows, KEY)
     return pd.DataFrame(rows)

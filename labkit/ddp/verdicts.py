@@ -4,7 +4,10 @@ print, each computed from the numbers it is given (pure: no torch).
 :func:`pays_sentence` whether DDP pays against one process over a batch sweep;
 :func:`model_sentence` how well the model of a DDP step held; :func:`threads_sentence` ranks
 against one process with every core as a thread; :func:`crossover_sentence` the measured and
-predicted crossover of :func:`labkit.ddp.report.crossover`.
+predicted crossover of :func:`labkit.ddp.report.crossover`; :func:`agreement_sentence` at which
+batches the model says rightly whether DDP pays; :func:`weak_sentence` weak scaling beside the
+model and the co-run slowdown; :func:`overlap_sentence` what the buckets hid;
+:func:`ab_sentence` the bucket A/B, measured and in the model.
 """
 
 from __future__ import annotations
@@ -49,19 +52,19 @@ def model_sentence(batches, errors_pct, *, tolerance_pct: float = 25.0) -> str:
     """How well the model of the DDP step held over a sweep, from its errors (%).
 
     >>> model_sentence([16, 64, 1024], [5.0, -12.0, 3.0])
-    'The model is within 25% of the measured speedup at every batch (largest error -12%, at batch 64).'
+    "The model's speedup errs by at most 12% (batch 64, -12%): within 25% at every batch."
     >>> model_sentence([16, 64, 1024], [31.0, -12.0, 3.0])
-    'The model is within 25% of the measured speedup at 2 of 3 batches; it misses at batch 16 (+31%).'
+    "The model's speedup errs by more than 25% at 1 of 3 batches: batch 16 (+31%)."
     """
     pairs = [(int(b), float(e)) for b, e in zip(batches, errors_pct)]
     miss = [(b, e) for b, e in pairs if not abs(e) <= tolerance_pct]
     if not miss:
         b, e = max(pairs, key=lambda p: abs(p[1]))
-        return (f"The model is within {tolerance_pct:g}% of the measured speedup at every batch "
-                f"(largest error {e:+.0f}%, at batch {b}).")
-    return (f"The model is within {tolerance_pct:g}% of the measured speedup at "
-            f"{len(pairs) - len(miss)} of {len(pairs)} batches; it misses at "
-            + ", ".join(f"batch {b} ({e:+.0f}%)" for b, e in miss) + ".")
+        return (f"The model's speedup errs by at most {abs(e):.0f}% (batch {b}, {e:+.0f}%): "
+                f"within {tolerance_pct:g}% at every batch.")
+    return (f"The model's speedup errs by more than {tolerance_pct:g}% at {len(miss)} of "
+            f"{len(pairs)} batches: " + ", ".join(f"batch {b} ({e:+.0f}%)" for b, e in miss)
+            + ".")
 
 
 def threads_sentence(*, batch: int, ranks: int, threads: int, ratio: float) -> str:
@@ -83,10 +86,10 @@ def crossover_sentence(c: dict) -> str:
 
     >>> crossover_sentence({"world_size": 2, "measured": 45.3, "predicted": 42.0,
     ...                     "batches": [16, 1024]})
-    'Crossover at 2 ranks: measured batch 45 per rank, predicted 42 (from t_no_DDP, t_c and what DDP adds).'
+    'Crossover at 2 ranks: measured batch 45 per rank, predicted 42 (from t_no_DDP, the co-run slowdown and what DDP adds).'
     >>> crossover_sentence({"world_size": 2, "measured": float("nan"),
     ...                     "predicted": float("inf"), "batches": [16, 1024]})
-    'Crossover at 2 ranks: measured not inside the sweep (16 to 1024 per rank), predicted never (from t_no_DDP, t_c and what DDP adds).'
+    'Crossover at 2 ranks: measured not inside the sweep (16 to 1024 per rank), predicted never (from t_no_DDP, the co-run slowdown and what DDP adds).'
     """
     def say(x):
         if x != x:
@@ -100,4 +103,78 @@ def crossover_sentence(c: dict) -> str:
     return (f"Crossover at {c['world_size']} ranks: measured "
             f"{'batch ' if c['measured'] == c['measured'] else ''}{say(c['measured'])}"
             f"{' per rank' if c['measured'] == c['measured'] else ''}, predicted "
-            f"{say(c['predicted'])} (from t_no_DDP, t_c and what DDP adds).")
+            f"{say(c['predicted'])} (from t_no_DDP, the co-run slowdown and what DDP adds).")
+
+
+def weak_sentence(*, ranks: int, batch: int, measured: float, predicted: float,
+                  slowdown: float) -> str:
+    """Weak scaling against 1-rank DDP, measured beside the model, and what the co-run slowdown
+    alone would leave of the ideal N.
+
+    >>> weak_sentence(ranks=2, batch=128, measured=1.55, predicted=1.6, slowdown=1.2)
+    '2 ranks train 1.55x the samples per second of 1-rank DDP at batch 128 per rank (the model: 1.60x, ideal 2); ranks computing at once run 1.20x slower than one alone, which alone leaves 1.67x of 2.'
+    >>> weak_sentence(ranks=2, batch=128, measured=1.95, predicted=1.9, slowdown=1.0)
+    '2 ranks train 1.95x the samples per second of 1-rank DDP at batch 128 per rank (the model: 1.90x, ideal 2); ranks computing at once run as fast as one alone (1.00x).'
+    """
+    head = (f"{ranks} ranks train {measured:.2f}x the samples per second of 1-rank DDP at "
+            f"batch {batch} per rank (the model: {predicted:.2f}x, ideal {ranks}); ")
+    if slowdown <= 1.02:
+        return head + f"ranks computing at once run as fast as one alone ({slowdown:.2f}x)."
+    return head + (f"ranks computing at once run {slowdown:.2f}x slower than one alone, which "
+                   f"alone leaves {ranks / slowdown:.2f}x of {ranks}.")
+
+
+def agreement_sentence(batches, predicted, measured, *, tie: float = 0.05) -> str:
+    """Whether the model says rightly at which batches DDP pays (speedup above 1), batch by
+    batch (a measured speedup within ``tie`` of 1 agrees with either answer).
+
+    >>> agreement_sentence([16, 32, 64], [0.9, 1.2, 1.6], [0.8, 1.1, 1.5])
+    'The model says rightly whether DDP pays at 3 of 3 batches.'
+    >>> agreement_sentence([16, 32, 64], [1.1, 1.2, 1.6], [0.8, 1.1, 1.5])
+    'The model says rightly whether DDP pays at 2 of 3 batches; wrong at batch 16 (predicted 1.10x, measured 0.80x).'
+    """
+    rows = [(int(b), float(p), float(m)) for b, p, m in zip(batches, predicted, measured)]
+    wrong = [(b, p, m) for b, p, m in rows if not (abs(m - 1) <= tie or (p > 1) == (m > 1))]
+    head = (f"The model says rightly whether DDP pays at {len(rows) - len(wrong)} of "
+            f"{len(rows)} batches")
+    if not wrong:
+        return head + "."
+    return head + "; wrong at " + ", ".join(
+        f"batch {b} (predicted {p:.2f}x, measured {m:.2f}x)" for b, p, m in wrong) + "."
+
+
+def overlap_sentence(*, buckets: int, overlap: float, window_ms: float,
+                     threshold: float = 0.05) -> str:
+    """What the buckets' all-reduces hid behind backward, measured, beside what the model let
+    them hide (its window; 0 where no core is spare for them).
+
+    >>> overlap_sentence(buckets=4, overlap=0.0, window_ms=0.0)
+    '4 buckets: the step hid 0% of their all-reduces behind backward (overlap observed: no); the model gave them no window (no core to spare for them), so it expected none.'
+    >>> overlap_sentence(buckets=4, overlap=0.6, window_ms=30.0)
+    '4 buckets: the step hid 60% of their all-reduces behind backward (overlap observed: yes); the model gave them a window of 30.0 ms, so it expected some.'
+    """
+    if overlap != overlap:  # NaN: no standalone all-reduce to compare with
+        return (f"{buckets} buckets: what the step hid of their all-reduces could not be "
+                "measured (no standalone all-reduce timed).")
+    seen = "yes" if overlap > threshold else "no"
+    model = ("the model gave them no window (no core to spare for them), so it expected none"
+             if window_ms <= 0 else
+             f"the model gave them a window of {window_ms:.1f} ms, so it expected some")
+    return (f"{buckets} buckets: the step hid {overlap:.0%} of their all-reduces behind "
+            f"backward (overlap observed: {seen}); {model}.")
+
+
+def ab_sentence(*, delta_pct: float, model_delta_pct: float) -> str:
+    """Run B against run A at p50 (positive: B faster), measured and in the model.
+
+    >>> ab_sentence(delta_pct=-8.0, model_delta_pct=-6.0)
+    'B against A at p50: -8% (slower); the model: -6% (slower): the model says which way.'
+    >>> ab_sentence(delta_pct=-8.0, model_delta_pct=12.0)
+    'B against A at p50: -8% (slower); the model: +12% (faster): the model says the wrong way.'
+    """
+    def way(d):
+        return "faster" if d > 0 else "slower"
+
+    right = "which way" if way(delta_pct) == way(model_delta_pct) else "the wrong way"
+    return (f"B against A at p50: {delta_pct:+.0f}% ({way(delta_pct)}); the model: "
+            f"{model_delta_pct:+.0f}% ({way(model_delta_pct)}): the model says {right}.")

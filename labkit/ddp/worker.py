@@ -27,12 +27,13 @@ For each batch size of the config, inside this one launch:
    Also: the sizes of DDP's gradient buckets, the time of DDP's copies of the gradients into
    its buckets (scaled by 1/N) and back, and, on more than one rank, all-reduces of a few
    smaller sizes (:data:`FIT_BYTES`) with the α–β fit of them and the gradient bytes
-   (:func:`labkit.collectives.formulas.fit_alpha_beta`): what the host's model of a DDP step
-   (:func:`labkit.ddp.formulas.ddp_step_time`) is built from. These are timed in rounds with
-   the DDP steps themselves (:func:`_rounds`: one DDP step, one ``no_sync`` step, each
-   all-reduce, the copies, again and again), so that a neighbour's load, which comes and goes
-   within seconds, weighs on the step and on its parts alike. The ``no_sync`` step's update is
-   undone after it (untimed), so the replicas still take exactly ``steps`` DDP steps.
+   (:func:`labkit.collectives.formulas.fit_alpha_beta`): the measured split of a DDP step
+   that the host puts beside its model (:func:`labkit.ddp.predict.measured_split`). These are
+   timed in rounds with the DDP steps themselves (:func:`_rounds`: one DDP step, one
+   ``no_sync`` step, each all-reduce, the copies, again and again), so that a neighbour's
+   load, which comes and goes within seconds, weighs on the step and on its parts alike. The
+   ``no_sync`` step's update is undone after it (untimed), so the replicas still take exactly
+   ``steps`` DDP steps.
 """
 
 from __future__ import annotations

@@ -57,18 +57,22 @@ def _alone_and_together(rt, fn, cfg) -> tuple[float, float]:
     return _p50(alone) / reps, float(sorted(steps)[len(steps) // 2]) / reps
 
 
-class _Busy:
+class Busy:
     """A thread that keeps this rank's core computing until stopped (torch frees the GIL
-    inside a matrix product, so the collective's thread and this one share the core)."""
+    inside a matrix product, so the collective's thread and this one share the core);
+    ``count``: the products it finished, proof that the core computed. The collectives lab
+    uses the same thread, so the profile's busy all-reduce predicts its own."""
 
     def __init__(self, n: int, device):
         self.a = torch.randn(n, n, device=device)
+        self.count = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._spin, daemon=True)
 
     def _spin(self):
         while not self.stop.is_set():
             self.a @ self.a
+            self.count += 1
 
     def __enter__(self):
         self.thread.start()
@@ -144,7 +148,7 @@ def on_rank(rt: runtime.Runtime, cfg: MachineConfig) -> dict:
         rows.append({"measurement": "copy", "context": context, "size_bytes": cfg.copy_bytes,
                      "time_p50_s": t, "bytes_per_s": 2 * cfg.copy_bytes / t})
     rows += _collective_rows(rt, cfg, "idle")
-    with _Busy(cfg.busy_n, rt.device):
+    with Busy(cfg.busy_n, rt.device):
         rows += _collective_rows(rt, cfg, "busy")
     if rt.rank != 0:
         return {}

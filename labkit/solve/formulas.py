@@ -210,40 +210,77 @@ def memory_bytes_per_rank(dof_global: int, world_size: int, *, dim: int = 2,
 # -- when do more ranks pay? -----------------------------------------------------------------
 # One rank's CG iteration costs t1 = c + k N: k seconds per DOF (the memory traffic), and c a
 # fixed cost per iteration (a dozen torch calls, the Python loop) that no rank count divides.
-# P ranks split the k N part and pay a larger fixed cost c_P: c plus one halo exchange and one
-# (fused) all-reduce per iteration (t_msg, timed on their own by the transport check) plus what
-# else a rank of many does per iteration (the split SpMV's second call, packing the halo, ranks
-# waiting for each other). tP = c_P + k N / P, and more ranks pay once k N (1 - 1/P) > c_P - c.
-# The naive model takes c_P = c + t_msg; the full one reads c_P off the smallest size, where
-# k N / P is small.
+# P ranks split the k N part, but ranks streaming memory at once share the memory system: each
+# rank's share runs s times slower than it would alone (s, the co-run slowdown, from the
+# machine profile). They also pay a larger fixed cost c_P: c plus one halo exchange and one
+# (fused) all-reduce per iteration (t_msg) plus what else a rank of many does per iteration
+# (the split SpMV's second call, packing the halo, ranks waiting for each other).
+# tP = c_P + s k N / P, and more ranks pay once k N (1 - s/P) > c_P - c. The naive model takes
+# c_P = c + t_msg and s = 1; the full one reads c_P off the smallest size, where k N / P is
+# small, and carries s.
+
+def predicted_iteration_s(*, seconds_per_iteration_1: float, ranks: int, fixed_s: float,
+                          fixed_p_s: float, slowdown: float = 1.0) -> float:
+    """t_P = c_P + s (t1 − c) / P: a P-rank iteration from the 1-rank one, with c = ``fixed_s``
+    (one rank), c_P = ``fixed_p_s`` (P ranks) and s = ``slowdown`` (each rank's share of the
+    divided work, run with all ranks at once, over the same work run alone).
+
+    1 ms per iteration on one rank, 100 µs of it fixed, 2 ranks with 300 µs fixed, each rank's
+    share 1.4x slower beside the other: 300 + 1.4 x 900 / 2 = 930 µs.
+
+    >>> round(predicted_iteration_s(seconds_per_iteration_1=1e-3, ranks=2, fixed_s=1e-4,
+    ...                             fixed_p_s=3e-4, slowdown=1.4) * 1e6)
+    930
+    """
+    t1, c = seconds_per_iteration_1, min(fixed_s, seconds_per_iteration_1)
+    return fixed_p_s + slowdown * (t1 - c) / ranks
+
 
 def predicted_speedup(*, seconds_per_iteration_1: float, ranks: int, fixed_s: float,
-                      fixed_p_s: float) -> float:
-    """s = t1 / (c_P + (t1 − c) / P), with c = ``fixed_s`` (one rank) and c_P = ``fixed_p_s``
-    (P ranks).
+                      fixed_p_s: float, slowdown: float = 1.0) -> float:
+    """s_P = t1 / t_P with t_P of :func:`predicted_iteration_s`.
 
     1 ms per iteration on one rank, 100 µs of it fixed, 2 ranks with 300 µs fixed:
-    1 / (0.3 + 0.9 / 2) = 1.333.
+    1 / (0.3 + 0.9 / 2) = 1.333 with no co-run slowdown, 1 / 0.93 = 1.075 with 1.4.
 
     >>> round(predicted_speedup(seconds_per_iteration_1=1e-3, ranks=2, fixed_s=1e-4,
     ...                         fixed_p_s=3e-4), 3)
     1.333
+    >>> round(predicted_speedup(seconds_per_iteration_1=1e-3, ranks=2, fixed_s=1e-4,
+    ...                         fixed_p_s=3e-4, slowdown=1.4), 3)
+    1.075
     """
-    t1, c = seconds_per_iteration_1, min(fixed_s, seconds_per_iteration_1)
-    return t1 / (fixed_p_s + (t1 - c) / ranks)
+    return seconds_per_iteration_1 / predicted_iteration_s(
+        seconds_per_iteration_1=seconds_per_iteration_1, ranks=ranks, fixed_s=fixed_s,
+        fixed_p_s=fixed_p_s, slowdown=slowdown)
+
+
+def co_run_slowdown(copy_slowdown: float, *, ranks: int, cores: int) -> float:
+    """How much slower each of ``ranks`` ranks streams its share of memory beside the others
+    than alone: the machine profile's copy slowdown (measured with every core copying), times
+    ranks / cores past the cores (ranks take turns on a core); 1 for one rank.
+
+    >>> co_run_slowdown(1.25, ranks=1, cores=2), co_run_slowdown(1.25, ranks=2, cores=2)
+    (1.0, 1.25)
+    >>> co_run_slowdown(1.25, ranks=4, cores=2)
+    2.5
+    """
+    if ranks < 2:
+        return 1.0
+    return float(copy_slowdown) * max(1.0, ranks / cores)
 
 
 def fixed_cost_at(*, seconds_per_iteration: float, dof: float, ranks: int,
-                  seconds_per_dof_iteration: float) -> float:
-    """c_P = t_P − k N / P: the part of a P-rank iteration that does not shrink with the size.
+                  seconds_per_dof_iteration: float, slowdown: float = 1.0) -> float:
+    """c_P = t_P − s k N / P: the part of a P-rank iteration that does not shrink with the size.
 
-    130 µs per iteration at 2,000 DOF on 2 ranks, k = 5 ns: 130 − 5 = 125 µs.
+    130 µs per iteration at 2,000 DOF on 2 ranks, k = 5 ns: 130 − 5 = 125 µs (s = 1).
 
     >>> round(fixed_cost_at(seconds_per_iteration=130e-6, dof=2_000, ranks=2,
     ...                     seconds_per_dof_iteration=5e-9) * 1e6, 3)
     125.0
     """
-    return seconds_per_iteration - seconds_per_dof_iteration * dof / ranks
+    return seconds_per_iteration - slowdown * seconds_per_dof_iteration * dof / ranks
 
 
 def fit_iteration_time(dofs, seconds) -> tuple[float, float]:
@@ -264,19 +301,50 @@ def fit_iteration_time(dofs, seconds) -> tuple[float, float]:
     return float(c), float(k)
 
 
-def crossover_dof(*, seconds_per_dof_iteration: float, ranks: int, added_s: float) -> float:
-    """The size N* where P ranks tie with one: k N (1 − 1/P) = c_P − c, so
-    N* = (c_P − c) / (k (1 − 1/P)), with ``added_s`` = c_P − c the fixed cost per iteration
-    that P ranks add.
+def crossover_dof(*, seconds_per_dof_iteration: float, ranks: int, added_s: float,
+                  slowdown: float = 1.0) -> float:
+    """The size N* where P ranks tie with one: k N (1 − s/P) = c_P − c, so
+    N* = (c_P − c) / (k (1 − s/P)), with ``added_s`` = c_P − c the fixed cost per iteration
+    that P ranks add and s = ``slowdown`` the co-run slowdown of their divided work; infinite
+    when s >= P (the ranks never pay).
 
-    k = 4 ns per DOF per iteration, 2 ranks adding 40 µs: N* = 40e-6 / (4e-9 / 2) = 20,000.
+    k = 4 ns per DOF per iteration, 2 ranks adding 40 µs: N* = 40e-6 / (4e-9 / 2) = 20,000;
+    with each rank's share 1.4x slower beside the other: 40e-6 / (4e-9 x 0.3) = 33,333.
 
     >>> round(crossover_dof(seconds_per_dof_iteration=4e-9, ranks=2, added_s=40e-6))
     20000
+    >>> round(crossover_dof(seconds_per_dof_iteration=4e-9, ranks=2, added_s=40e-6, slowdown=1.4))
+    33333
+    >>> crossover_dof(seconds_per_dof_iteration=4e-9, ranks=2, added_s=40e-6, slowdown=2.0)
+    inf
     """
     if ranks < 2:
         raise ValueError("a crossover needs at least 2 ranks")
-    return added_s / (seconds_per_dof_iteration * (1 - 1 / ranks))
+    gain = 1 - slowdown / ranks
+    return added_s / (seconds_per_dof_iteration * gain) if gain > 0 else float("inf")
+
+
+def speedup_at(dofs, speedups, dof: float) -> float | None:
+    """The measured speedup at the size ``dof``, interpolated linearly in log(DOF) between the
+    two sizes of the sweep around it (None outside the sweep: no measurement to judge there).
+
+    0.6 at 10k, 1.2 at 40k: at 20k (half way in log) 0.9.
+
+    >>> round(speedup_at([10_000, 40_000, 160_000], [0.6, 1.2, 1.7], 20_000), 3)
+    0.9
+    >>> speedup_at([10_000, 40_000], [0.6, 1.2], 80_000) is None
+    True
+    """
+    import math
+
+    pts = sorted(zip(dofs, speedups))
+    if not (math.isfinite(dof) and pts[0][0] <= dof <= pts[-1][0]):
+        return None
+    for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
+        if n0 <= dof <= n1:
+            f = 0.0 if n1 == n0 else (math.log(dof) - math.log(n0)) / (math.log(n1) - math.log(n0))
+            return float(s0 + f * (s1 - s0))
+    return float(pts[0][1])
 
 
 def measured_crossover(dofs, speedups) -> float | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from labkit.figures import new_figure
 from labkit.solve.report import TIME_SPLIT as _SPLIT
 from labkit.solve.report import passed as _passed
@@ -100,8 +102,8 @@ def halo_figure(df):
 
 def crossover_figure(table, summary):
     """Speedup at P ranks against the problem size: measured (per iteration and per solve), the
-    naive model (messages only) and the full one, t1 / (c_P + (t1 − c) / P), through the measured
-    1-rank times, and both crossovers."""
+    naive model (messages only) and the full one, t1 / (c_P + s (t1 − c) / P), through the
+    measured 1-rank times, and both crossovers."""
     fig, axes = new_figure(1, 1, width=6)
     ax = axes[0][0]
     t = table.sort_values("dof_global")
@@ -111,12 +113,14 @@ def crossover_figure(table, summary):
     ax.plot(t["dof_global"], t["naive_speedup"], ":", color="grey",
             label=f"naive: c_P = c + t_msg ({summary['message_s'] * 1e6:.0f} µs)")
     ax.plot(t["dof_global"], t["predicted_speedup"], "k--",
-            label=f"model t1 / (c_P + (t1 − c)/{p}), c_P = {summary['fixed_p_s'] * 1e6:.0f} µs")
+            label=f"model t1 / (c_P + s (t1 − c)/{p}), c_P = {summary['fixed_p_s'] * 1e6:.0f} µs, "
+                  f"s = {summary.get('slowdown', 1.0):.2f}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.axhline(p, color="grey", lw=0.8, ls=":")
     pred = summary["predicted_crossover_dof"]
-    ax.axvline(pred, color="k", lw=0.8, ls="--")
-    ax.annotate(f"predicted\n{pred:,.0f}", (pred, 1.0), fontsize=7, ha="right", va="bottom")
+    if math.isfinite(pred):  # s >= P: the model says the ranks never pay
+        ax.axvline(pred, color="k", lw=0.8, ls="--")
+        ax.annotate(f"predicted\n{pred:,.0f}", (pred, 1.0), fontsize=7, ha="right", va="bottom")
     meas = summary["measured_crossover_dof"]
     if meas is not None:
         ax.axvline(meas, color="tab:blue", lw=0.8)

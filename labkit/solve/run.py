@@ -1,4 +1,4 @@
-"""Host side: :func:`run`, the call behind ``labkit solve`` and notebook 03.
+"""Host side: :func:`run`, the call behind ``labkit solve`` and notebooks 03 and 04.
 
 One torchrun launch per world size does every (mode, partitioner, method) point of that world
 size (:mod:`labkit.solve.worker`); the rows come back with speedup and efficiency against the

@@ -1,5 +1,5 @@
-"""The solve lab's verdicts: the sentences notebook 03 and ``labkit solve`` print, each computed
-from the numbers it is given (pure: pandas only).
+"""The solve lab's verdicts: the sentences notebooks 03 and 04 and ``labkit solve`` print, each
+computed from the numbers it is given (pure: pandas only).
 
 :func:`waits_sentence` where a P-rank row's waits went (the messages' own cost, a rank that
 always computed more, the ranks arriving at different times); :func:`miss_sentence` which part
@@ -34,6 +34,59 @@ def iteration_parts(row) -> dict:
             "rest_s": float(row["time_per_iteration_s"]) - compute - waits}
 
 
+def wait_parts(row) -> dict | None:
+    """A P-rank row's waits per iteration in their measured terms, seconds: ``messages_s`` (the
+    messages' own cost, timed alone: ``message_time_alone_s``), ``imbalance_s`` (a rank that
+    always computed more: ``(compute_imbalance - 1) x compute``) and ``arrival_s`` (the rest of
+    the waits: the ranks arriving at different times; negative when the messages timed alone
+    cost more than the solve's exposed waits). The three sum to ``waits_s`` of
+    :func:`iteration_parts`. None where the row has no such measurement (one rank, torch-sla).
+
+    >>> parts = wait_parts({"world_size": 2, "iterations": 100, "halo_time_s": 0.006,
+    ...                     "allreduce_time_s": 0.004, "message_time_alone_s": 30e-6,
+    ...                     "compute_imbalance": 1.01, "spmv_time_s": 0.1, "vector_time_s": 0.04,
+    ...                     "time_per_iteration_s": 1.6e-3})
+    >>> {k: round(v * 1e6) for k, v in parts.items()}  # us per iteration
+    {'messages_s': 30, 'imbalance_s': 14, 'arrival_s': 56}
+    """
+    def value(key):  # None for a missing field or NaN (older files, torch-sla rows)
+        v = row.get(key)
+        return None if v is None or v != v else float(v)
+
+    alone, imbalance = value("message_time_alone_s"), value("compute_imbalance") or 1.0
+    if alone is None or int(row["world_size"]) < 2:
+        return None
+    parts = iteration_parts(row)
+    if parts["waits_s"] != parts["waits_s"]:
+        return None
+    steady = (imbalance - 1.0) * parts["compute_s"]
+    return {"messages_s": alone, "imbalance_s": steady,
+            "arrival_s": parts["waits_s"] - alone - steady}
+
+
+def iteration_split_us(row) -> dict | None:
+    """A P-rank row's measured iteration in the terms that sum to it, in µs: compute (SpMV and
+    vector updates), messages, imbalance, arrival (:func:`wait_parts`) and the rest: the
+    ``split`` of a law on that iteration. None where the row has no wait split.
+
+    >>> row = {"world_size": 2, "iterations": 100, "halo_time_s": 0.006,
+    ...        "allreduce_time_s": 0.004, "message_time_alone_s": 30e-6,
+    ...        "compute_imbalance": 1.01, "spmv_time_s": 0.1, "vector_time_s": 0.04,
+    ...        "time_per_iteration_s": 1.6e-3}
+    >>> {k: round(v) for k, v in iteration_split_us(row).items()}
+    {'compute': 1400, 'messages': 30, 'imbalance': 14, 'arrival': 56, 'rest': 100}
+    >>> round(sum(iteration_split_us(row).values()))  # the measured 1.6 ms
+    1600
+    """
+    waits = wait_parts(row)
+    if waits is None:
+        return None
+    parts = iteration_parts(row)
+    return {"compute": parts["compute_s"] * 1e6, "messages": waits["messages_s"] * 1e6,
+            "imbalance": waits["imbalance_s"] * 1e6, "arrival": waits["arrival_s"] * 1e6,
+            "rest": parts["rest_s"] * 1e6}
+
+
 def waits_sentence(row) -> str:
     """Where a P-rank row's waits went, computed from the row: the messages' own cost (timed
     alone, no work between them: ``message_time_alone_s``), a rank that always computed more
@@ -51,19 +104,13 @@ def waits_sentence(row) -> str:
     >>> waits_sentence({"world_size": 2, "message_time_alone_s": float("nan")})  # torch-sla
     ''
     """
-    def value(key):  # None for a missing field or NaN (older files, torch-sla rows)
-        v = row.get(key)
-        return None if v is None or v != v else float(v)
-
-    alone, imbalance = value("message_time_alone_s"), value("compute_imbalance") or 1.0
-    if alone is None or int(row["world_size"]) < 2:
+    split = wait_parts(row)
+    if split is None:
         return ""
-    parts = iteration_parts(row)
-    waits, us = parts["waits_s"], 1e6
-    if waits != waits:
-        return ""
-    steady = (imbalance - 1.0) * parts["compute_s"]
-    rest = waits - alone - steady
+    waits, us = iteration_parts(row)["waits_s"], 1e6
+    alone, steady, rest = split["messages_s"], split["imbalance_s"], split["arrival_s"]
+    compute = iteration_parts(row)["compute_s"]
+    imbalance = 1.0 + steady / compute if compute > 0 else 1.0
     head = (f"{int(row['world_size'])} ranks waited {waits * us:.0f} us per iteration "
             f"({waits / float(row['time_per_iteration_s']):.1%} of it) at the halo exchange and "
             f"the all-reduce: the messages alone cost {alone * us:.0f} us, the busiest rank "
@@ -122,13 +169,32 @@ def crossover_sentence(summary: dict, table) -> str:
     """
     p, pred = summary["ranks"], summary["predicted_crossover_dof"]
     meas = summary["measured_crossover_dof"]
+    said = f"{pred:,.0f}" if pred != float("inf") else "never"
     if meas is not None:
-        return (f"{p} ranks start to pay at about {meas:,.0f} DOF (predicted {pred:,.0f}: "
-                f"{max(pred, meas) / min(pred, meas):.2f}x off).")
+        off = (f": {max(pred, meas) / min(pred, meas):.2f}x off" if pred != float("inf")
+               else "")
+        return f"{p} ranks start to pay at about {meas:,.0f} DOF (predicted {said}{off})."
     lo = table.sort_values("dof_global").iloc[0]
     hi = table.sort_values("dof_global").iloc[-1]
     if lo["speedup_per_iteration"] >= 1:
         return (f"{p} ranks already pay at the smallest size, {lo['dof_global']:,.0f} DOF "
-                f"(predicted crossover {pred:,.0f}).")
+                f"(predicted crossover {said}).")
     return (f"{p} ranks do not pay up to the largest size, {hi['dof_global']:,.0f} DOF "
-            f"(predicted crossover {pred:,.0f}).")
+            f"(predicted crossover {said}).")
+
+
+def transport_sentence(*, shm_s: float, torch_s: float, used: str) -> str:
+    """CG's messages of one iteration on the two transports, and which one the solve used.
+
+    >>> print(transport_sentence(shm_s=50e-6, torch_s=900e-6, used="shm"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    CG's messages of one iteration (a halo exchange and an all-reduce): shm 50 us,
+    torch.distributed 900 us, 18.0x more than shm. This solve's transport: shm.
+    >>> print(transport_sentence(shm_s=50e-6, torch_s=40e-6, used="torch").split(": ")[1])
+    shm 50 us, torch.distributed 40 us, 0.80x shm (less than shm). This solve's transport
+    """
+    ratio = torch_s / shm_s
+    how = f"{ratio:.1f}x more than shm" if ratio >= 1 else f"{ratio:.2f}x shm (less than shm)"
+    return (f"CG's messages of one iteration (a halo exchange and an all-reduce): shm "
+            f"{shm_s * 1e6:.0f} us, torch.distributed {torch_s * 1e6:.0f} us, {how}. This "
+            f"solve's transport: {used}.")

@@ -1,0 +1,323 @@
+"""The regimes of a size sweep: where the α–β line applies, and the floor below it (pure).
+
+On a real fabric one α–β line runs through a whole sweep. On gloo over a few busy cores it does
+not: large messages follow a line whose slope is the copy bandwidth, while small ones take a
+time that barely depends on their size and scatters from call to call (a call waits until the
+peer's process is scheduled). One line fitted through both describes neither, so the lab's model
+is regime-aware:
+
+* the **bandwidth regime** is the longest run of the largest sizes that one α–β line fits
+  within the tolerance (at least :data:`MIN_POINTS` sizes, grown downward one size at a time
+  while every size of the run stays within it); α and β are fitted there only;
+* the **latency regime** is every smaller size: its model is the **floor**, the median of
+  their p50 times, reported with its spread (the lowest and highest p50 among them);
+* the **naive** law is the single line fitted through every size, kept to show its residuals
+  per regime.
+
+A sweep that ends below the crossover S* of its own fit has no bandwidth regime: the bandwidth
+term never decided a time there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from labkit.collectives.formulas import collective_time, crossover_bytes, fit_alpha_beta
+from labkit.errors import UsageError
+
+#: the fewest sizes a bandwidth regime has (two sizes fit any line exactly)
+MIN_POINTS = 3
+#: how far (symmetric, %) a size of the bandwidth regime may lie from its line
+TOLERANCE_PCT = 25.0
+
+
+def error_pct(predicted: float, measured: float) -> float:
+    """Symmetric error in %: the larger of the two relative errors, + when predicted is larger
+    (the rule the law tables score by).
+
+    >>> error_pct(2.0, 1.0), error_pct(1.0, 2.0)
+    (100.0, -100.0)
+    """
+    p, m = float(predicted), float(measured)
+    if p <= 0 or m <= 0:
+        return math.copysign(math.inf, p - m)
+    return math.copysign(100.0 * (max(p, m) / min(p, m) - 1.0), p - m)
+
+
+def p10_split(measured_s: float, p10_s: float) -> dict | None:
+    """A measured time (a p50) taken apart into its measured terms, in ms: the p10 (the calls
+    least disturbed by the other processes on the cores) and the rest up to the measurement.
+    None without a p10.
+
+    >>> p10_split(3e-3, 1e-3)
+    {'p10': 1.0, 'p50 - p10': 2.0}
+    """
+    if not math.isfinite(p10_s) or not math.isfinite(measured_s):
+        return None
+    return {"p10": p10_s * 1e3, "p50 - p10": (measured_s - p10_s) * 1e3}
+
+
+@dataclass(frozen=True)
+class Regimes:
+    """One sweep (one op at one world size) split into its regimes, with each one's model."""
+
+    op: str
+    ranks: int
+    sizes: tuple  # every size, ascending
+    times: tuple  # their p50 times (s)
+    bandwidth_from_bytes: float  # smallest size of the bandwidth regime (inf: none)
+    alpha_s: float  # α–β of the bandwidth regime (nan: none)
+    beta_bytes_per_s: float
+    naive_alpha_s: float  # the single line through every size (nan: no fit)
+    naive_beta_bytes_per_s: float
+    notes: tuple = field(default=())
+    p10s: tuple = field(default=())  # the sizes' p10 times (s), where given: a miss's split
+
+    def split(self, size_bytes: float, measured_s: float) -> dict | None:
+        """A time measured at ``size_bytes`` (read on the sweep) taken apart into its measured
+        terms, in ms: the p10 there (the calls least disturbed) and the rest up to the
+        measurement. None without p10 times or outside the sweep."""
+        if not self.p10s:
+            return None
+        return p10_split(measured_s, time_at(size_bytes, sizes=self.sizes, times=self.p10s))
+
+    @property
+    def has_bandwidth(self) -> bool:
+        return math.isfinite(self.bandwidth_from_bytes)
+
+    def regime(self, size_bytes: float) -> str:
+        """``"bandwidth"`` or ``"latency"``."""
+        return "bandwidth" if size_bytes >= self.bandwidth_from_bytes else "latency"
+
+    def _part(self, name: str) -> tuple[list, list]:
+        pts = [(s, t) for s, t in zip(self.sizes, self.times) if self.regime(s) == name]
+        return [p[0] for p in pts], [p[1] for p in pts]
+
+    @property
+    def latency_sizes(self) -> list:
+        return self._part("latency")[0]
+
+    @property
+    def bandwidth_sizes(self) -> list:
+        return self._part("bandwidth")[0]
+
+    @property
+    def floor_s(self) -> float:
+        """The latency regime's model: the median p50 of its sizes (nan: no such size)."""
+        t = self._part("latency")[1]
+        return float(np.median(t)) if t else math.nan
+
+    @property
+    def floor_range_s(self) -> tuple[float, float]:
+        """The lowest and highest p50 in the latency regime (its spread across sizes)."""
+        t = self._part("latency")[1]
+        return (min(t), max(t)) if t else (math.nan, math.nan)
+
+    @property
+    def crossover_bytes(self) -> float:
+        """S* of the bandwidth regime's line (nan: no bandwidth regime)."""
+        if not self.has_bandwidth:
+            return math.nan
+        return crossover_bytes(self.op, self.ranks, alpha_s=self.alpha_s,
+                               beta_bytes_per_s=self.beta_bytes_per_s)
+
+    def line_s(self, size_bytes: float) -> float:
+        """The bandwidth regime's α–β line at any size (nan: no bandwidth regime)."""
+        if not self.has_bandwidth:
+            return math.nan
+        return collective_time(op=self.op, ranks=self.ranks, size_bytes=size_bytes,
+                               alpha_s=self.alpha_s, beta_bytes_per_s=self.beta_bytes_per_s)
+
+    def time_s(self, size_bytes: float) -> float:
+        """The regime-aware model: the α–β line in the bandwidth regime, the floor below it."""
+        if self.regime(size_bytes) == "bandwidth":
+            return self.line_s(size_bytes)
+        return self.floor_s
+
+    def naive_s(self, size_bytes: float) -> float:
+        """The single α–β line through every size (nan: no fit)."""
+        if not math.isfinite(self.naive_beta_bytes_per_s):
+            return math.nan
+        return collective_time(op=self.op, ranks=self.ranks, size_bytes=size_bytes,
+                               alpha_s=self.naive_alpha_s,
+                               beta_bytes_per_s=self.naive_beta_bytes_per_s)
+
+    def naive_residuals_pct(self) -> dict:
+        """The naive line's symmetric errors per regime: ``{"latency": (lowest, median,
+        highest), "bandwidth": (...)}`` in %; a regime without sizes is left out."""
+        out = {}
+        for name in ("latency", "bandwidth"):
+            sizes, times = self._part(name)
+            if sizes and math.isfinite(self.naive_beta_bytes_per_s):
+                errs = [error_pct(self.naive_s(s), t) for s, t in zip(sizes, times)]
+                out[name] = (min(errs), float(np.median(errs)), max(errs))
+        return out
+
+
+def _fit(op, ranks, sizes, times) -> tuple[float, float] | None:
+    try:
+        return fit_alpha_beta(op, ranks, sizes=sizes, times=times)
+    except UsageError:
+        return None
+
+
+def _within(op, ranks, fit, sizes, times, tolerance_pct) -> bool:
+    line = collective_time(op=op, ranks=ranks, size_bytes=np.asarray(sizes, float),
+                           alpha_s=fit[0], beta_bytes_per_s=fit[1])
+    return all(abs(error_pct(p, t)) <= tolerance_pct for p, t in zip(line, times))
+
+
+def find_regimes(op: str, ranks: int, *, sizes: Sequence[float], times: Sequence[float],
+                 tolerance_pct: float = TOLERANCE_PCT, min_points: int = MIN_POINTS,
+                 fit_min_bytes: float = 0, p10s: Sequence[float] = ()) -> Regimes:
+    """Split a sweep into its bandwidth and latency regimes (see the module docstring).
+
+    ``fit_min_bytes`` > 0 sets the bandwidth regime by hand (every size >= it); ``p10s``, the
+    sizes' p10 times, are kept for the split of a miss (:meth:`Regimes.split`). A synthetic
+    sweep: a scattered floor of about 1 ms up to 8 KiB, then the line α = 100 µs, β = 1 GB/s:
+
+    >>> sizes = [8 * 4**k for k in range(11)]
+    >>> line = collective_time(op="all_reduce", ranks=2, size_bytes=np.array(sizes, float),
+    ...                        alpha_s=100e-6, beta_bytes_per_s=1e9)
+    >>> times = [1e-3, 3e-3, 1e-3, 1.2e-3, 2e-3, 0.9e-3] + list(line[6:])
+    >>> r = find_regimes("all_reduce", 2, sizes=sizes, times=times)
+    >>> r.bandwidth_from_bytes, round(r.alpha_s * 1e6), round(r.beta_bytes_per_s / 1e9, 3)
+    (32768.0, 100, 1.0)
+    >>> round(r.floor_s * 1e3, 2), [round(t * 1e3, 1) for t in r.floor_range_s]
+    (1.1, [0.9, 3.0])
+    >>> r.regime(8), r.regime(1 << 20)
+    ('latency', 'bandwidth')
+    """
+    lows = [float(t) for t in p10s] if len(p10s) == len(sizes) else [math.nan] * len(sizes)
+    pts = sorted(zip((float(s) for s in sizes), (float(t) for t in times), lows))
+    xs, ts = [p[0] for p in pts], [p[1] for p in pts]
+    kept_p10s = tuple(p[2] for p in pts) if len(p10s) == len(sizes) else ()
+    if len(xs) != len(set(xs)) or not xs:
+        raise UsageError("the regimes need one time per distinct size")
+    naive = _fit(op, ranks, xs, ts)
+    notes = []
+    start, fit = len(xs), None
+    if fit_min_bytes and fit_min_bytes > 0:
+        start = next((i for i, s in enumerate(xs) if s >= fit_min_bytes), len(xs))
+        fit = _fit(op, ranks, xs[start:], ts[start:]) if len(xs) - start >= 2 else None
+    elif len(xs) >= min_points:
+        start = len(xs) - min_points
+        fit = _fit(op, ranks, xs[start:], ts[start:])
+        while fit is not None and start > 0:
+            wider = _fit(op, ranks, xs[start - 1:], ts[start - 1:])
+            if wider is None or not _within(op, ranks, wider, xs[start - 1:], ts[start - 1:],
+                                            tolerance_pct):
+                break
+            start, fit = start - 1, wider
+    if fit is not None and xs[-1] < crossover_bytes(op, ranks, alpha_s=fit[0],
+                                                    beta_bytes_per_s=fit[1]):
+        notes.append("the sweep ends below the crossover S*: the bandwidth term never decided "
+                     "a time, so there is no bandwidth regime")
+        fit = None
+    if fit is None:
+        if not notes and fit_min_bytes and fit_min_bytes > 0:
+            notes.append(f"no α–β line through the sizes >= {fit_min_bytes:g} B (fewer than 2, "
+                         "or no bandwidth term): no bandwidth regime")
+        elif not notes:
+            notes.append(f"no α–β line through the {min_points} largest sizes (fewer sizes, or no "
+                         "bandwidth term): no bandwidth regime")
+        start = len(xs)
+    return Regimes(op=op, ranks=int(ranks), sizes=tuple(xs), times=tuple(ts),
+                   bandwidth_from_bytes=xs[start] if start < len(xs) else math.inf,
+                   alpha_s=fit[0] if fit else math.nan,
+                   beta_bytes_per_s=fit[1] if fit else math.nan,
+                   naive_alpha_s=naive[0] if naive else math.nan,
+                   naive_beta_bytes_per_s=naive[1] if naive else math.nan, notes=tuple(notes),
+                   p10s=kept_p10s)
+
+
+def time_at(size_bytes: float, *, sizes: Sequence[float], times: Sequence[float]) -> float:
+    """A measured time read at ``size_bytes`` on the log-log line between the two swept sizes
+    around it (nan outside the sweep: a measurement is not extrapolated).
+
+    >>> round(time_at(4096, sizes=[1024, 16384], times=[1e-3, 4e-3]), 6)
+    0.002
+    >>> time_at(8, sizes=[1024, 16384], times=[1e-3, 4e-3])
+    nan
+    """
+    pts = sorted(zip((float(s) for s in sizes), (float(t) for t in times)))
+    if not pts or not pts[0][0] <= size_bytes <= pts[-1][0]:
+        return math.nan
+    lx = [math.log(s) for s, _ in pts]
+    ly = [math.log(t) for _, t in pts]
+    return float(math.exp(np.interp(math.log(size_bytes), lx, ly)))
+
+
+def of_rows(rows, *, fit_min_bytes: float = 0, **kw) -> Regimes:
+    """:func:`find_regimes` of one sweep given as rows (dicts or a DataFrame of one op at one
+    world size: ``op, world_size, size_bytes, time_p50_s``, and ``time_p10_s`` where given)."""
+    if hasattr(rows, "to_dict"):
+        rows = rows.to_dict("records")
+    keys = {(r["op"], int(r["world_size"])) for r in rows}
+    if len(keys) != 1:
+        raise UsageError(f"the regimes are of one op at one world size, got {sorted(keys)}")
+    (op, n), = keys
+    p10s = [r["time_p10_s"] for r in rows] if all("time_p10_s" in r for r in rows) else ()
+    return find_regimes(op, n, sizes=[r["size_bytes"] for r in rows],
+                        times=[r["time_p50_s"] for r in rows], fit_min_bytes=fit_min_bytes,
+                        p10s=p10s, **kw)
+
+
+def add_fit(rows: list[dict], min_fit_bytes: float = 0) -> list[dict]:
+    """The regime-aware model beside each measured row, per (op, world_size, dtype).
+
+    Reads ``op, world_size, dtype, size_bytes, time_p50_s``; adds ``regime``, ``alpha_s`` and
+    ``beta_gb_per_s`` (the bandwidth regime's line), ``floor_s`` (the latency regime's),
+    ``model_time_s`` (the regime-aware model), ``model_busbw_gb_per_s``, ``model_error_pct``,
+    ``crossover_bytes``, and ``naive_time_s``/``naive_error_pct`` (one line through every
+    size). Rows of a 1-rank world (nothing moves) get NaN. ``min_fit_bytes`` > 0 sets the
+    bandwidth regime by hand. Returns new dicts; the input is unchanged.
+
+    >>> line = collective_time(op="all_reduce", ranks=2, size_bytes=np.array([1e5, 1e6, 1e7]),
+    ...                        alpha_s=1e-4, beta_bytes_per_s=1e9)
+    >>> rows = [{"op": "all_reduce", "world_size": 2, "size_bytes": s, "time_p50_s": t}
+    ...         for s, t in zip([8, 64, 1e5, 1e6, 1e7], [1e-3, 2e-3, *line])]
+    >>> [(r["regime"], round(r["model_time_s"] * 1e3, 2)) for r in add_fit(rows)]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [('latency', 1.5), ('latency', 1.5), ('bandwidth', 0.3), ('bandwidth', 1.2),
+     ('bandwidth', 10.2)]
+    """
+    from labkit.collectives.formulas import busbw_gb_per_s
+    from labkit.metrics import model_error_pct
+
+    out = [dict(r) for r in rows]
+    groups: dict[tuple, list[dict]] = {}
+    for r in out:
+        groups.setdefault((r["op"], r["world_size"], r.get("dtype")), []).append(r)
+    nan = math.nan
+    for (op, n, _), part in groups.items():
+        try:
+            reg = find_regimes(op, n, sizes=[r["size_bytes"] for r in part],
+                               times=[r["time_p50_s"] for r in part], fit_min_bytes=min_fit_bytes)
+        except UsageError:
+            reg = None
+        moves = reg is not None and n > 1
+        for r in part:
+            s, measured = r["size_bytes"], r["time_p50_s"]
+            t = reg.time_s(s) if moves else nan
+            naive = reg.naive_s(s) if moves else nan
+            r.update({
+                "regime": reg.regime(s) if moves else None,
+                "alpha_s": reg.alpha_s if moves else nan,
+                "beta_gb_per_s": reg.beta_bytes_per_s / 1e9 if moves else nan,
+                "floor_s": reg.floor_s if moves else nan,
+                "model_time_s": t,
+                "model_busbw_gb_per_s": (busbw_gb_per_s(op=op, ranks=n, size_bytes=s, time_s=t)
+                                         if math.isfinite(t) else nan),
+                "model_error_pct": (model_error_pct(model_s=t, measured_s=measured)
+                                    if math.isfinite(t) else nan),
+                "crossover_bytes": reg.crossover_bytes if moves else nan,
+                "naive_time_s": naive,
+                "naive_error_pct": (model_error_pct(model_s=naive, measured_s=measured)
+                                    if math.isfinite(naive) else nan),
+            })
+    return out

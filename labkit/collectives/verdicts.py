@@ -1,0 +1,325 @@
+"""The collectives lab's verdicts: the sentences and law rows notebook 06 prints, each computed
+from the numbers it is given (pure: no torch).
+
+Sentences: :func:`regimes_sentence` (the regimes a sweep shows), :func:`naive_sentence` (one
+line through every size, its residuals per regime), :func:`crossover_sentence` (where S* lies
+and what the sweep measured there), :func:`busy_sentence` (an all-reduce while every core
+computes, against idle, from :func:`in_context`). Law rows (:func:`labkit.book.laws.check`):
+:func:`sweep_laws` (the regime-aware model of one sweep, and the naive line beside it),
+:func:`line_law` (one op's line at its largest size), :func:`context_laws` (the machine
+profile's all-reduce, idle and busy, against this sweep's).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from labkit.book import laws
+from labkit.collectives.regimes import Regimes, p10_split, time_at
+
+#: how much the p50 may vary across the latency regime's sizes and still be called flat
+FLAT_RATIO = 1.25
+#: the largest size must be this many S* for busbw to be near β (the model's busbw there is
+#: β·k/(k+1): 80 % of β at k = 4, within the 25 % tolerance)
+PLATEAU_S_STAR = 4.0
+
+
+def size_text(size_bytes: float) -> str:
+    """A size as people write it (powers of 1024).
+
+    >>> size_text(8), size_text(2048), size_text(8 << 20), size_text(795402.9)
+    ('8 B', '2 KiB', '8 MiB', '777 KiB')
+    """
+    b = float(size_bytes)
+    if b < 1024:
+        return f"{b:.0f} B"
+    if b < 1 << 20:
+        return f"{b / 1024:.3g} KiB"
+    if b < 1 << 30:
+        return f"{b / (1 << 20):.3g} MiB"
+    return f"{b / (1 << 30):.3g} GiB"
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.3g} ms"
+
+
+def regimes_sentence(reg: Regimes) -> str:
+    """What the sweep shows: the bandwidth regime's line and the latency regime's floor.
+
+    >>> r = Regimes("all_reduce", 2, (8, 64, 512, 4096, 1 << 20, 4 << 20), (4e-4, 3e-3, 5e-4,
+    ...             4.5e-4, 1.1e-3, 3.5e-3), 1 << 20, 2.5e-4, 1.4e9, 3e-4, 1.3e9)
+    >>> print(regimes_sentence(r))
+    bandwidth regime: 1 MiB to 4 MiB (2 sizes) on one α–β line, α = 250 µs, β = 1.4 GB/s. latency regime: 8 B to 4 KiB (4 sizes), floor 0.475 ms (the median p50); the p50 ranges from 0.4 ms to 3 ms across its sizes (7.5x, more than 1.25x: scattered).
+    >>> r2 = Regimes("all_reduce", 2, (8, 64, 4096), (4e-4, 4.2e-4, 4.4e-4), math.inf,
+    ...              math.nan, math.nan, 4e-4, 1e12, ("the sweep ends below S*",))
+    >>> print(regimes_sentence(r2))
+    no bandwidth regime (the sweep ends below S*). latency regime: 8 B to 4 KiB (3 sizes), floor 0.42 ms (the median p50); the p50 ranges from 0.4 ms to 0.44 ms across its sizes (1.1x, within 1.25x: flat).
+    """
+    parts = []
+    band = reg.bandwidth_sizes
+    if band:
+        parts.append(f"bandwidth regime: {size_text(band[0])} to {size_text(band[-1])} "
+                     f"({len(band)} sizes) on one α–β line, α = {reg.alpha_s * 1e6:.3g} µs, "
+                     f"β = {reg.beta_bytes_per_s / 1e9:.3g} GB/s.")
+    else:
+        why = f" ({'; '.join(reg.notes)})" if reg.notes else ""
+        parts.append(f"no bandwidth regime{why}.")
+    lat = reg.latency_sizes
+    if lat:
+        lo, hi = reg.floor_range_s
+        ratio = hi / lo
+        flat = ratio <= FLAT_RATIO
+        parts.append(f"latency regime: {size_text(lat[0])} to {size_text(lat[-1])} "
+                     f"({len(lat)} sizes), floor {_ms(reg.floor_s)} (the median p50); the p50 "
+                     f"ranges from {_ms(lo)} to {_ms(hi)} across its sizes ({ratio:.2g}x, "
+                     f"{'within' if flat else 'more than'} {FLAT_RATIO:g}x: "
+                     f"{'flat' if flat else 'scattered'}).")
+    else:
+        parts.append("no latency regime: every size lies on the line.")
+    return " ".join(parts)
+
+
+def naive_sentence(reg: Regimes, *, tolerance_pct: float = 25.0) -> str:
+    """One α–β line through every size, judged per regime by its residuals (symmetric %).
+
+    >>> r = Regimes("all_reduce", 2, (8, 64, 1 << 20, 4 << 20), (4e-4, 3e-3, 1.9e-3, 4.6e-3),
+    ...             1 << 20, 2.5e-4, 1.2e9, 5e-4, 1.2e9)
+    >>> print(naive_sentence(r))
+    one α–β line through every size (α = 500 µs, β = 1.2 GB/s): in the latency regime off by -200% to +150% (median -25%), outside 25%; in the bandwidth regime off by -2% to -1% (median -2%), within 25%.
+    """
+    if not math.isfinite(reg.naive_beta_bytes_per_s):
+        return "one α–β line through every size: no fit (the sweep has no bandwidth term)."
+    out = []
+    for name, (lo, med, hi) in reg.naive_residuals_pct().items():
+        fits = max(abs(lo), abs(hi)) <= tolerance_pct
+        out.append(f"in the {name} regime off by {lo:+.0f}% to {hi:+.0f}% (median {med:+.0f}%), "
+                   f"{'within' if fits else 'outside'} {tolerance_pct:g}%")
+    return (f"one α–β line through every size (α = {reg.naive_alpha_s * 1e6:.3g} µs, "
+            f"β = {reg.naive_beta_bytes_per_s / 1e9:.3g} GB/s): " + "; ".join(out) + ".")
+
+
+def crossover_sentence(reg: Regimes) -> str:
+    """Where the bandwidth regime's S* lies in the sweep, and the time measured there.
+
+    >>> r = Regimes("all_reduce", 2, (8, 64 << 10, 1 << 20, 8 << 20), (4e-4, 6e-4, 1.2e-3,
+    ...             7.6e-3), 64 << 10, 2.5e-4, 1.2e9, 2.5e-4, 1.2e9)
+    >>> print(crossover_sentence(r))
+    S* = N α β = 586 KiB lies inside the sweep (8 B to 8 MiB): the model gives 1 ms there (both terms equal), the sweep measured 1.04 ms; the largest size is 14 S*.
+    >>> r2 = Regimes("all_reduce", 2, (8, 64 << 10), (4e-4, 6e-4), 8, 2.5e-4, 1.2e9, 2.5e-4,
+    ...              1.2e9)
+    >>> print(crossover_sentence(r2))
+    S* = N α β = 586 KiB lies above the largest size swept (64 KiB): no measured time there; the largest size is 0.11 S*.
+    """
+    if not reg.has_bandwidth:
+        return "no bandwidth regime, so no S* to place."
+    s_star = reg.crossover_bytes
+    lo, hi = reg.sizes[0], reg.sizes[-1]
+    head = f"S* = N α β = {size_text(s_star)} lies "
+    tail = f"; the largest size is {hi / s_star:.2g} S*."
+    measured = time_at(s_star, sizes=reg.sizes, times=reg.times)
+    if math.isnan(measured):
+        where = ("above the largest size swept" if s_star > hi else "below the smallest size "
+                 "swept")
+        return head + f"{where} ({size_text(hi if s_star > hi else lo)}): no measured time there" \
+            + tail
+    return (head + f"inside the sweep ({size_text(lo)} to {size_text(hi)}): the model gives "
+            f"{_ms(reg.time_s(s_star))} there (both terms equal), the sweep measured "
+            f"{_ms(measured)}" + tail)
+
+
+def in_context(rows, prof, *, ranks: int) -> dict:
+    """This sweep's all-reduce beside the machine profile's, at the largest size both measured
+    (else the largest this sweep measured inside the profile's range, so the profile is read,
+    not extrapolated): ``size_bytes``, ``idle_s``, ``busy_s``
+    (nan: not measured), ``matmuls`` (the busy thread's products), ``predicted_idle_s``,
+    ``predicted_busy_s`` (the profile's ``allreduce_s``) and ``ratio`` = busy / idle.
+
+    ``rows``: one all-reduce sweep (dicts or a DataFrame with ``size_bytes, time_p50_s`` and
+    the ``busy_*`` columns); ``prof``: a :class:`labkit.machine.Profile` (or anything with its
+    ``rows`` and ``allreduce_s``).
+    """
+    if hasattr(rows, "to_dict"):
+        rows = rows.to_dict("records")
+    rows = sorted(rows, key=lambda r: r["size_bytes"])
+    measured = {r["size_bytes"] for r in prof.rows if r.get("measurement") == "allreduce"}
+    top = max(measured, default=math.inf)
+    both = [r for r in rows if r["size_bytes"] in measured]
+    inside = [r for r in rows if r["size_bytes"] <= top]
+    r = (both or inside or rows[:1])[-1]
+    def known(key):
+        v = r.get(key)
+        return math.nan if v is None or v != v else float(v)
+
+    busy = known("busy_time_p50_s")
+    s = float(r["size_bytes"])
+    return {"size_bytes": s, "idle_s": float(r["time_p50_s"]), "busy_s": busy,
+            "idle_p10_s": known("time_p10_s"), "busy_p10_s": known("busy_time_p10_s"),
+            "matmuls": r.get("busy_matmuls"),
+            "predicted_idle_s": prof.allreduce_s(s, ranks=ranks),
+            "predicted_busy_s": prof.allreduce_s(s, ranks=ranks, busy=True),
+            "ratio": busy / float(r["time_p50_s"])}
+
+
+def busy_sentence(ctx: dict) -> str:
+    """An all-reduce while every rank's core computes, against the same all-reduce idle
+    (``ctx`` from :func:`in_context`).
+
+    >>> busy_sentence({"size_bytes": 2 << 20, "idle_s": 2.2e-3, "busy_s": 3.4e-3})
+    'At 2 MiB an all-reduce took 3.4 ms while every core also computed, against 2.2 ms idle: 1.55x, slower.'
+    >>> busy_sentence({"size_bytes": 2 << 20, "idle_s": 2.2e-3, "busy_s": 2.1e-3})
+    'At 2 MiB an all-reduce took 2.1 ms while every core also computed, against 2.2 ms idle: 0.95x, no slower.'
+    >>> busy_sentence({"size_bytes": 2 << 20, "idle_s": 2.2e-3, "busy_s": math.nan})
+    'At 2 MiB the all-reduce was not timed while the cores computed (busy = False).'
+    """
+    size, idle, busy = ctx["size_bytes"], ctx["idle_s"], ctx["busy_s"]
+    if math.isnan(busy):
+        return (f"At {size_text(size)} the all-reduce was not timed while the cores computed "
+                "(busy = False).")
+    ratio = busy / idle
+    return (f"At {size_text(size)} an all-reduce took {_ms(busy)} while every core also "
+            f"computed, against {_ms(idle)} idle: {ratio:.2f}x, "
+            f"{'slower' if ratio > 1 else 'no slower'}.")
+
+
+def context_laws(ctx: dict, *, ranks: int, note: str = "") -> list[dict]:
+    """The machine profile's all-reduce (another launch of this run) against this sweep's, idle
+    and, where measured, while every core computes (:func:`busy_law`).
+
+    >>> ctx = {"size_bytes": 2 << 20, "idle_s": 2.2e-3, "busy_s": 3.4e-3, "matmuls": 40,
+    ...        "predicted_idle_s": 2.0e-3, "predicted_busy_s": 3.9e-3}
+    >>> [(r["kind"], r["holds"]) for r in context_laws(ctx, ranks=2)]
+    [('model', True), ('model', True)]
+    >>> len(context_laws(dict(ctx, busy_s=math.nan), ranks=2))
+    1
+    """
+    rows = [laws.check(
+        f"all-reduce, cores idle ({size_text(ctx['size_bytes'])}, N = {ranks}), from the "
+        "machine profile", predicted=ctx["predicted_idle_s"] * 1e3, measured=ctx["idle_s"] * 1e3,
+        unit="ms", tolerance_pct=25, note=note,
+        split=p10_split(ctx["idle_s"], ctx.get("idle_p10_s", math.nan)))]
+    if not math.isnan(ctx["busy_s"]):
+        rows.append(busy_law(size_bytes=ctx["size_bytes"], ranks=ranks,
+                             predicted_s=ctx["predicted_busy_s"], measured_s=ctx["busy_s"],
+                             matmuls=ctx.get("matmuls"), note=note,
+                             split=p10_split(ctx["busy_s"], ctx.get("busy_p10_s", math.nan))))
+    return rows
+
+
+
+def _residual_note(reg: Regimes) -> str:
+    parts = [f"{name} regime residuals {lo:+.0f}%..{hi:+.0f}% (median {med:+.0f}%)"
+             for name, (lo, med, hi) in reg.naive_residuals_pct().items()]
+    return "; ".join(parts) if parts else "no fit"
+
+
+def line_law(reg: Regimes) -> dict:
+    """The bandwidth regime's α–β line at the largest size against the measured p50."""
+    s, t = reg.sizes[-1], reg.times[-1]
+    return laws.check(f"alpha-beta {reg.op}, bandwidth regime, largest size ({size_text(s)}, "
+                      f"N = {reg.ranks})",
+                      predicted=reg.line_s(s) * 1e3, measured=t * 1e3, unit="ms",
+                      tolerance_pct=25, mechanism_observed=reg.has_bandwidth,
+                      mechanism="a bandwidth regime in the sweep", split=reg.split(s, t))
+
+
+def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float, profile_floor_s: float | None = None,
+               profile_note: str = "") -> list[dict]:
+    """The laws of one all-reduce sweep: the regime-aware model (the line at the largest size,
+    busbw → β, the time at S*, the latency floor predicted by the machine profile when
+    ``profile_floor_s`` is given) and the naive single line at the smallest size.
+
+    >>> r = Regimes("all_reduce", 2, (8, 64, 64 << 10, 1 << 20, 8 << 20), (4e-4, 3e-3, 6e-4,
+    ...             1.2e-3, 7.3e-3), 64 << 10, 2.5e-4, 1.2e9, 5e-4, 1.3e9)
+    >>> rows = sweep_laws(r, busbw_gb_per_s=1.15, profile_floor_s=1.5e-3)
+    >>> [(x["kind"], x["holds"]) for x in rows]
+    [('model', True), ('model', True), ('model', True), ('model', True), ('naive', False)]
+    """
+    s_max = reg.sizes[-1]
+    s_star = reg.crossover_bytes
+    rows = [line_law(reg)]
+    ratio = s_max / s_star if reg.has_bandwidth else math.nan
+    rows.append(laws.check(
+        f"busbw -> beta at the largest size ({size_text(s_max)}, N = {reg.ranks})",
+        predicted=reg.beta_bytes_per_s / 1e9, measured=busbw_gb_per_s, unit="GB/s",
+        tolerance_pct=25, mechanism_observed=bool(ratio >= PLATEAU_S_STAR),
+        mechanism=f"the largest size at least {PLATEAU_S_STAR:g} S* (busbw near its plateau)",
+        note=f"S = {ratio:.2g} S*"))
+    at_star = time_at(s_star, sizes=reg.sizes, times=reg.times) if reg.has_bandwidth else math.nan
+    where = f"S* = {size_text(s_star)}; " if reg.has_bandwidth else ""
+    rows.append(laws.check(
+        f"time at the predicted S* = N alpha beta (N = {reg.ranks})",
+        predicted=reg.time_s(s_star) * 1e3 if reg.has_bandwidth else math.nan,
+        measured=at_star * 1e3, unit="ms", tolerance_pct=25,
+        mechanism_observed=not math.isnan(at_star), mechanism="S* inside the sweep",
+        split=reg.split(s_star, at_star) if reg.has_bandwidth else None, note=where + "measured: the sweep read at S* between its two neighbouring sizes "
+                     "(log-log)"))
+    if reg.latency_sizes and profile_floor_s is not None:
+        lo, hi = reg.floor_range_s
+        p10 = [t for s, t in zip(reg.sizes, reg.p10s) if reg.regime(s) == "latency"]
+        floor_split = ({"p10 (median over the regime)": float(np.median(p10)) * 1e3,
+                        "the rest of the median p50": (reg.floor_s - float(np.median(p10))) * 1e3}
+                       if p10 else None)
+        rows.append(laws.check(
+            f"latency-regime floor (N = {reg.ranks}), from the machine profile",
+            predicted=profile_floor_s * 1e3, measured=reg.floor_s * 1e3, unit="ms",
+            tolerance_pct=25, split=floor_split,
+            note=f"regime {size_text(reg.latency_sizes[0])} to "
+                 f"{size_text(reg.latency_sizes[-1])}, p50 {lo * 1e3:.3g}-{hi * 1e3:.3g} ms "
+                 "across it" + (f"; {profile_note}" if profile_note else "")))
+    s_min = reg.sizes[0]
+    rows.append(laws.check(
+        f"one alpha-beta line through every size, smallest size ({size_text(s_min)}, "
+        f"N = {reg.ranks})", kind="naive", predicted=reg.naive_s(s_min) * 1e3,
+        measured=reg.times[0] * 1e3, unit="ms", tolerance_pct=25, note=_residual_note(reg)))
+    return rows
+
+
+def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int) -> float | None:
+    """The machine profile's prediction of the latency floor: the same statistic as the floor,
+    the median p50, over the profile's own idle all-reduce sizes inside the regime's range (a
+    floor does not depend on the size); where the profile measured none there, the median of
+    ``prof.allreduce_s(size, ranks=ranks)`` over the regime's sizes. None: no latency regime.
+
+    >>> class Prof:
+    ...     rows = [{"measurement": "allreduce", "context": "idle", "size_bytes": s,
+    ...              "time_p50_s": t} for s, t in ((8, 5e-4), (64, 3e-3), (512, 6e-4),
+    ...                                             (1 << 20, 2e-3))]
+    ...     def allreduce_s(self, s, *, ranks, busy=False):
+    ...         return 1e-4 + s * 1e-9
+    >>> round(profile_floor_s([8, 32, 128, 512], Prof(), ranks=2) * 1e6)
+    600
+    >>> round(profile_floor_s([16, 32], Prof(), ranks=2) * 1e6, 3)
+    100.024
+    """
+    if not latency_sizes:
+        return None
+    lo, hi = min(latency_sizes), max(latency_sizes)
+    own = [r["time_p50_s"] for r in prof.rows if r.get("measurement") == "allreduce"
+           and r.get("context") == "idle" and lo <= r["size_bytes"] <= hi]
+    if ranks != getattr(prof, "world_size", ranks) or not own:
+        own = [prof.allreduce_s(s, ranks=ranks) for s in latency_sizes]
+    return float(np.median(own))
+
+
+def busy_law(*, size_bytes: float, ranks: int, predicted_s: float, measured_s: float,
+             matmuls: int | None, note: str = "", split: dict | None = None) -> dict:
+    """An all-reduce while every core computes, predicted by the machine profile's busy sweep
+    (another launch of the run). No mechanism, no law: it holds only where the busy thread
+    finished products while the all-reduce was timed.
+
+    >>> busy_law(size_bytes=2 << 20, ranks=2, predicted_s=4e-3, measured_s=4.4e-3,
+    ...          matmuls=12)["holds"]
+    True
+    >>> busy_law(size_bytes=2 << 20, ranks=2, predicted_s=4e-3, measured_s=4.4e-3,
+    ...          matmuls=0)["holds"]
+    False
+    """
+    return laws.check(
+        f"all-reduce while every core computes ({size_text(size_bytes)}, N = {ranks}), from the "
+        "machine profile", predicted=predicted_s * 1e3, measured=measured_s * 1e3, unit="ms",
+        tolerance_pct=25, mechanism_observed=bool(matmuls), note=note, split=split,
+        mechanism="the busy thread computed during the timed calls")

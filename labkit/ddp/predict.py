@@ -1,0 +1,274 @@
+"""The model of a DDP step on this machine, from this run's machine profile (pure: no torch).
+
+A DDP step on N ranks is predicted from what was measured *alone* and what the machine profile
+(:mod:`labkit.machine`) measured about running several things at once::
+
+    t_DDP(b) = t_alone(b) x s(N) + t_copy + max(0, t_ar,during - t_window) + t_ar,after
+
+* ``t_alone(b)``: the plain model's step at ``b`` samples, one process alone (the no-DDP row);
+* ``s(N)``: the co-run slowdown, ``profile.compute_slowdown(N)`` (a miniature training step):
+  N ranks computing at once each run slower than one alone (shared memory bandwidth, caches,
+  turbo);
+* ``t_copy``: DDP's copies of the gradients into its buckets and back, at the profile's copy
+  bandwidth with every rank copying (:func:`copy_bytes`);
+* the all-reduces *in context*: where a rank has a core to spare for the communication (a GPU
+  rank; a CPU rank whose threads leave a core free), every bucket but the last is all-reduced
+  while backward still runs (``profile.allreduce_s(size, busy=True)``) and hides in
+  ``t_window`` (:func:`labkit.ddp.formulas.overlap_window`), the last after backward ends
+  (``busy=False``). A CPU rank whose one core runs backward runs gloo's all-reduce on that same
+  core: the core does both jobs one after the other, each all-reduce costs its time with the
+  cores idle, and nothing hides.
+
+A miss is explained by the measured split (:func:`measured_split`): the ``no_sync`` step on N
+ranks (the compute as it ran), the copies as timed, the all-reduces of the buckets as timed
+standalone, and the imbalance of the ranks' step times.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from labkit.book.laws import symmetric_error_pct
+from labkit.ddp.config import DDP_FLAGS
+from labkit.ddp.formulas import (
+    BENCHMARK,
+    benchmark_key,
+    ddp_speedup,
+    overlap_window,
+    references,
+    row_value,
+)
+
+
+def step_in_context(*, compute_alone_s: float, slowdown: float, copy_s: float, bucket_bytes,
+                    allreduce_s: Callable[[float, bool], float], spare_core: bool) -> dict:
+    """The model's terms of one DDP step (seconds) and their sum ``step_s``.
+
+    ``allreduce_s(size_bytes, busy)``: one all-reduce in context (the profile's). With a core to
+    spare, every bucket but the last is all-reduced while backward runs (``busy``) and hides in
+    the window; without one, the rank's core does the all-reduces' work and backward's one
+    after the other: each costs its time with the cores idle, and nothing hides. 100 ms of
+    compute alone, 1.2x slower with every rank computing, 8 ms of copies, one bucket (15 ms);
+    then four buckets (busy 6 ms, idle 4 ms each), without and with a core to spare:
+
+    >>> ar = lambda size, busy: (6e-3 if busy else 4e-3) if size < 10e6 else 15e-3
+    >>> t = step_in_context(compute_alone_s=0.1, slowdown=1.2, copy_s=0.008,
+    ...                     bucket_bytes=[16e6], allreduce_s=ar, spare_core=False)
+    >>> round(t["step_s"], 6), t["window_s"]
+    (0.143, 0.0)
+    >>> four = dict(compute_alone_s=0.1, slowdown=1.2, copy_s=0.008, bucket_bytes=[4e6] * 4,
+    ...             allreduce_s=ar)
+    >>> round(step_in_context(**four, spare_core=False)["step_s"], 6)
+    0.144
+    >>> round(step_in_context(**four, spare_core=True)["step_s"], 6)  # 18 ms hidden in 60 ms
+    0.132
+    """
+    compute = float(compute_alone_s) * float(slowdown)
+    sizes = [float(b) for b in bucket_bytes]
+    during = sum(allreduce_s(b, spare_core) for b in sizes[:-1])
+    after = allreduce_s(sizes[-1], False)
+    window = overlap_window(compute_s=compute, bucket_bytes=sizes) if spare_core else 0.0
+    exposed = max(0.0, during - window) + after
+    return {"compute_s": compute, "copies_s": float(copy_s), "allreduce_during_s": during,
+            "allreduce_after_s": after, "window_s": window, "exposed_allreduce_s": exposed,
+            "step_s": compute + float(copy_s) + exposed}
+
+
+def copy_bytes(*, grad_bytes: float, as_view: bool = False) -> float:
+    """Bytes DDP's reducer reads and writes per step besides the all-reduce: each gradient
+    into its bucket (scaled by 1/N) and back, two passes that each read and write every
+    gradient byte; one in-place pass when the gradients are views into the buckets.
+
+    >>> copy_bytes(grad_bytes=16e6), copy_bytes(grad_bytes=16e6, as_view=True)
+    (64000000.0, 32000000.0)
+    """
+    return float(grad_bytes) * (2.0 if as_view else 4.0)
+
+
+def spare_core(row: dict) -> bool:
+    """Whether a rank of ``row``'s launch has a core beyond its compute threads, for gloo's
+    all-reduce to run beside backward (always on a GPU: the GPU computes).
+
+    >>> spare_core({"device": "cpu", "cores": 2, "nproc_per_node": 2, "threads_per_rank": 1})
+    False
+    >>> spare_core({"device": "cpu", "cores": 8, "nproc_per_node": 2, "threads_per_rank": 1})
+    True
+    """
+    if str(row.get("device") or "").startswith("cuda"):
+        return True
+    cores = row_value(row, "cores")
+    per_node = row_value(row, "nproc_per_node") or row_value(row, "world_size")
+    threads = row_value(row, "threads_per_rank")
+    if not (cores > 0 and per_node > 0 and threads > 0):
+        return False
+    return cores > per_node * threads
+
+
+def _alone_key(r: dict) -> tuple:
+    """A row's benchmark without DDP's flags: the plain model's step does not depend on them."""
+    return tuple(str(r.get(k)) for k in BENCHMARK if k not in DDP_FLAGS)
+
+
+def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dict] = ()) -> list:
+    """DDP rows of more than one rank with the model's terms and prediction beside the measured
+    step and speedups. ``profile``: this run's machine profile (:mod:`labkit.machine`; anything
+    with its ``compute_slowdown``, ``allreduce_s`` and ``copy_bytes_per_s``); ``alone``: more
+    rows to take the no-DDP step from (a run without a baseline of its own). Rows without a
+    no-DDP step of the same model and batch are left as they are.
+
+    Adds ``model_compute_s``, ``compute_slowdown``, ``model_copies_s``, ``model_comm_s``
+    (every bucket's all-reduce in context), ``model_overlap_window_s``,
+    ``model_exposed_comm_s``, ``predicted_step_time_s``, ``predicted_step_error_pct``,
+    ``predicted_speedup_vs_no_ddp`` (and its error) and, with a 1-rank DDP row,
+    ``predicted_speedup`` (N t_1 / predicted step).
+
+    >>> from types import SimpleNamespace
+    >>> prof = SimpleNamespace(compute_slowdown=lambda ranks, n=None: 1.25,
+    ...                        copy_bytes_per_s=lambda together=False: 8e9,
+    ...                        allreduce_s=lambda size, ranks=2, busy=False: 0.016)
+    >>> rows = [{"variant": "no_ddp", "world_size": 1, "step_time_p50_s": 0.080},
+    ...         {"variant": "ddp", "world_size": 2, "step_time_p50_s": 0.125,
+    ...          "grad_bytes": 16_000_000}]
+    >>> r = add_prediction_columns(rows, profile=prof)[1]
+    >>> round(r["predicted_step_time_s"], 3), round(r["predicted_speedup_vs_no_ddp"], 3)
+    (0.124, 1.29)
+    """
+    rows = [dict(r) for r in rows]
+    base = {_alone_key(r): r for r in [*alone, *rows] if r.get("variant") == "no_ddp"}
+    one_rank = references(rows, "ddp", world_size=1)
+    for r in rows:
+        n = int(r.get("world_size") or 1)
+        t0 = row_value(base.get(_alone_key(r), {}), "step_time_p50_s")
+        if r.get("variant") != "ddp" or n < 2 or not t0 > 0:
+            continue
+        nbytes = row_value(r, "grad_bytes")
+        buckets = [b for b in (r.get("bucket_bytes") or []) if isinstance(b, (int, float))]
+        slowdown = float(profile.compute_slowdown(n))
+        copy_s = copy_bytes(grad_bytes=nbytes, as_view=bool(r.get("gradient_as_bucket_view"))) \
+            / float(profile.copy_bytes_per_s(together=True))
+        terms = step_in_context(
+            compute_alone_s=t0, slowdown=slowdown, copy_s=copy_s,
+            bucket_bytes=buckets or [nbytes], spare_core=spare_core(r),
+            allreduce_s=lambda size, busy, n=n: float(profile.allreduce_s(size, ranks=n,
+                                                                          busy=busy)))
+        step, t = terms["step_s"], row_value(r, "step_time_p50_s")
+        pred = ddp_speedup(ranks=n, noddp_step_s=t0, ddp_step_s=step)
+        r.update(model_compute_s=terms["compute_s"], compute_slowdown=slowdown,
+                 model_copies_s=copy_s,
+                 model_comm_s=terms["allreduce_during_s"] + terms["allreduce_after_s"],
+                 model_overlap_window_s=terms["window_s"],
+                 model_exposed_comm_s=terms["exposed_allreduce_s"],
+                 predicted_step_time_s=step,
+                 predicted_step_error_pct=symmetric_error_pct(step, t),
+                 predicted_speedup_vs_no_ddp=pred,
+                 predicted_speedup_error_pct=symmetric_error_pct(pred, n * t0 / t))
+        t1 = row_value(one_rank.get(benchmark_key(r), {}), "step_time_p50_s")
+        if t1 > 0:
+            r["predicted_speedup"] = n * t1 / step
+    return rows
+
+
+def measured_allreduce_s(row: dict, sizes) -> float:
+    """The all-reduces of ``sizes`` bytes as this run timed them standalone (the rounds' sizes
+    and times, interpolated in log-log; beyond them, the nearest scaled by its size), summed.
+
+    >>> row = {"allreduce_fit_bytes": [1e6, 4e6, 16e6], "allreduce_fit_times_s": [2e-3, 5e-3, 17e-3]}
+    >>> round(measured_allreduce_s(row, [16e6]) * 1e3, 3), round(measured_allreduce_s(row, [2e6]) * 1e3, 3)
+    (17.0, 3.162)
+    """
+    import numpy as np
+
+    xs = np.log(np.asarray(row.get("allreduce_fit_bytes") or [], dtype=float))
+    ys = np.log(np.asarray(row.get("allreduce_fit_times_s") or [], dtype=float))
+    if len(xs) == 0:
+        t = row_value(row, "allreduce_time_p50_s")
+        g = row_value(row, "grad_bytes")
+        return sum(t * float(s) / g for s in sizes) if t > 0 and g > 0 else math.nan
+    order = np.argsort(xs)
+    xs, ys = xs[order], ys[order]
+    out = 0.0
+    for s in sizes:
+        x = math.log(float(s))
+        if x > xs[-1]:
+            out += math.exp(ys[-1]) * float(s) / math.exp(xs[-1])
+        else:
+            out += float(np.exp(np.interp(x, xs, ys)))
+    return out
+
+
+def imbalance_s(rank_step_times) -> float:
+    """How long the slowest rank keeps the others waiting: the median over steps of the slowest
+    rank's time less the mean rank's (0 on one rank).
+
+    >>> round(imbalance_s([[0.100, 0.104, 0.098], [0.102, 0.100, 0.100]]), 4)
+    0.001
+    """
+    import numpy as np
+
+    a = np.asarray(rank_step_times, dtype=float)
+    if a.ndim != 2 or a.shape[0] < 2 or a.shape[1] == 0:
+        return 0.0
+    return float(np.median(a.max(axis=0) - a.mean(axis=0)))
+
+
+def measured_split(row: dict, *, scale: float = 1.0) -> dict:
+    """A measured DDP step taken apart into its measured terms (times ``scale``; 1e3: ms):
+    the compute as it ran on N ranks (the ``no_sync`` step), DDP's copies as timed, the
+    all-reduces of its buckets as timed standalone, and the imbalance between the ranks' step
+    times. The terms are measured separately: their sum is the step only as far as nothing
+    hid (no overlap) and nothing else took time.
+
+    >>> row = {"step_time_p50_s": 0.092, "nosync_step_time_p50_s": 0.066,
+    ...        "bucket_copy_time_p50_s": 0.008, "grad_bytes": 16e6, "bucket_bytes": [16e6],
+    ...        "allreduce_fit_bytes": [16e6], "allreduce_fit_times_s": [0.0176],
+    ...        "rank_step_times_s": [[0.092, 0.093], [0.091, 0.092]]}
+    >>> {k: round(v, 1) for k, v in measured_split(row, scale=1e3).items()}
+    {'compute': 66.0, 'copies': 8.0, 'all-reduce': 17.6, 'imbalance': 0.5}
+    """
+    compute = row_value(row, "nosync_step_time_p50_s")
+    copies = row_value(row, "bucket_copy_time_p50_s")
+    buckets = [b for b in (row.get("bucket_bytes") or []) if isinstance(b, (int, float))]
+    ar = measured_allreduce_s(row, buckets or [row_value(row, "grad_bytes")])
+    wait = imbalance_s(row.get("rank_step_times_s") or [])
+    return {"compute": compute * scale, "copies": copies * scale, "all-reduce": ar * scale,
+            "imbalance": wait * scale}
+
+
+def measured_overlap(row: dict) -> float:
+    """The share of the buckets' all-reduces (as timed standalone) that the DDP step hid:
+    ``1 - (t_DDP - compute - copies - imbalance) / all-reduces``, in [0, 1].
+
+    >>> row = {"step_time_p50_s": 0.080, "nosync_step_time_p50_s": 0.066,
+    ...        "bucket_copy_time_p50_s": 0.008, "bucket_bytes": [4e6] * 4,
+    ...        "allreduce_fit_bytes": [4e6], "allreduce_fit_times_s": [0.005]}
+    >>> round(measured_overlap(row), 2)
+    0.7
+    """
+    buckets = [b for b in (row.get("bucket_bytes") or []) if isinstance(b, (int, float))]
+    ar = measured_allreduce_s(row, buckets or [row_value(row, "grad_bytes")])
+    exposed = (row_value(row, "step_time_p50_s") - row_value(row, "nosync_step_time_p50_s")
+               - row_value(row, "bucket_copy_time_p50_s")
+               - imbalance_s(row.get("rank_step_times_s") or []))
+    if not (ar > 0 and math.isfinite(exposed)):
+        return math.nan
+    return min(1.0, max(0.0, 1.0 - exposed / ar))
+
+
+def pays_agreement(predicted, measured, *, tie: float = 0.05) -> float:
+    """The share of swept batches at which the model says rightly whether DDP pays (speedup
+    above 1 or not). A measured speedup within ``tie`` of 1 agrees with either answer: a
+    sign that noise decides is no answer.
+
+    >>> pays_agreement([0.9, 1.2, 1.6], [0.8, 1.1, 1.5])
+    1.0
+    >>> pays_agreement([1.1, 1.2, 1.6], [0.8, 1.1, 1.5])
+    0.6666666666666666
+    >>> pays_agreement([1.1, 1.2], [0.97, 1.1])
+    1.0
+    """
+    pairs = [(float(p), float(m)) for p, m in zip(predicted, measured)]
+    if not pairs:
+        return math.nan
+    ok = [abs(m - 1.0) <= tie or (p > 1.0) == (m > 1.0) for p, m in pairs]
+    return sum(ok) / len(ok)

@@ -1,0 +1,282 @@
+"""Collectives in context: the regimes of a sweep on synthetic rows, the regime-aware model and
+the naive line beside it, the machine profile's in-context predictions, the computed sentences
+(each flips when its numbers flip), the kind of every law row, and the budget refusal of
+notebook 06's documented parameter values. All pure: nothing launches."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from labkit import collectives
+from labkit.collectives import config as cconfig
+from labkit.collectives import formulas, regimes, verdicts
+from labkit.collectives.regimes import Regimes, find_regimes
+from labkit.errors import UsageError
+
+SIZES = [8 * 4**k for k in range(11)]  # 8 B .. 8 MiB, the notebook's sweep
+
+
+def line(alpha=250e-6, beta=1.2e9, sizes=SIZES, op="all_reduce", n=2):
+    return list(formulas.collective_time(op=op, ranks=n, size_bytes=np.array(sizes, float),
+                                         alpha_s=alpha, beta_bytes_per_s=beta))
+
+
+def floor_then_line(floor=(1e-3, 3.5e-3, 1.1e-3, 0.9e-3, 4e-3, 1.2e-3), alpha=100e-6, beta=1.2e9):
+    """A scattered floor over the smallest sizes, then an α–β line: what gloo on 2 busy
+    cores shows (small messages wait for the peer to be scheduled, whatever their size)."""
+    return list(floor) + line(alpha, beta)[len(floor):]
+
+
+# -- regimes -------------------------------------------------------------------------------
+
+def test_regimes_recover_the_line_and_the_floor():
+    times = floor_then_line()
+    r = find_regimes("all_reduce", 2, sizes=SIZES, times=times)
+    assert r.bandwidth_from_bytes == SIZES[6]
+    assert r.alpha_s == pytest.approx(100e-6, rel=1e-6)
+    assert r.beta_bytes_per_s == pytest.approx(1.2e9, rel=1e-6)
+    assert r.latency_sizes == SIZES[:6] and r.bandwidth_sizes == SIZES[6:]
+    assert r.floor_s == pytest.approx(np.median(times[:6]))
+    assert r.floor_range_s == (0.9e-3, 4e-3)
+    # the regime-aware model: the floor below, the line above
+    assert r.time_s(8) == r.floor_s and r.time_s(SIZES[-1]) == pytest.approx(times[-1])
+    # the naive line misses the floor's scatter; the regime-aware model does not miss the line
+    lo, _, hi = r.naive_residuals_pct()["latency"]
+    assert lo < -25 or hi > 25
+    assert max(abs(e) for e in r.naive_residuals_pct()["bandwidth"]) < 100
+
+
+def test_a_clean_line_is_one_bandwidth_regime():
+    r = find_regimes("all_reduce", 2, sizes=SIZES, times=line())
+    assert r.latency_sizes == [] and r.bandwidth_from_bytes == SIZES[0]
+    assert math.isnan(r.floor_s)
+    assert r.naive_alpha_s == pytest.approx(r.alpha_s, rel=1e-6)
+
+
+def test_a_sweep_below_its_crossover_has_no_bandwidth_regime():
+    small = SIZES[:6]  # up to 8 KiB, S* = 2 α β = 600 KB
+    r = find_regimes("all_reduce", 2, sizes=small, times=line(sizes=small))
+    assert not r.has_bandwidth and r.latency_sizes == small
+    assert math.isnan(r.crossover_bytes) and math.isnan(r.line_s(8))
+    assert "below the crossover" in r.notes[0]
+
+
+def test_fit_min_bytes_sets_the_bandwidth_regime_by_hand():
+    r = find_regimes("all_reduce", 2, sizes=SIZES, times=floor_then_line(), fit_min_bytes=1 << 20)
+    assert r.bandwidth_from_bytes == 2 << 20
+    assert r.regime(512 << 10) == "latency"
+    above = find_regimes("all_reduce", 2, sizes=SIZES, times=floor_then_line(),
+                         fit_min_bytes=16 << 20)  # nothing swept up there
+    assert not above.has_bandwidth and ">= " in above.notes[0]
+
+
+def test_regimes_refuse_repeated_sizes_and_read_rows():
+    with pytest.raises(UsageError):
+        find_regimes("all_reduce", 2, sizes=[8, 8, 64], times=[1e-3, 1e-3, 1e-3])
+    rows = [{"op": "all_gather", "world_size": 2, "size_bytes": s, "time_p50_s": t}
+            for s, t in zip(SIZES, floor_then_line())]
+    assert regimes.of_rows(rows).op == "all_gather"
+    with pytest.raises(UsageError):
+        regimes.of_rows(rows + [dict(rows[0], world_size=4)])
+
+
+def test_add_fit_puts_the_regime_aware_model_and_the_naive_line_beside_each_row():
+    times = floor_then_line()
+    rows = [{"op": "all_reduce", "world_size": 2, "dtype": "float32", "size_bytes": s,
+             "time_p50_s": t} for s, t in zip(SIZES, times)]
+    out = regimes.add_fit(rows)
+    assert [r["regime"] for r in out] == ["latency"] * 6 + ["bandwidth"] * 5
+    assert all(r["model_time_s"] == pytest.approx(np.median(times[:6])) for r in out[:6])
+    assert all(abs(r["model_error_pct"]) < 1e-6 for r in out[6:])
+    assert all(math.isfinite(r["naive_time_s"]) for r in out)
+    assert "regime" not in rows[0]  # the input is unchanged
+
+
+def test_time_at_reads_between_sizes_and_never_extrapolates():
+    assert regimes.time_at(2048, sizes=[1024, 4096], times=[1e-3, 4e-3]) == pytest.approx(2e-3)
+    assert math.isnan(regimes.time_at(8192, sizes=[1024, 4096], times=[1e-3, 4e-3]))
+
+
+# -- sentences flip with their numbers -------------------------------------------------------
+
+def _reg(times, sizes=SIZES):
+    return find_regimes("all_reduce", 2, sizes=sizes, times=times)
+
+
+def test_regimes_sentence_flips_flat_and_scattered():
+    scattered = verdicts.regimes_sentence(_reg(floor_then_line()))
+    flat = verdicts.regimes_sentence(_reg(floor_then_line(floor=(1e-3, 1.05e-3, 1e-3, 1.1e-3,
+                                                                  1e-3, 1.02e-3))))
+    assert "scattered" in scattered and "flat" not in scattered
+    assert "flat" in flat and "scattered" not in flat
+    assert "no latency regime" in verdicts.regimes_sentence(_reg(line()))
+    assert "no bandwidth regime" in verdicts.regimes_sentence(_reg(line()[:6], SIZES[:6]))
+
+
+def test_naive_sentence_flips_within_and_outside():
+    clean = verdicts.naive_sentence(_reg(line()))
+    rough = verdicts.naive_sentence(_reg(floor_then_line()))
+    assert "within 25%" in clean and "outside" not in clean
+    assert "in the latency regime" in rough and "outside 25%" in rough
+
+
+def test_crossover_sentence_flips_inside_and_above():
+    inside = verdicts.crossover_sentence(_reg(floor_then_line()))
+    assert "lies inside the sweep" in inside and "the sweep measured" in inside
+    # a line whose S* lies above the sweep's top, with the regime set by hand
+    r = find_regimes("all_reduce", 2, sizes=SIZES[:9], times=floor_then_line()[:9],
+                     fit_min_bytes=SIZES[6])
+    r_above = Regimes("all_reduce", 2, r.sizes, r.times, r.bandwidth_from_bytes, 5e-3, 1.2e9,
+                      r.naive_alpha_s, r.naive_beta_bytes_per_s)
+    assert "lies above the largest size swept" in verdicts.crossover_sentence(r_above)
+    assert "no S*" in verdicts.crossover_sentence(_reg(line()[:6], SIZES[:6]))
+
+
+def test_busy_sentence_flips_slower_and_no_slower():
+    ctx = {"size_bytes": 2 << 20, "idle_s": 2e-3}
+    assert verdicts.busy_sentence(dict(ctx, busy_s=3e-3)).endswith("1.50x, slower.")
+    assert verdicts.busy_sentence(dict(ctx, busy_s=1.9e-3)).endswith("0.95x, no slower.")
+    assert "not timed" in verdicts.busy_sentence(dict(ctx, busy_s=math.nan))
+
+
+# -- law rows: kinds, holds, mechanisms -------------------------------------------------------
+
+def test_sweep_laws_kinds_and_the_naive_reason():
+    r = _reg(floor_then_line())
+    busbw = SIZES[-1] / r.times[-1] / 1e9
+    rows = verdicts.sweep_laws(r, busbw_gb_per_s=busbw, profile_floor_s=r.floor_s * 1.1)
+    kinds = [x["kind"] for x in rows]
+    assert kinds == ["model", "model", "model", "model", "naive"]
+    assert all(x["tolerance_pct"] <= 25 for x in rows)
+    line_row, busbw_row, star_row, floor_row, naive_row = rows
+    assert line_row["holds"] and busbw_row["holds"] and floor_row["holds"]
+    assert star_row["holds"]  # on an exact line the time at S* is the line's
+    assert "latency regime residuals" in naive_row["note"]
+    # the floor law flips when the profile's floor is twice this sweep's
+    worse = verdicts.sweep_laws(r, busbw_gb_per_s=busbw, profile_floor_s=r.floor_s * 2)
+    assert not worse[3]["holds"]
+
+
+def test_time_at_s_star_flips_when_the_measurement_there_moves():
+    times = floor_then_line()
+    r = _reg(times)
+    s_star = r.crossover_bytes
+    i = next(k for k, s in enumerate(SIZES) if s > s_star)
+    bumped = list(times)
+    bumped[i - 1] *= 2.5  # both neighbours of S* measured far slower than the line
+    bumped[i] *= 2.5
+    moved = Regimes(r.op, 2, r.sizes, tuple(bumped), r.bandwidth_from_bytes, r.alpha_s,
+                    r.beta_bytes_per_s, r.naive_alpha_s, r.naive_beta_bytes_per_s)
+    assert not verdicts.sweep_laws(moved, busbw_gb_per_s=1.0)[2]["holds"]
+
+
+def test_laws_without_their_mechanism_do_not_hold():
+    no_band = _reg(line()[:6], SIZES[:6])
+    rows = verdicts.sweep_laws(no_band, busbw_gb_per_s=1.0, profile_floor_s=no_band.floor_s)
+    assert [x["holds"] for x in rows[:3]] == [False, False, False]
+    assert all("mechanism not observed" in x["note"] for x in rows[:3])
+    assert rows[3]["holds"] and rows[3]["kind"] == "model"  # the floor is still there
+    assert not verdicts.line_law(no_band)["holds"]
+    # busbw -> beta is judged only where the largest size is >= 4 S*
+    r = _reg(floor_then_line(alpha=2e-3))  # S* = 4.8 MB: 8 MiB is 1.7 S*
+    assert not verdicts.sweep_laws(r, busbw_gb_per_s=1.2)[1]["holds"]
+
+
+class _Profile:
+    """A stand-in machine profile: an idle sweep with a scattered floor, busy 1.5x slower."""
+
+    world_size = 2
+    rows = [{"measurement": "allreduce", "context": c, "size_bytes": s, "time_p50_s": t * k}
+            for c, k in (("idle", 1.0), ("busy", 1.5))
+            for s, t in ((8, 1e-3), (512, 1.2e-3), (32768, 0.9e-3), (2 << 20, 3e-3))]
+
+    def allreduce_s(self, size, *, ranks=2, busy=False):
+        pts = [(r["size_bytes"], r["time_p50_s"]) for r in self.rows
+               if r["context"] == ("busy" if busy else "idle")]
+        return float(np.exp(np.interp(np.log(size), *np.log(np.array(pts)).T)))
+
+
+def test_profile_floor_is_the_same_statistic_over_the_profiles_own_sizes():
+    got = verdicts.profile_floor_s([8, 32, 128, 512, 2048, 8192, 32768], _Profile(), ranks=2)
+    assert got == pytest.approx(1e-3)  # median of 1.0, 1.2, 0.9 ms
+    assert verdicts.profile_floor_s([], _Profile(), ranks=2) is None
+
+
+def test_in_context_judges_at_the_largest_size_both_swept_and_its_laws():
+    rows = [{"size_bytes": s, "time_p50_s": t, "busy_time_p50_s": 1.4 * t, "busy_matmuls": 9}
+            for s, t in zip(SIZES, floor_then_line())]
+    ctx = verdicts.in_context(rows, _Profile(), ranks=2)
+    assert ctx["size_bytes"] == 2 << 20  # 8 MiB is past the profile's sweep
+    assert ctx["ratio"] == pytest.approx(1.4)
+    laws_rows = verdicts.context_laws(ctx, ranks=2)
+    assert [x["kind"] for x in laws_rows] == ["model", "model"]
+    # no busy thread computing: the busy law cannot hold, whatever its numbers
+    idle_only = dict(ctx, matmuls=0)
+    assert not verdicts.context_laws(idle_only, ranks=2)[1]["holds"]
+    # busy not measured: only the idle law
+    plain = [dict(r, busy_time_p50_s=None, busy_matmuls=None) for r in rows]
+    ctx2 = verdicts.in_context(plain, _Profile(), ranks=2)
+    assert math.isnan(ctx2["busy_s"]) and len(verdicts.context_laws(ctx2, ranks=2)) == 1
+
+
+# -- notebook 06's documented parameter values: run within its budget, or refused -------------
+
+NOTEBOOK = dict(ops=("all_reduce", "all_gather", "broadcast"), min_bytes="8", max_bytes="8M",
+                factor=4, iters=10, warmup=3, check=True, busy=True)
+BUDGET_S = 10.0
+
+
+def _estimate(world_sizes=(2,), **change):
+    cfg = collectives.CollectivesConfig(**{**NOTEBOOK, **change})
+    return cconfig.estimate_s(cfg, list(world_sizes), cores=2)
+
+
+@pytest.mark.parametrize("change", [{}, {"ops": ("all_reduce", "all_gather", "broadcast",
+                                                 "reduce_scatter")},
+                                    {"ops": ("all_reduce", "all_gather", "broadcast",
+                                             "all_to_all")},
+                                    {"ops": ("all_reduce",)}, {"busy": False}])
+def test_documented_values_run_within_the_budget(change):
+    cfg = collectives.CollectivesConfig(**{**NOTEBOOK, **change})
+    est = cconfig.check_budget(cfg, [2], budget_s=BUDGET_S, cores=2)
+    assert 5 < est <= BUDGET_S
+
+
+@pytest.mark.parametrize("world_sizes,change", [((2, 4), {}), ((2,), {"max_bytes": "64M"}),
+                                                ((2,), {"factor": 2})])
+def test_documented_values_over_the_budget_are_refused_before_launch(world_sizes, change):
+    cfg = collectives.CollectivesConfig(**{**NOTEBOOK, **change})
+    with pytest.raises(UsageError) as e:
+        cconfig.check_budget(cfg, list(world_sizes), budget_s=BUDGET_S, cores=2)
+    text = str(e.value)
+    assert "\n" not in text and f"budget of {BUDGET_S:g} s" in text
+    assert f"estimated at {_estimate(world_sizes, **change):.0f} s" in text
+    assert "lower max_bytes" in text
+
+
+def test_estimate_grows_with_what_the_sweep_does():
+    assert _estimate(busy=False) < _estimate()
+    assert _estimate(max_bytes="2M") < _estimate() < _estimate(max_bytes="32M")
+    assert _estimate((2, 4)) > _estimate() + cconfig.LAUNCH_S  # oversubscribed: slower too
+
+
+def test_a_miss_carries_its_measured_split_that_sums_to_the_measurement():
+    from labkit.book import laws as book_laws
+
+    times = floor_then_line()
+    rows = [{"op": "all_reduce", "world_size": 2, "size_bytes": s, "time_p50_s": t,
+             "time_p10_s": 0.6 * t} for s, t in zip(SIZES, times)]
+    rows[-1]["time_p50_s"] *= 1.6  # the largest size disturbed: p50 far above its p10
+    r = regimes.of_rows(rows, fit_min_bytes=SIZES[6])
+    line_row = verdicts.line_law(r)
+    assert not line_row["holds"] and book_laws.split_sums(line_row)
+    assert line_row["split"]["p10"] == pytest.approx(0.6 * times[-1] * 1e3)
+    assert "measured split: p10" in book_laws.verdict(line_row)
+    floor_row = verdicts.sweep_laws(r, busbw_gb_per_s=1.0, profile_floor_s=1e-4)[3]
+    assert not floor_row["holds"] and book_laws.split_sums(floor_row)
+    # without p10 times there is nothing measured to split
+    bare = find_regimes("all_reduce", 2, sizes=SIZES, times=times)
+    assert bare.split(SIZES[-1], times[-1]) is None
