@@ -77,6 +77,8 @@ def test_workshare_run_rows_are_declared_and_stored(tmp_path):
     assert list(live.world_size) == [1, 2] and (live.time_s > 0).all()
     assert (live.threads_per_rank == 1).all() and (live.serial_products == 10).all()
     assert live.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
+    # the measured split of each run: both parts timed
+    assert (live.serial_part_s > 0).all() and (live.parallel_part_s > 0).all()
     rows = results.read_rows(store)
     assert results.undeclared(rows, speedup.report.COLUMNS) == []
     table, summary = speedup.report.live_speedup(live)

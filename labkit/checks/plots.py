@@ -13,7 +13,9 @@ def launch_cost_plot(df):
     left.bar(per.world_size.astype(str), per.launch_wall_time_s, color="C1")
     left.set(xlabel="world_size", ylabel="seconds", title="One launch (torchrun, import torch, join)")
     right.bar(per.world_size.astype(str), per.allreduce_time_p50_s * 1e3, color="C0")
-    right.set(xlabel="world_size", ylabel="milliseconds", title="One 1 MiB all-reduce (p50)")
+    size = int(per.allreduce_bytes.iloc[0]) if "allreduce_bytes" in per else 0
+    right.set(xlabel="world_size", ylabel="milliseconds",
+              title=f"One all-reduce of {size:,} bytes (p50)")
     for ax in (left, right):
         ax.grid(alpha=0.3, axis="y")
     return fig

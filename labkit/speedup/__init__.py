@@ -9,6 +9,9 @@ Read in this order:
 * :mod:`~labkit.speedup.worker` (rank side) -- the job: a serial part on rank 0, the rest split;
 * :mod:`~labkit.speedup.run` (host side) -- :func:`run`, what notebook 02 and
   ``labkit workshare`` call;
+* :mod:`~labkit.speedup.formulas` (pure) -- the job's model on this machine (the co-run
+  slowdown carried) and what notebook 02 costs, estimated before it launches;
+* :mod:`~labkit.speedup.verdicts` (pure) -- notebook 02's law rows and computed sentences;
 * :mod:`~labkit.speedup.report`, :mod:`~labkit.speedup.plots`, :mod:`~labkit.speedup.widgets`
   (the Amdahl explorer), :mod:`~labkit.speedup.cli`.
 
@@ -16,8 +19,8 @@ Read in this order:
 Importing this package imports nothing heavy (no torch).
 """
 
-from labkit.speedup import plots, report, widgets
+from labkit.speedup import formulas, plots, report, verdicts, widgets
 from labkit.speedup.config import WorkshareConfig
 from labkit.speedup.run import run
 
-__all__ = ["WorkshareConfig", "plots", "report", "run", "widgets"]
+__all__ = ["WorkshareConfig", "formulas", "plots", "report", "run", "verdicts", "widgets"]

@@ -25,6 +25,8 @@ COLUMNS = (
                           "repeats of the slowest rank, launch excluded)"),
     Column("time_min_s", "s", "fastest repeat (slowest rank)"),
     Column("time_cv", "", "coefficient of variation of the repeats"),
+    Column("serial_part_s", "s", "rank 0's serial products and the barrier after them (p50)"),
+    Column("parallel_part_s", "s", "rank 0's parallel share and the wait for the last rank (p50)"),
     Column("total_work", "", "matrix products in the whole job"),
     Column("serial_fraction", "", "designed share of the products rank 0 does alone"),
     Column("serial_products", "", "products rank 0 does alone"),

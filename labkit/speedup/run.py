@@ -25,8 +25,8 @@ def run(config: WorkshareConfig, launch: LaunchOptions | None = None, store=None
     """Launch the job once per world size; return one row per world size (a DataFrame).
 
     Columns (:data:`labkit.speedup.report.COLUMNS`): ``world_size``, ``time_s`` (p50 over
-    ``repeat`` runs of the slowest rank, launch excluded), ``time_min_s``, ``time_cv``, the
-    config, and the launch fields (``launch_wall_time_s``, ``oversubscribed``, ...).
+    ``repeat`` runs of the slowest rank, launch excluded), ``time_min_s``, ``time_cv``, its
+    measured split (``serial_part_s``, ``parallel_part_s``), the config, and the launch fields (``launch_wall_time_s``, ``oversubscribed``, ...).
 
     ``launch`` defaults to :data:`DEFAULT_LAUNCH`; one that leaves ``threads_per_rank`` unset
     gets 1 (the lab's speedup is over one core). ``store``: a results file to upsert the rows
