@@ -2,14 +2,18 @@
 interleaved 1F1B and zero bubble (ZB-H1) over M microbatches. Every forward and backward of
 every microbatch is timed on every rank; the timeline is split into compute, the fill/drain
 bubble (idle waiting for another rank's compute) and the rest, and set beside the formula
-(P−1)/(P−1+M) and the step (M + P − 1) × t_slot(M), every step checked against one process.
+(P−1)/(P−1+M); the step beside (M + P − 1) × t_slot(M) and beside the step model of this
+machine (each block's time alone, the machine profile's co-run slowdown and message time,
+played through the schedule); every step checked against one process.
 
 Read in this order:
 
 * :mod:`~labkit.pipeline.formulas` (pure) -- the bubble in both conventions, the predicted
-  step, the timeline split;
-* :mod:`~labkit.pipeline.schedules` (pure) -- the ideal schedule each rank runs, simulated;
-* :mod:`~labkit.pipeline.config` (pure) -- what a sweep asks for, validated before any launch;
+  step, the timeline split, blocks alone and the co-run replay;
+* :mod:`~labkit.pipeline.schedules` (pure) -- the ideal schedule each rank runs, simulated, and
+  the step model;
+* :mod:`~labkit.pipeline.config` (pure) -- what a sweep asks for, validated before any launch,
+  and its estimated time (refused over the notebook's budget);
 * :mod:`~labkit.pipeline.worker` (rank side) -- one launch: every (schedule, M) at one P;
 * :mod:`~labkit.pipeline.run` (host side) -- :func:`run`, what notebook 07 and
   ``labkit pipeline`` call;

@@ -122,3 +122,100 @@ def combo_problem(schedule: str, num_stages: int, num_microbatches: int) -> str 
         # torch's zero-bubble schedule runs M in rounds of about P microbatches
         return f"zero_bubble needs M a multiple of M // P = {m // p} (M={m}, P={p})"
     return None
+
+
+#: notebook 07's share of the lab's 4 minutes on a 2-core machine (wall time at its defaults)
+NOTEBOOK_BUDGET_S = 28.0
+#: what a run costs besides its steps, on a 2-core machine: one launch (torchrun, importing
+#: torch, the process group, the model and the single-process reference) and the notebook's
+#: own work (kernel, imports, figures)
+LAUNCH_S, NOTEBOOK_S = 8.0, 10.0
+#: the scheduler's and a message's share of one block (one microbatch's F or B on a chunk)
+BLOCK_S = 1.5e-3
+#: a training step's products run below the square product's rate (tanh, autograd's copies,
+#: thin microbatch products): the share of the profile's rate a stage's compute gets
+STEP_EFFICIENCY = 0.7
+
+
+def estimate_seconds(config: PipelineConfig, world_sizes, *, flop_per_s: float,
+                     cores: int) -> float:
+    """Wall seconds a notebook run of ``config`` at each P in ``world_sizes`` should take on a
+    machine whose rank multiplies matrices at ``flop_per_s`` alone, with ``cores`` cores: per
+    (schedule, M, receive placement) the checked, warm-up and timed steps, each the model's
+    6·layers·batch·hidden² flops shared by P ranks at :data:`STEP_EFFICIENCY` of that rate
+    (slowed by P/cores beyond the cores),
+    stretched by the bubble ((M + P − 1)/M) plus :data:`BLOCK_S` per block; plus
+    :data:`LAUNCH_S` a launch and :data:`NOTEBOOK_S`.
+
+    >>> cfg = PipelineConfig(schedules=("gpipe",), microbatches=(1, 2), hidden=1024, batch=128,
+    ...                      steps=3, skip_invalid=True)
+    >>> round(estimate_seconds(cfg, [2], flop_per_s=30e9, cores=2), 1)
+    20.7
+    """
+    total = NOTEBOOK_S
+    for p in world_sizes:
+        config.check_world_size(p)
+        total += LAUNCH_S
+        compute = (6 * config.layers * config.batch * config.hidden ** 2 / p
+                   / (STEP_EFFICIENCY * flop_per_s) * max(1.0, p / cores))
+        untimed = max(config.warmup, 1 if config.check else 0)  # the check is a warm-up step
+        for s, m in config.runnable(p):
+            v = config.virtual_stages if s == "interleaved" else 1
+            step = compute * (m + p - 1) / m + BLOCK_S * 2 * m * v
+            total += len(placements(s, m, config)) * (config.steps + untimed) * step
+    return total
+
+
+def best_matmul_flop_per_s(machine) -> float:
+    """The fastest matrix-product rate one rank reached alone in the machine profile's sweep
+    (``machine``: a :class:`labkit.machine.Profile`, or anything with its ``rows``): other
+    programs on the cores only ever lower a measured rate, so the best one is this machine's,
+    and a grid is not refused for a noisy profile.
+
+    >>> class Machine:
+    ...     rows = ({"measurement": "matmul", "context": "alone", "flop_per_s": 3e10},
+    ...             {"measurement": "matmul", "context": "alone", "flop_per_s": 2e10},
+    ...             {"measurement": "matmul", "context": "together", "flop_per_s": 4e10})
+    >>> best_matmul_flop_per_s(Machine())
+    30000000000.0
+    """
+    rates = [float(r["flop_per_s"]) for r in machine.rows
+             if r.get("measurement") == "matmul" and r.get("context") == "alone"]
+    if not rates:
+        raise UsageError("the machine profile has no matrix-product rate (measure it again: "
+                         "labkit calibrate)")
+    return max(rates)
+
+
+def check_budget(config: PipelineConfig, world_sizes, *, flop_per_s: float, cores: int,
+                 budget_s: float = NOTEBOOK_BUDGET_S) -> float:
+    """:func:`estimate_seconds`, or a one-line :class:`UsageError` before anything launches
+    when it exceeds ``budget_s``.
+
+    >>> cfg = PipelineConfig(schedules=("gpipe",), microbatches=(1, 2), hidden=4096, batch=512,
+    ...                      skip_invalid=True)
+    >>> check_budget(cfg, [2], flop_per_s=30e9, cores=2)
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: this grid is estimated at 259 s on this machine, over the 28 s budget: use fewer schedules, microbatch counts, world sizes or steps, or a smaller hidden or batch
+    """
+    est = estimate_seconds(config, world_sizes, flop_per_s=flop_per_s, cores=cores)
+    if est > budget_s:
+        raise UsageError(f"this grid is estimated at {est:.0f} s on this machine, over the "
+                         f"{budget_s:g} s budget: use fewer schedules, microbatch counts, world "
+                         f"sizes or steps, or a smaller hidden or batch")
+    return est
+
+
+def placements(schedule: str, m: int, cfg: PipelineConfig) -> list[bool]:
+    """The receive placements one (schedule, M) is measured with: ``cfg.recv_ahead``, and the
+    other one too at the M of ``cfg.compare_placement_at`` for the schedules that can post
+    ahead.
+
+    >>> cfg = PipelineConfig(microbatches=(2, 4), compare_placement_at=(4,))
+    >>> placements("gpipe", 4, cfg), placements("gpipe", 2, cfg)
+    ([True, False], [True])
+    """
+    if m in cfg.compare_placement_at and schedule in SCHEDULES_AHEAD:
+        return [cfg.recv_ahead, not cfg.recv_ahead]
+    return [cfg.recv_ahead]

@@ -281,3 +281,154 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
     out = {k: sum(r[k] for r in per_rank) for k in ("compute_s", "bubble_s", "other_s")}
     shares = {k.replace("_s", "_share"): (v / total if total > 0 else 0.0) for k, v in out.items()}
     return {**out, **shares, "step_s": end - start, "per_rank": per_rank}
+
+
+def block_overlaps(blocks) -> list[float]:
+    """For each block (dicts with ``rank, start_s, end_s``), the share of its time during which
+    another rank was computing too (0: it ran alone; 1: another rank computed throughout). What
+    the co-run slowdown acts on: two ranks computing at once share caches, memory bandwidth and,
+    on a busy host, cores.
+
+    >>> b = [dict(rank=0, start_s=0, end_s=2), dict(rank=1, start_s=1, end_s=3)]
+    >>> block_overlaps(b)
+    [0.5, 0.5]
+    """
+    spans = {}
+    for b in blocks:
+        spans.setdefault(int(b["rank"]), []).append((float(b["start_s"]), float(b["end_s"])))
+    out = []
+    for b in blocks:
+        s0, s1 = float(b["start_s"]), float(b["end_s"])
+        others = sorted(s for r, mine in spans.items() if r != int(b["rank"]) for s in mine)
+        covered, cursor = 0.0, s0
+        for a, z in others:  # union of the other ranks' blocks inside [s0, s1]
+            a, z = max(a, cursor), min(z, s1)
+            if z > a:
+                covered += z - a
+                cursor = z
+        out.append(covered / (s1 - s0) if s1 > s0 else 0.0)
+    return out
+
+
+#: a block that shared at most this share of its time with another rank's compute ran "alone"
+ALONE_OVERLAP = 0.1
+
+
+def block_times(steps) -> list[dict]:
+    """Per (rank, kind) of a pipeline's timed steps (each a list of blocks on one clock): the
+    median duration of the blocks that ran alone (another rank computing for at most
+    :data:`ALONE_OVERLAP` of their time; None when none did), the median of all of them and
+    their median overlap (:func:`block_overlaps`). The alone times are what the step model
+    (:func:`model_step`) starts from; the fill and drain are where a pipeline runs blocks alone.
+
+    >>> s = [dict(rank=0, kind="F", start_s=0, end_s=1), dict(rank=1, kind="F", start_s=1,
+    ...                                                   end_s=2.5)]
+    >>> [(t["rank"], t["kind"], t["alone_s"]) for t in block_times([s])]
+    [(0, 'F', 1.0), (1, 'F', 1.5)]
+    """
+    import statistics
+
+    seen = {}
+    for blocks in steps:
+        for b, f in zip(blocks, block_overlaps(blocks)):
+            d = float(b["end_s"]) - float(b["start_s"])
+            seen.setdefault((int(b["rank"]), b["kind"]), []).append((d, f))
+    out = []
+    for (rank, kind), got in sorted(seen.items()):
+        alone = [d for d, f in got if f <= ALONE_OVERLAP]
+        out.append({"rank": rank, "kind": kind,
+                    "alone_s": statistics.median(alone) if alone else None,
+                    "median_s": statistics.median(d for d, _ in got),
+                    "overlap": statistics.median(f for _, f in got)})
+    return out
+
+
+def alone_seconds(times, *, slowdown: float) -> dict:
+    """{(rank, kind): seconds one block takes alone} from :func:`block_times`: the blocks that
+    ran alone where there were any; else the median block taken back to alone through the
+    co-run ``slowdown`` over its median overlap f (d / (1 + (slowdown − 1) f)).
+
+    >>> alone_seconds([{"rank": 0, "kind": "W", "alone_s": None, "median_s": 1.25,
+    ...                 "overlap": 1.0}], slowdown=1.25)
+    {(0, 'W'): 1.0}
+    """
+    out = {}
+    for t in times:
+        if t["alone_s"] is not None:
+            out[(int(t["rank"]), t["kind"])] = float(t["alone_s"])
+        else:
+            out[(int(t["rank"]), t["kind"])] = float(t["median_s"]) / (
+                1 + (slowdown - 1) * float(t["overlap"]))
+    return out
+
+
+def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict,
+                 message_s: float = 0.0) -> dict:
+    """A pipeline step on a machine whose ranks slow each other down: like
+    :func:`ideal_replay` (each rank runs its blocks in its order, a block starts once its rank
+    is free and the block it waits for has ended), but a block that waits for another rank's
+    block starts ``message_s`` after that block ended (the message), and while k ranks compute
+    at once each advances at 1 / ``slowdown[k]`` of its alone speed (``slowdown[1]`` = 1).
+
+    ``orders``: {rank: [(kind, stage, microbatch, alone_seconds), ...]}. Returns the same map
+    as :func:`ideal_replay`: {(rank, position): (start_s, end_s)}.
+
+    GPipe, P = 2, M = 2, F 1 s and B 2 s alone, a 1.5x co-run slowdown, messages 0.1 s: rank
+    0's second forward runs beside rank 1's first, rank 1's second backward beside rank 0's
+    first, each slowed down, and four messages lie on the way.
+
+    >>> o = {r: [("F", r, 0, 1.0), ("F", r, 1, 1.0), ("B", r, 0, 2.0), ("B", r, 1, 2.0)]
+    ...      for r in (0, 1)}
+    >>> p = corun_replay(o, last_stage=1, rank_of_stage={0: 0, 1: 1},
+    ...                  slowdown={1: 1.0, 2: 1.5}, message_s=0.1)
+    >>> round(max(z for _, z in p.values()), 3)
+    10.6
+    >>> p = corun_replay(o, last_stage=1, rank_of_stage={0: 0, 1: 1}, slowdown={1: 1.0, 2: 1.0})
+    >>> max(z for _, z in p.values())  # no slowdown, free messages: (M + P − 1)(F + B)
+    9.0
+    """
+    keys = {(kind, stage, mb) for blocks in orders.values() for kind, stage, mb, _ in blocks}
+    ended, placed, running = {}, {}, {}
+    pos = dict.fromkeys(orders, 0)
+    total = sum(len(blocks) for blocks in orders.values())
+    t = 0.0
+    while len(placed) < total:
+        pending = []
+        for rank, blocks in orders.items():
+            if rank in running or pos[rank] >= len(blocks):
+                continue
+            kind, stage, mb, work = blocks[pos[rank]]
+            need = _needs(kind, stage, mb, last_stage)
+            if need in keys and need not in ended:
+                continue
+            ready = 0.0
+            if need in ended:
+                far = rank_of_stage[need[1]] != rank
+                ready = ended[need] + (message_s if far else 0.0)
+            if ready <= t + 1e-15:
+                running[rank] = [pos[rank], t, float(work)]
+            else:
+                pending.append(ready)
+        if not running:
+            if not pending:
+                raise UsageError("the blocks wait for each other in a circle: not one "
+                                 "schedule's step")
+            t = min(pending)
+            continue
+        rate = 1.0 / slowdown.get(len(running), max(slowdown.values()))
+        dt = min(work for _, _, work in running.values()) / rate
+        if pending:
+            dt = min(dt, min(pending) - t)
+        t += dt
+        for rank in list(running):
+            i, t0, work = running[rank]
+            work -= dt * rate
+            if work <= 1e-12:
+                kind, stage, mb, _ = orders[rank][i]
+                placed[(rank, i)] = (t0, t)
+                ended[(kind, stage, mb)] = t
+                pos[rank] += 1
+                del running[rank]
+            else:
+                running[rank][2] = work
+    return placed

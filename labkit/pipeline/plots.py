@@ -17,8 +17,9 @@ _KIND_NAME = {"F": "forward", "B": "backward", "W": "weight gradient"}
 def bubble_vs_microbatches(df):
     """Left: the fill/drain bubble read off the timeline per schedule vs M, with its formula
     (dotted) and the rest of the idle time (faint). Middle: the measured step against
-    (M + P − 1) × t_slot(M), the shortest measured step starred. Right: the microbatch lever's
-    cost here: each stage's compute per step, M × t_slot(M), grows as microbatches shrink."""
+    (M + P − 1) × t_slot(M) and the step model (where :func:`labkit.pipeline.report.add_model`
+    added it), the shortest measured step starred. Right: the microbatch lever's cost here:
+    each stage's compute per step, M × t_slot(M), as microbatches shrink."""
     from labkit.pipeline.formulas import bubble_fraction, bubble_text
 
     fig, axes = new_figure(3, width=4.4)
@@ -43,6 +44,9 @@ def bubble_vs_microbatches(df):
         ax_s.plot(m, part.step_time_s * 1e3, "o-", color=color, label=f"{s} P={p} measured")
         ax_s.plot(m, part.step_time_predicted_s * 1e3, "x--", color=color, alpha=0.7,
                   label=f"{s} P={p} (M+P−1)·t_slot")
+        if "step_time_model_s" in part:
+            ax_s.plot(m, part.step_time_model_s * 1e3, "s:", color=color, alpha=0.7,
+                      label=f"{s} P={p} step model")
         best = part.loc[part.step_time_s.idxmin()]
         ax_s.plot(best.num_microbatches, best.step_time_s * 1e3, "*", ms=14, color=color,
                   markeredgecolor="k")

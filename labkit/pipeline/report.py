@@ -5,8 +5,9 @@ results file upserts by; :func:`bubble_table` the table ``labkit pipeline`` prin
 verdicts of :mod:`labkit.pipeline.verdicts` under it; :func:`main_rows` and
 :func:`conventions` the selections notebook 07 makes (with
 :func:`labkit.pipeline.verdicts.series` and :func:`~labkit.pipeline.verdicts.best_microbatches`);
+:func:`add_model` the step model on this machine (its profile's co-run slowdown and messages),
 :func:`bubble_laws`, :func:`step_laws`, :func:`best_m_laws` and :func:`over_ideal_laws` its law
-tables (:mod:`labkit.book.laws`); :func:`recv_ahead_table` GPipe and 1F1B with and without their
+tables (:mod:`labkit.book.laws`, every row of kind ``model``); :func:`recv_ahead_table` GPipe and 1F1B with and without their
 receives posted ahead; :func:`schedule_blocks` and :func:`ideal_blocks` the measured and the
 ideal forward and backward blocks of one row, for
 :func:`labkit.pipeline.plots.schedule_diagram`.
@@ -75,6 +76,19 @@ COLUMNS = (
     Column("step_time_predicted_s", "s", "M t_slot / (1 - bubble_formula): (M+P-1) t_slot for "
                                          "gpipe and 1f1b"),
     Column("step_time_error_pct", "%", "100 (step_time_predicted_s - step_time_s) / step_time_s"),
+    Column("block_times", "", "per rank and kind (F, B, W): alone_s, the median block that ran "
+                              "alone (another rank computing for at most 10% of it; None if "
+                              "none did), median_s of all, their median overlap "
+                              "(formulas.block_times, over the timed steps)"),
+    Column("step_split_s", "s", "the median step taken apart, per rank (averaged): compute, "
+                                "fill/drain bubble, messages and other waits; they sum to it"),
+    Column("step_time_model_s", "s", "the step model on this machine (report.add_model): alone "
+                                     "blocks x the profile's co-run slowdown while ranks compute "
+                                     "at once, the profile's message time per activation"),
+    Column("step_model_error_pct", "%", "symmetric error of step_time_model_s against "
+                                        "step_time_s (laws.symmetric_error_pct)"),
+    Column("corun_slowdown", "", "the profile's compute slowdown with P ranks at once"),
+    Column("message_s", "s", "the profile's one-way message of one activation, cores busy"),
     Column("matches_single_process", "", "output and gradients equal one process running "
                                           "every layer (absent with check off)"),
     Column("max_output_diff", "", "largest |output - single-process output|"),
@@ -115,7 +129,7 @@ def bubble_table(df) -> str:
     print_frame(shown, TABLE_COLUMNS, file=out)
     for (s, p), part in main_rows(df).groupby(["schedule", "num_stages"], sort=False):
         print(verdicts.bubble_sentence(part, s, num_stages=p), file=out)
-        if part.num_microbatches.nunique() > 1:
+        if part.num_microbatches.nunique() > 1 and "step_time_model_s" in part:
             print(verdicts.best_m_sentence(part, s, num_stages=p), file=out)
     if (df.recv_ahead == False).any() and (df.recv_ahead == True).any():  # noqa: E712
         for line in recv_ahead_table(df).itertuples(index=False):
@@ -159,6 +173,10 @@ def recv_ahead_table(*frames):
 
     rows = pd.concat(frames, ignore_index=True)
     part = rows[rows.recv_ahead.notna()]
+
+    def error(r):  # the step model's where it was added (add_model), else the t_slot formula's
+        return getattr(r, "step_model_error_pct", r.step_time_error_pct)
+
     lines = []
     for (s, p, m), g in part.groupby(["schedule", "num_stages", "num_microbatches"], sort=False):
         ways = {bool(r.recv_ahead): r for r in g.itertuples()}
@@ -167,7 +185,7 @@ def recv_ahead_table(*frames):
         line = {"schedule": s, "num_stages": p, "num_microbatches": m}
         for field, get in (("step_ms", lambda r: r.step_time_s * 1e3),
                            ("slot_ms", lambda r: r.slot_time_s * 1e3),
-                           ("error_pct", lambda r: r.step_time_error_pct),
+                           ("error_pct", error),
                            ("idle_other", lambda r: r.idle_other)):
             line.update({f"{field}_torch": get(ways[False]), f"{field}_ahead": get(ways[True])})
         lines.append(line)
@@ -187,47 +205,115 @@ def conventions(df):
         "bubble_over_ideal_measured": "over ideal measured"})
 
 
+def model_inputs(row, machine) -> dict:
+    """What the step model reads off the machine profile for one row: the co-run slowdown with
+    k = 1..P ranks computing at once (the profile's training-step slowdown, times k/cores
+    beyond the cores) and one activation's one-way message with the cores busy (float32: 4
+    bytes a number). ``machine``: a :class:`labkit.machine.Profile` (or anything with its
+    ``compute_slowdown`` and ``message_s``).
+
+    >>> class Machine:
+    ...     def compute_slowdown(self, ranks): return 1.0 if ranks == 1 else 1.25 * ranks / 2
+    ...     def message_s(self, size_bytes, *, busy): return 1e-4 + size_bytes / 1e9
+    >>> got = model_inputs({"num_stages": 2, "microbatch_size": 16, "hidden": 1024}, Machine())
+    >>> got["slowdown"], round(got["message_s"] * 1e6, 1)
+    ({1: 1.0, 2: 1.25}, 165.5)
+    """
+    p = int(row["num_stages"])
+    return {"slowdown": {k: float(machine.compute_slowdown(k)) for k in range(1, p + 1)},
+            "message_s": float(machine.message_s(4 * row["microbatch_size"] * row["hidden"],
+                                                 busy=True))}
+
+
+def add_model(df, machine):
+    """``df`` with the step model's columns (``step_time_model_s``, ``step_model_error_pct``,
+    ``corun_slowdown``, ``message_s``): each row's alone blocks (``block_times``) replayed in
+    its schedule with the profile's co-run slowdown and message time
+    (:func:`labkit.pipeline.schedules.model_step`)."""
+    from labkit.book.laws import symmetric_error_pct
+    from labkit.pipeline.formulas import alone_seconds
+    from labkit.pipeline.schedules import model_step
+
+    out = df.copy()
+    model, err, slow, msg = [], [], [], []
+    for row in df.to_dict("records"):
+        got = model_inputs(row, machine)
+        p = int(row["num_stages"])
+        alone = alone_seconds(row["block_times"], slowdown=got["slowdown"][p])
+        t = model_step(row["schedule"], p, int(row["num_microbatches"]), alone=alone,
+                       slowdown=got["slowdown"], message_s=got["message_s"],
+                       virtual_stages=int(row["virtual_stages"]))
+        model.append(t)
+        err.append(symmetric_error_pct(t, row["step_time_s"]))
+        slow.append(got["slowdown"][p])
+        msg.append(got["message_s"])
+    return out.assign(step_time_model_s=model, step_model_error_pct=err, corun_slowdown=slow,
+                      message_s=msg)
+
+
 def bubble_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
     """One law-table row per (schedule, M): the bubble formula against the fill/drain bubble
-    read off the timeline; the absolute ``tolerance`` is stated as a percentage of the formula.
-    """
+    read off the timeline, a share of the step held to an absolute ``tolerance``."""
     from labkit.book import laws
 
     return [laws.check(
         f"bubble {bubble_text(r.schedule)}, {r.schedule} P={r.num_stages} "
         f"M={r.num_microbatches}", predicted=r.bubble_formula, measured=r.bubble_fill_drain,
-        tolerance_pct=100 * tolerance / r.bubble_formula,
-        note=f"fill/drain share of the step, within {tolerance:g} absolute")
+        kind="model", tolerance_abs=tolerance, note="fill/drain share of the step, read off the timeline")
         for r in select_rows(df, schedule=schedules).itertuples()]
 
 
 def over_ideal_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
-    """The (P−1)/M convention per (schedule, M): bubble time over compute time; the tolerance
-    is the share's ``tolerance`` carried over (d[b/(1−b)] = db/(1−b)²)."""
+    """The (P−1)/M convention per (schedule, M): fill/drain time over compute time, the same
+    idle time as the share, held to the same absolute ``tolerance``."""
     from labkit.book import laws
 
     return [laws.check(
         f"bubble over ideal, {r.schedule} P={r.num_stages} M={r.num_microbatches}",
         predicted=r.bubble_over_ideal_formula, measured=r.bubble_over_ideal_measured,
-        tolerance_pct=100 * tolerance / (r.bubble_formula * (1 - r.bubble_formula)),
-        note=f"share within {tolerance:g} absolute, carried over")
+        kind="model", tolerance_abs=tolerance, note="fill/drain time over compute time")
         for r in select_rows(df, schedule=schedules).itertuples()]
 
 
+def step_split(r) -> dict:
+    """A row's measured step taken apart from its timeline (per rank, averaged), in ms:
+    compute, the fill/drain bubble, and the other idle time (messages, the scheduler's work,
+    waits). The median step's own split (``step_split_s``) where the row has it, else the
+    median shares times the step.
+
+    >>> import pandas as pd
+    >>> r = pd.Series({"step_time_s": 0.1, "compute_share": 0.7, "bubble_fill_drain": 0.2,
+    ...                "idle_other": 0.1})
+    >>> {k: round(float(v), 6) for k, v in step_split(r).items()}
+    {'compute': 70.0, 'fill/drain bubble': 20.0, 'messages and other waits': 10.0}
+    """
+    got = getattr(r, "step_split_s", None)
+    if isinstance(got, dict):
+        return {k: v * 1e3 for k, v in got.items()}
+    step = r.step_time_s * 1e3
+    return {"compute": r.compute_share * step, "fill/drain bubble": r.bubble_fill_drain * step,
+            "messages and other waits": r.idle_other * step}
+
+
 def step_laws(df, schedules=None, tolerance_pct: float = STEP_TOLERANCE_PCT) -> list[dict]:
-    """One law-table row per (schedule, M): the step predicted from t_slot(M) against the
-    measured step."""
+    """One law-table row per (schedule, M): the step model on this machine (alone blocks, the
+    profile's co-run slowdown and messages: :func:`add_model`) against the measured step, with
+    the measured step's split."""
     from labkit.book import laws
 
-    return [laws.check(f"step M·t_slot/(1−bubble), {r.schedule} P={r.num_stages} "
-                       f"M={r.num_microbatches}", predicted=r.step_time_predicted_s * 1e3,
-                       measured=r.step_time_s * 1e3, unit="ms", tolerance_pct=tolerance_pct)
+    return [laws.check(f"step model, {r.schedule} P={r.num_stages} M={r.num_microbatches}",
+                       predicted=r.step_time_model_s * 1e3, measured=r.step_time_s * 1e3,
+                       kind="model", unit="ms", tolerance_pct=tolerance_pct,
+                       split=step_split(r),
+                       note=f"co-run slowdown {r.corun_slowdown:.2f}, message "
+                            f"{r.message_s * 1e3:.2f} ms")
             for r in select_rows(df, schedule=schedules).itertuples()]
 
 
-def best_m_laws(df, schedules=None) -> list[dict]:
-    """Per (schedule, P): the M with the shortest predicted step against the M with the
-    shortest measured step (holds only when they are the same M)."""
+def best_m_laws(df, schedules=None, tolerance_pct: float = STEP_TOLERANCE_PCT) -> list[dict]:
+    """Per (schedule, P) with several M: the measured step at the M the model calls best
+    against the best measured step (what choosing M by the model costs), and the sentence
+    (:func:`labkit.pipeline.verdicts.best_m_sentence`) judges by the same row."""
     from labkit.book import laws
 
     rows = []
@@ -235,11 +321,14 @@ def best_m_laws(df, schedules=None) -> list[dict]:
                                                                     sort=False):
         if part.num_microbatches.nunique() < 2:
             continue
-        predicted = int(part.loc[part.step_time_predicted_s.idxmin()].num_microbatches)
-        measured = int(part.loc[part.step_time_s.idxmin()].num_microbatches)
-        rows.append(laws.check(f"M with the shortest step, {s} P={p}", predicted=predicted,
-                               measured=measured, tolerance_pct=0,
-                               note="argmin over M of (M+P−1)·t_slot(M) vs the measured step"))
+        pick = part.loc[part.step_time_model_s.idxmin()]
+        best = part.loc[part.step_time_s.idxmin()]
+        rows.append(laws.check(
+            f"step at the model's best M, {s} P={p}", predicted=pick.step_time_s * 1e3,
+            measured=best.step_time_s * 1e3, kind="model", unit="ms",
+            tolerance_pct=tolerance_pct,
+            note=f"model's best M = {pick.num_microbatches}, measured best M = "
+                 f"{best.num_microbatches}"))
     return rows
 
 

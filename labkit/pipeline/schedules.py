@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from labkit.config import positive_int
 from labkit.errors import UsageError
-from labkit.pipeline.formulas import SCHEDULES, ideal_replay, interleavable
+from labkit.pipeline.formulas import SCHEDULES, corun_replay, ideal_replay, interleavable
 
 
 def _order(schedule: str, p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
@@ -110,3 +110,33 @@ def stage_layers(num_layers: int, num_chunks: int) -> list[range]:
         raise UsageError(f"{n} layers cannot fill {c} stages")
     bounds = [k * (n // c) + min(k, n % c) for k in range(c + 1)]
     return [range(bounds[k], bounds[k + 1]) for k in range(c)]
+
+
+def model_step(schedule: str, num_stages: int, num_microbatches: int, *, alone: dict,
+               slowdown: dict, message_s: float, virtual_stages: int = 1) -> float:
+    """The step this machine should take: each rank runs torch's order for the schedule
+    (``_order``), every block its measured alone time (``alone``: {(rank, kind): seconds},
+    :func:`labkit.pipeline.formulas.alone_seconds`), slowed down by ``slowdown[k]`` while k
+    ranks compute at once (the machine profile's co-run slowdown), and every activation or
+    gradient that crosses to another rank ``message_s`` on its way
+    (:func:`labkit.pipeline.formulas.corun_replay`).
+
+    With no slowdown and free messages it is the ideal schedule: (M + P − 1)(F + B) for GPipe.
+
+    >>> alone = {(r, k): d for r in (0, 1) for k, d in (("F", 1.0), ("B", 2.0))}
+    >>> model_step("gpipe", 2, 4, alone=alone, slowdown={1: 1.0, 2: 1.0}, message_s=0.0)
+    15.0
+    >>> model_step("gpipe", 2, 4, alone=alone, slowdown={1: 1.0, 2: 1.25}, message_s=0.0) > 15
+    True
+    """
+    p = positive_int("num_stages", num_stages)
+    m = positive_int("num_microbatches", num_microbatches)
+    v = positive_int("virtual_stages", virtual_stages) if schedule == "interleaved" else 1
+    if schedule not in SCHEDULES:
+        raise UsageError(f"unknown schedule {schedule!r} (known: {', '.join(SCHEDULES)})")
+    orders = {r: [(kind, chunk * p + r, mb, alone.get((r, kind), 0.0))
+                  for kind, mb, chunk in _order(schedule, p, m, v, r)] for r in range(p)}
+    placed = corun_replay(orders, last_stage=p * v - 1,
+                          rank_of_stage={s: s % p for s in range(p * v)}, slowdown=slowdown,
+                          message_s=message_s)
+    return max(z for _, z in placed.values())

@@ -1,11 +1,14 @@
 """The pipeline lab's verdicts: the sentences notebook 07 and ``labkit pipeline`` print, each
 computed from the rows it is given (pure: pandas only).
 
-:func:`bubble_sentence` whether the fill/drain bubble falls with M and stays near the formula;
-:func:`step_sentence` whether (M + P − 1) × t_slot(M) predicts the step; :func:`best_m_sentence`
-which M gave the shortest step, and why; :func:`recv_ahead_sentence` what posting the receives
-ahead did (one line of :func:`labkit.pipeline.report.recv_ahead_table`). :data:`BUBBLE_TOLERANCE`,
-:data:`STEP_TOLERANCE_PCT` and :data:`SAME_STEP` are the margins they judge by; :func:`series` and
+:func:`bubble_sentence` whether the fill/drain bubble falls with M and the formula holds;
+:func:`step_sentence` whether the step model (:func:`labkit.pipeline.report.add_model`) predicts
+the step; :func:`best_m_sentence` which M gave the shortest step, which M the model picks and
+what that costs; :func:`recv_ahead_sentence` what posting the receives ahead did (one line of
+:func:`labkit.pipeline.report.recv_ahead_table`). Each judges as its law rows do
+(:func:`labkit.book.laws.check`: the same error, the same tolerance); :func:`trend` words a
+change by the numbers as printed. :data:`BUBBLE_TOLERANCE`, :data:`STEP_TOLERANCE_PCT` and
+:data:`SAME_STEP` are the margins they judge by; :func:`series` and
 :func:`best_microbatches` the rows a verdict starts from: they sit here, not in the report,
 because the report's printed table carries these sentences (the report imports this module);
 :mod:`labkit.pipeline.report` offers them beside its own selections.
@@ -17,8 +20,10 @@ from labkit.results import select_rows
 
 #: how close the fill/drain bubble read off the timeline should come to the formula (absolute)
 BUBBLE_TOLERANCE = 0.05
-#: how close (M + P − 1) × t_slot(M) should come to the measured step (percent)
-STEP_TOLERANCE_PCT = 15.0
+#: how close the step model should come to the measured step (percent, symmetric): its two
+#: measured inputs, the blocks alone and the profile's co-run slowdown, each carry the host's
+#: step-to-step noise
+STEP_TOLERANCE_PCT = 20.0
 
 
 def series(df, schedule: str, num_stages: int | None = None):
@@ -61,109 +66,129 @@ def best_microbatches(df, schedule: str, num_stages: int | None = None):
     return part.loc[part.step_time_s.idxmin()]
 
 
+def trend(a: float, b: float, fmt: str = ".2f", *, down: str = "falls", up: str = "rises",
+          same: str = "stays at", unit: str = "") -> str:
+    """'falls (a -> b)', 'rises (a -> b)' or 'stays at a (a -> b)', judged on the numbers as
+    printed, so the word never contradicts them (``unit`` follows b).
+
+    >>> trend(0.33, 0.12), trend(0.12, 0.33, up="grows"), trend(0.071, 0.068)
+    ('falls (0.33 -> 0.12)', 'grows (0.12 -> 0.33)', 'stays at 0.07 (0.07 -> 0.07)')
+    """
+    x, y = format(a, fmt), format(b, fmt)
+    word = down if float(y) < float(x) else up if float(y) > float(x) else f"{same} {x}"
+    return f"{word} ({x} -> {y}{unit})"
+
+
+def _signed(e: float, tolerance: float, holds: bool) -> str:
+    """``e`` with the digits that show on which side of ``tolerance`` it lies."""
+    for digits in (3, 4, 6):
+        text = f"{e:+.{digits}f}"
+        if (abs(float(text)) <= tolerance) == holds:
+            return text
+    return f"{e:+g}"
+
+
+def _bubble_checks(part, tolerance):
+    from labkit.book import laws
+
+    return [laws.check("bubble", predicted=r.bubble_formula, measured=r.bubble_fill_drain,
+                       tolerance_abs=tolerance) for r in part.itertuples()]
+
+
 def bubble_sentence(df, schedule: str, num_stages: int | None = None,
                     tolerance: float = BUBBLE_TOLERANCE) -> str:
-    """Whether the fill/drain bubble read off the timeline falls with M, and whether it stays
-    within ``tolerance`` of the formula at every M, in one sentence from the rows.
+    """Whether the fill/drain bubble read off the timeline falls with M, and whether the formula
+    stays within ``tolerance`` (absolute, as the law rows judge it) of it at every M; the
+    error is the law row's, formula − measured.
 
     >>> import pandas as pd
     >>> df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": [1, 8],
     ...                    "bubble_fill_drain": [0.49, 0.13], "bubble_formula": [0.5, 1 / 9],
     ...                    "idle_other": [0.02, 0.04]})
-    >>> bubble_sentence(df, "gpipe")
-    'gpipe, P = 2: the fill/drain bubble read off the timeline falls from 0.49 at M = 1 to 0.13 at M = 8, within 0.05 of the formula at every M.'
+    >>> print(bubble_sentence(df, "gpipe"))
+    gpipe, P = 2: the fill/drain bubble read off the timeline falls (0.49 -> 0.13) from M = 1 to M = 8; the formula holds within 0.05 at every M (worst error -0.019 at M = 8).
     """
     part, p = _series_at(df, schedule, num_stages)
     lo, hi = part.iloc[0], part.iloc[-1]
     head = f"{schedule}, P = {p}: the fill/drain bubble read off the timeline "
     if len(part) == 1:
         head += f"is {lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches}"
-    elif hi.bubble_fill_drain < lo.bubble_fill_drain:
-        head += (f"falls from {lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches} to "
-                 f"{hi.bubble_fill_drain:.2f} at M = {hi.num_microbatches}")
     else:
-        head += (f"does not fall: {lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches}, "
-                 f"{hi.bubble_fill_drain:.2f} at M = {hi.num_microbatches}")
-    err = part.bubble_fill_drain - part.bubble_formula
-    off = part[err.abs() > tolerance]
-    if off.empty:
-        return head + f", within {tolerance:g} of the formula at every M."
-    worst = off.loc[(off.bubble_fill_drain - off.bubble_formula).abs().idxmax()]
-    ms = ", ".join(str(m) for m in off.num_microbatches)
-    return (head + f"; it is more than {tolerance:g} from the formula at M = {ms} (worst "
-            f"{worst.bubble_fill_drain - worst.bubble_formula:+.3f} at M = "
-            f"{worst.num_microbatches}, where the rest of the idle time, messages and "
-            f"scheduling, is {worst.idle_other:.2f} of the step).")
+        head += (f"{trend(lo.bubble_fill_drain, hi.bubble_fill_drain)} from M = "
+                 f"{lo.num_microbatches} to M = {hi.num_microbatches}")
+    checks = _bubble_checks(part, tolerance)
+    worst_i = max(range(len(checks)), key=lambda i: abs(checks[i]["error_abs"]))
+    worst, ms_worst = checks[worst_i], part.iloc[worst_i].num_microbatches
+    off = [r.num_microbatches for r, c in zip(part.itertuples(), checks) if not c["holds"]]
+    err = _signed(worst["error_abs"], tolerance, worst["holds"])
+    if not off:
+        return (head + f"; the formula holds within {tolerance:g} at every M (worst error "
+                f"{err} at M = {ms_worst}).")
+    ms = ", ".join(str(m) for m in off)
+    return (head + f"; the formula does not hold within {tolerance:g} at M = {ms} (worst error "
+            f"{err} at M = {ms_worst}, where the rest of the idle time, messages and "
+            f"scheduling, is {part.iloc[worst_i].idle_other:.2f} of the step).")
 
 
 def step_sentence(df, schedule: str, num_stages: int | None = None,
                   tolerance_pct: float = STEP_TOLERANCE_PCT) -> str:
-    """Whether (M + P − 1) × t_slot(M) predicts the measured step within ``tolerance_pct``.
+    """Whether the step model (``step_model_error_pct``: alone blocks, co-run slowdown,
+    messages) predicts the measured step within ``tolerance_pct`` at every M.
 
     >>> import pandas as pd
     >>> df = pd.DataFrame({"schedule": "1f1b", "num_stages": 2, "num_microbatches": [2, 4],
-    ...                    "step_time_error_pct": [-3.0, -21.0], "idle_other": [0.03, 0.12]})
+    ...                    "step_model_error_pct": [-3.0, -21.0], "idle_other": [0.03, 0.12]})
     >>> print(step_sentence(df, "1f1b"))
-    1f1b, P = 2: the predicted step is off by more than 15% at M = 4 (worst -21% at M = 4): the model counts compute and the fill/drain bubble only, and at M = 4 the rest of the idle time (messages waiting for a core, the schedule's own work, other jobs) is 0.12 of the step.
+    1f1b, P = 2: the step model does not hold within 20% at M = 4 (worst error -21.0% at M = 4, where the idle time outside the fill and drain, messages and waits, is 0.12 of the step).
     """
     part, p = _series_at(df, schedule, num_stages)
-    worst = part.loc[part.step_time_error_pct.abs().idxmax()]
-    off = part[part.step_time_error_pct.abs() > tolerance_pct]
-    where = f"worst {worst.step_time_error_pct:+.0f}% at M = {worst.num_microbatches}"
+    errs = part.step_model_error_pct.abs()
+    worst = part.loc[errs.idxmax()]
+    off = part[errs > tolerance_pct + 1e-9]
+    where = f"worst error {worst.step_model_error_pct:+.1f}% at M = {worst.num_microbatches}"
     if off.empty:
-        return (f"{schedule}, P = {p}: (M + P − 1) × t_slot(M) predicts the measured step "
-                f"within {tolerance_pct:g}% at every M ({where}).")
+        return (f"{schedule}, P = {p}: the step model holds within {tolerance_pct:g}% at every M "
+                f"({where}).")
     ms = ", ".join(str(m) for m in off.num_microbatches)
-    return (f"{schedule}, P = {p}: the predicted step is off by more than {tolerance_pct:g}% at "
-            f"M = {ms} ({where}): the model counts compute and the fill/drain bubble only, and "
-            f"at M = {worst.num_microbatches} the rest of the idle time (messages waiting for a "
-            f"core, the schedule's own work, other jobs) is {worst.idle_other:.2f} of the step.")
+    return (f"{schedule}, P = {p}: the step model does not hold within {tolerance_pct:g}% at "
+            f"M = {ms} ({where}, where the idle time outside the fill and drain, messages and "
+            f"waits, is {worst.idle_other:.2f} of the step).")
 
 
-def best_m_sentence(df, schedule: str, num_stages: int | None = None) -> str:
-    """Which M gave the shortest step, and why it is (or is not) the largest M: the bubble
-    shrinks while each smaller microbatch costs more per sample.
+def best_m_sentence(df, schedule: str, num_stages: int | None = None,
+                    tolerance_pct: float = STEP_TOLERANCE_PCT) -> str:
+    """Which M gave the shortest measured step and which the model picks; what picking by the
+    model costs (judged as the law row :func:`labkit.pipeline.report.best_m_laws` judges it);
+    and why the best M is not simply the largest: from the best M to the largest, the fill/drain
+    bubble and each stage's compute per step (M × t_slot) move, as printed.
 
     >>> import pandas as pd
     >>> df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": [2, 8],
     ...                    "microbatch_size": [64, 16], "step_time_s": [0.09, 0.1],
+    ...                    "step_time_model_s": [0.095, 0.098],
     ...                    "slot_time_s": [0.03, 0.011], "bubble_fill_drain": [0.33, 0.12]})
-    >>> best_m_sentence(df, "gpipe")[:75]
-    'gpipe, P = 2: the shortest step is at M = 2 (90.0 ms), not at the largest M'
+    >>> print(best_m_sentence(df, "gpipe"))
+    gpipe, P = 2: the shortest measured step is at M = 2 (90.0 ms); the model picks M = 2, whose measured step is 90.0 ms (error +0.0%: holds within 20%). From M = 2 to M = 8 the fill/drain bubble falls (0.33 -> 0.12) and each stage's compute per step (M × t_slot) grows (60.0 -> 88.0 ms).
     """
+    from labkit.book import laws
+
     part, p = _series_at(df, schedule, num_stages)
-    best, top = best_microbatches(part, schedule, p), part.iloc[-1]
-    if best.num_microbatches == top.num_microbatches:
-        lo = part.iloc[0]
-        c_lo, c_top = (r.num_microbatches * r.slot_time_s * 1e3 for r in (lo, top))
-        bubble = (f"({lo.bubble_fill_drain:.2f} at M = {lo.num_microbatches} -> "
-                  f"{top.bubble_fill_drain:.2f})")
-        compute = f"(compute per stage M × t_slot {c_lo:.1f} -> {c_top:.1f} ms)"
-        if top.bubble_fill_drain >= lo.bubble_fill_drain:
-            why = (f"the fill/drain bubble does not fall {bubble}, compute per stage goes "
-                   f"{c_lo:.1f} -> {c_top:.1f} ms: the other idle time decides")
-        elif c_top > c_lo:
-            why = (f"the fill/drain bubble's fall {bubble} outweighs the slower small "
-                   f"microbatches {compute}")
-        else:
-            why = (f"the fill/drain bubble falls {bubble} and small microbatches cost no more "
-                   f"here {compute}")
-        return (f"{schedule}, P = {p}: the shortest step is at the largest M = "
-                f"{top.num_microbatches} ({top.step_time_s * 1e3:.1f} ms): {why}.")
-    per = {r.num_microbatches: r.slot_time_s / r.microbatch_size * 1e3 for r in (best, top)}
-    compute = {r.num_microbatches: r.num_microbatches * r.slot_time_s * 1e3 for r in (best, top)}
-    bubble = ("shrinks" if top.bubble_fill_drain < best.bubble_fill_drain
-              else "does not shrink here")
-    grows = "grows" if compute[top.num_microbatches] > compute[best.num_microbatches] else "changes"
-    return (f"{schedule}, P = {p}: the shortest step is at M = {best.num_microbatches} "
-            f"({best.step_time_s * 1e3:.1f} ms), not at the largest M = {top.num_microbatches} "
-            f"({top.step_time_s * 1e3:.1f} ms): from M = {best.num_microbatches} to "
-            f"{top.num_microbatches} the fill/drain bubble {bubble} ({best.bubble_fill_drain:.2f}"
-            f" -> {top.bubble_fill_drain:.2f} of the step), and each stage's compute per step "
-            f"(M × t_slot) {grows} from {compute[best.num_microbatches]:.1f} to "
-            f"{compute[top.num_microbatches]:.1f} ms: a microbatch of {top.microbatch_size} "
-            f"samples costs {per[top.num_microbatches]:.3f} ms per sample against "
-            f"{per[best.num_microbatches]:.3f} at {best.microbatch_size}.")
+    best = part.loc[part.step_time_s.idxmin()]
+    pick = part.loc[part.step_time_model_s.idxmin()]
+    top = part.iloc[-1]
+    row = laws.check("best M", predicted=pick.step_time_s * 1e3, measured=best.step_time_s * 1e3,
+                     tolerance_pct=tolerance_pct)
+    judged = (f"error {row['error_pct']:+.1f}%: "
+              f"{'holds' if row['holds'] else 'does not hold'} within {tolerance_pct:g}%")
+    text = (f"{schedule}, P = {p}: the shortest measured step is at M = {best.num_microbatches} "
+            f"({best.step_time_s * 1e3:.1f} ms); the model picks M = {pick.num_microbatches}, "
+            f"whose measured step is {pick.step_time_s * 1e3:.1f} ms ({judged}).")
+    start = part.iloc[0] if best.num_microbatches == top.num_microbatches else best
+    compute = [r.num_microbatches * r.slot_time_s * 1e3 for r in (start, top)]
+    return text + (f" From M = {start.num_microbatches} to M = {top.num_microbatches} the "
+                   f"fill/drain bubble {trend(start.bubble_fill_drain, top.bubble_fill_drain)} "
+                   f"and each stage's compute per step (M × t_slot) "
+                   f"{trend(*compute, '.1f', up='grows', down='shrinks', unit=' ms')}.")
 
 
 #: steps within this ratio of each other count as the same step (the host's step-to-step noise)
@@ -172,8 +197,9 @@ SAME_STEP = 0.03
 
 def recv_ahead_sentence(line, tolerance_pct: float = STEP_TOLERANCE_PCT) -> str:
     """What posting the receives ahead did, from one line of :func:`recv_ahead_table`: the
-    idle time outside the fill and drain, t_slot, the step and the prediction's error, both
-    ways, and where the messages' cost went when the step did not get shorter.
+    idle time outside the fill and drain, t_slot, the step and the step model's error (judged
+    as the law rows judge it), both ways, and where the messages' cost went when the step did
+    not get shorter. Every change is worded by its printed numbers (:func:`trend`).
 
     >>> import pandas as pd
     >>> line = pd.Series({"schedule": "gpipe", "num_stages": 2, "num_microbatches": 8,
@@ -181,13 +207,15 @@ def recv_ahead_sentence(line, tolerance_pct: float = STEP_TOLERANCE_PCT) -> str:
     ...                   "slot_ms_ahead": 19.0, "error_pct_torch": -21.0, "error_pct_ahead": -6.0,
     ...                   "idle_other_torch": 0.17, "idle_other_ahead": 0.06})
     >>> print(recv_ahead_sentence(line))
-    gpipe, P = 2, M = 8: posting every receive at the step's start took the idle time outside the fill and drain from 0.17 to 0.06 of the step and t_slot from 20.0 to 19.0 ms; the step went from 240.0 to 180.0 ms (1.33x faster). (M + P − 1) × t_slot(M) is off by -21% with torch's placement (outside 15%) and -6% with receives ahead (within 15%).
+    gpipe, P = 2, M = 8, posting every receive at the step's start instead of torch's placement: the idle time outside the fill and drain falls (0.17 -> 0.06 of the step), t_slot falls (20.0 -> 19.0 ms) and the step falls (240.0 -> 180.0 ms: 1.33x faster). The step model is off by -21.0% with torch's placement (outside 20%) and -6.0% with receives ahead (within 20%).
     >>> same = line.copy()
     >>> same[["step_ms_ahead", "slot_ms_ahead"]] = [236.0, 22.0]
-    >>> print(recv_ahead_sentence(same).split("; ")[1])
-    the step went from 240.0 to 236.0 ms (about the same: the idle time fell and t_slot rose instead, since moving a message takes CPU time wherever its receive is posted). (M + P − 1) × t_slot(M) is off by -21% with torch's placement (outside 15%) and -6% with receives ahead (within 15%).
+    >>> print(recv_ahead_sentence(same).split(" and the step ")[1])
+    falls (240.0 -> 236.0 ms: about the same, since the idle time fell and t_slot rose instead: moving a message takes CPU time wherever its receive is posted). The step model is off by -21.0% with torch's placement (outside 20%) and -6.0% with receives ahead (within 20%).
     """
     r = line
+    idle = trend(r.idle_other_torch, r.idle_other_ahead, unit=" of the step")
+    slot = trend(r.slot_ms_torch, r.slot_ms_ahead, ".1f", unit=" ms")
     ratio = r.step_ms_torch / r.step_ms_ahead
     if ratio > 1 + SAME_STEP:
         verdict = f"{ratio:.2f}x faster"
@@ -195,18 +223,17 @@ def recv_ahead_sentence(line, tolerance_pct: float = STEP_TOLERANCE_PCT) -> str:
         verdict = f"{1 / ratio:.2f}x slower"
     else:
         verdict = "about the same"
-        if r.idle_other_ahead < r.idle_other_torch and r.slot_ms_ahead > r.slot_ms_torch:
-            verdict += (": the idle time fell and t_slot rose instead, since moving a message "
+        if idle.startswith("falls") and slot.startswith("rises"):
+            verdict += (", since the idle time fell and t_slot rose instead: moving a message "
                         "takes CPU time wherever its receive is posted")
+    step = trend(r.step_ms_torch, r.step_ms_ahead, ".1f", unit=f" ms: {verdict}")
 
     def within(e):
-        return f"{'within' if abs(e) <= tolerance_pct else 'outside'} {tolerance_pct:g}%"
+        return f"{'within' if abs(e) <= tolerance_pct + 1e-9 else 'outside'} {tolerance_pct:g}%"
 
-    return (f"{r.schedule}, P = {int(r.num_stages)}, M = {int(r.num_microbatches)}: posting every "
-            f"receive at the step's start took the idle time outside the fill and drain from "
-            f"{r.idle_other_torch:.2f} to {r.idle_other_ahead:.2f} of the step and t_slot from "
-            f"{r.slot_ms_torch:.1f} to {r.slot_ms_ahead:.1f} ms; the step went from "
-            f"{r.step_ms_torch:.1f} to {r.step_ms_ahead:.1f} ms ({verdict}). (M + P − 1) × "
-            f"t_slot(M) is off by {r.error_pct_torch:+.0f}% with torch's placement "
-            f"({within(r.error_pct_torch)}) and {r.error_pct_ahead:+.0f}% with receives ahead "
+    return (f"{r.schedule}, P = {int(r.num_stages)}, M = {int(r.num_microbatches)}, posting "
+            f"every receive at the step's start instead of torch's placement: the idle time "
+            f"outside the fill and drain {idle}, t_slot {slot} and the step {step}. The step "
+            f"model is off by {r.error_pct_torch:+.1f}% with torch's placement "
+            f"({within(r.error_pct_torch)}) and {r.error_pct_ahead:+.1f}% with receives ahead "
             f"({within(r.error_pct_ahead)}).")

@@ -42,8 +42,9 @@ from torch import nn
 from labkit import runtime
 from labkit.harness import worker_main
 from labkit.pipeline.ahead import post_receives_ahead
-from labkit.pipeline.config import SCHEDULES_AHEAD, PipelineConfig
+from labkit.pipeline.config import SCHEDULES_AHEAD, PipelineConfig, placements
 from labkit.pipeline.formulas import (
+    block_times,
     bubble_fraction,
     bubble_over_ideal,
     measured_bubble,
@@ -311,15 +312,6 @@ def stage_keyed(reference, spans):
                  for j, i in enumerate(span) for n, g in layers[i].items()}
 
 
-def placements(schedule: str, m: int, cfg: PipelineConfig) -> list[bool]:
-    """The receive placements one (schedule, M) is measured with: ``cfg.recv_ahead``, and the
-    other one too at the M of ``cfg.compare_placement_at`` for the schedules that can post
-    ahead."""
-    if m in cfg.compare_placement_at and schedule in SCHEDULES_AHEAD:
-        return [cfg.recv_ahead, not cfg.recv_ahead]
-    return [cfg.recv_ahead]
-
-
 def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
             reference=None) -> list[dict]:
     """One (schedule, M): a row per receive placement (:func:`placements`) on rank 0, [] on
@@ -334,7 +326,7 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
     mods = [Timed(nn.Sequential(*[model[i] for i in spans[s]]), s, device=rt.device)
             for s in mine]
     runners = [make_runner(schedule, m, mods, rt, cfg, p * v, recv_ahead=a)
-               for a in placements(schedule, m, cfg)]
+               for a in placements(schedule, m, cfg)]  # one or both receive placements
     checks = [{} for _ in runners]
     if cfg.check:
         ref = stage_keyed(reference, spans) if rank == 0 else None
@@ -385,6 +377,11 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
                  if b["kind"] == kind]
         return float(np.median(times)) if times else None
 
+    # the split of the median step (the step the row's step time is), per rank: its terms
+    # sum to that step, where medians of each share taken apart need not
+    mid = splits[int(np.argsort(slowest)[len(slowest) // 2])]
+    step_split = {"compute": mid["compute_s"] / p, "fill/drain bubble": mid["bubble_s"] / p,
+                  "messages and other waits": mid["other_s"] / p}
     # t_slot(M): one stage's forward + backward (+ W) of one microbatch, averaged over the
     # step's P x M of them (V chunks of a rank count as one stage)
     slot = float(np.median([sp["compute_s"] for sp in splits])) / (p * m)
@@ -411,6 +408,8 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
             [sp["bubble_s"] / sp["compute_s"] for sp in splits])),
         "slot_time_s": slot,
         "step_time_predicted_s": predicted_step_time(slot_s=slot, **kw),
+        "block_times": block_times([blocks for _, blocks in timeline]),
+        "step_split_s": step_split,
         "blocks": last,
     }
 
