@@ -19,7 +19,7 @@ PKG = ROOT / "labkit"
 #: the flat modules every lab shares (pure, argparse-only, host machinery, rank machinery)
 SHARED = {"__init__", "cli", "cliargs", "tables", "errors", "config", "results", "metrics",
           "figures", "launch", "launchspec", "agent", "procs", "devices", "orphans", "diagnose",
-          "slurm", "runtime", "timing", "harness", "audit"}
+          "slurm", "runtime", "timing", "harness", "audit", "__main__"}
 
 #: each lab package and the rooms it must have (a lab may have more modules)
 LABS = {

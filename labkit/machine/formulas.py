@@ -44,6 +44,24 @@ def loglog_interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
     raise AssertionError("unreachable")
 
 
+def sweep_time(size: float, sizes: Sequence[float], times: Sequence[float]) -> float:
+    """A message's time read off a measured size sweep: log-log between two measured sizes;
+    below the smallest, the smallest's time (a latency floor); above the largest, that time
+    scaled with the bytes (bandwidth-bound), never a noisy last segment's slope continued.
+
+    >>> round(sweep_time(2048, [1024, 4096], [1e-3, 4e-3]), 9)
+    0.002
+    >>> sweep_time(8, [1024, 4096], [1e-3, 4e-3]), sweep_time(8192, [1024, 4096], [1e-3, 4e-3])
+    (0.001, 0.008)
+    """
+    pts = sorted(zip(sizes, times))
+    if size <= pts[0][0]:
+        return float(pts[0][1])
+    if size >= pts[-1][0]:
+        return float(pts[-1][1]) * size / pts[-1][0]
+    return loglog_interp(size, [p[0] for p in pts], [p[1] for p in pts])
+
+
 def slowdown(*, t_together_s: float, t_alone_s: float) -> float:
     """The co-run slowdown: the same work with every rank at it at once, over one rank alone.
 

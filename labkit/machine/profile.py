@@ -79,7 +79,8 @@ class Profile:
         """The n x n @ n x n rate of one rank, alone or with every rank computing at once."""
         xs, ys = _pairs(self.rows, "matmul", "together" if together else "alone", "n",
                         "flop_per_s")
-        return formulas.loglog_interp(n, xs, ys)
+        # a rate is not extrapolated: outside the sizes measured, the nearest one's
+        return formulas.loglog_interp(min(max(n, xs[0]), xs[-1]), xs, ys)
 
     @property
     def co_run_slowdown(self) -> float:
@@ -143,7 +144,7 @@ class Profile:
         if ranks == self.world_size:
             xs, ys = _pairs(self.rows, "allreduce", "busy" if busy else "idle", "size_bytes",
                             "time_p50_s")
-            return formulas.loglog_interp(max(size_bytes, xs[0]), xs, ys)
+            return formulas.sweep_time(size_bytes, xs, ys)
         from labkit.collectives.formulas import allreduce_time
 
         alpha, beta = self._alpha_beta(busy)
@@ -154,7 +155,7 @@ class Profile:
         """One point-to-point message of ``size_bytes``, one way (half a ping-pong)."""
         xs, ys = _pairs(self.rows, "message", "busy" if busy else "idle", "size_bytes",
                         "time_p50_s")
-        return formulas.loglog_interp(max(size_bytes, xs[0]), xs, ys)
+        return formulas.sweep_time(size_bytes, xs, ys)
 
     # -- showing it -------------------------------------------------------------------------
     def table(self):
