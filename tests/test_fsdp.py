@@ -153,3 +153,82 @@ def test_cuda_uses_nccl_one_gpu_per_rank():
     assert (df.backend == "nccl").all() and df.device.str.startswith("cuda").all()
     assert df.matches_single_process.all()
     assert (df.device_memory_peak_bytes > 0).all()  # measured on the GPUs
+
+
+# ---------------------------------------------------------------- honest laws (pure)
+
+def _dp_row(stage="zero3", variant="fsdp", **kw):
+    row = {"variant": variant, "stage": stage, "world_size": 2, "hidden": 64, "num_layers": 2,
+           "reshard_after_forward": True, "predicted_compute_s": 0.05,
+           "compute_time_p50_s": 0.062, "step_time_p50_s": 0.08,
+           "collectives_time_alone_s": 0.006, "state_bytes_formula": 1000.0,
+           "state_bytes_per_rank": 1000, "state_ratio_vs_ddp": 0.5,
+           "ddp_state_bytes_per_rank": 2000,
+           "comm_ratio_vs_ddp": 1.5, "step_ratio_vs_ddp": 1.3}
+    return {**row, **kw}
+
+
+def test_collectives_priced_in_context():
+    from labkit.fsdp import verdicts
+    from labkit.tp.verdicts import FakeProfile
+
+    prof = FakeProfile(slowdown=1.25, allreduce_s=1e-3, busy_factor=2.0)
+    # FSDP on NCCL: 2 layers x (2 all-gathers + 1 reduce-scatter), each half a busy all-reduce
+    nccl = dict(backend="nccl")
+    assert verdicts.comm_in_context(_dp_row(**nccl), prof) == pytest.approx(6 * 0.5 * 2e-3)
+    # on gloo each costs a whole all-reduce
+    assert verdicts.comm_in_context(_dp_row(backend="gloo"), prof) == pytest.approx(6 * 2e-3)
+    # without resharding one all-gather less per layer
+    assert verdicts.comm_in_context(_dp_row(reshard_after_forward=False, **nccl), prof) == \
+        pytest.approx(4 * 0.5 * 2e-3)
+    # DDP: one all-reduce during backward (busy); ZeRO-1: two halves with the ranks idle
+    assert verdicts.comm_in_context(_dp_row("ddp", "ddp"), prof) == pytest.approx(2e-3)
+    assert verdicts.comm_in_context(_dp_row("zero1", "zero1", **nccl), prof) == \
+        pytest.approx(1e-3)
+    ctx = verdicts.context(_dp_row(), prof)
+    assert ctx["compute_s"] == pytest.approx(0.05 * 1.25)
+    assert verdicts.context(_dp_row(world_size=1), prof)["step_s"] == pytest.approx(0.05)
+
+
+def test_dp_laws_say_their_kind_and_split_their_misses():
+    from labkit.book import laws
+    from labkit.fsdp import verdicts
+    from labkit.tp.verdicts import FakeProfile
+
+    rows = [_dp_row("ddp", "ddp"), _dp_row("zero1", "zero1"), _dp_row()]
+    comm = [{"variant": r["variant"], "ranks": 2, "law": "x", "predicted_MB": 1.0,
+             "measured_MB": 1.0} for r in rows]
+    out = verdicts.laws(rows, comm, FakeProfile())
+    assert len(out) == 9 and {r["kind"] for r in out} == {"model"}
+    assert all(r["tolerance_pct"] <= 25 for r in out)
+    steps = out[-3:]
+    assert all(laws.split_sums(r) and "its collectives (timed alone)" in r["split"]
+               for r in steps)
+    # a miss prints its split
+    assert "measured split" in laws.verdict(verdicts.laws(
+        [_dp_row(step_time_p50_s=0.2)], [], FakeProfile())[-1])
+    # one rank: no collectives timed, two terms
+    assert list(verdicts.step_split(_dp_row(collectives_time_alone_s=float("nan")))) == \
+        ["the plain model", "the rest (the wrapper's work, waits)"]
+
+
+def test_dp_sentences_flip_with_their_numbers():
+    from labkit.fsdp import verdicts
+
+    assert "(50% less)" in verdicts.against_ddp_sentence(_dp_row())
+    assert "more)" in verdicts.against_ddp_sentence(_dp_row(state_ratio_vs_ddp=1.2))
+    assert "(longer)" in verdicts.against_ddp_sentence(_dp_row())
+    assert "(shorter)" in verdicts.against_ddp_sentence(_dp_row(step_ratio_vs_ddp=0.8))
+    kw = dict(gpus=8, gpu_gb=80)
+    assert "DDP holds 128 GB a GPU (does not fit" in verdicts.fits_sentence(
+        "m", ddp_bytes=128e9, fsdp_bytes=16e9, **kw)
+    assert "DDP holds 60 GB a GPU (fits" in verdicts.fits_sentence(
+        "m", ddp_bytes=60e9, fsdp_bytes=16e9, **kw)
+    assert "fits with ZeRO-3" in verdicts.strategies_sentence(
+        "m", fits=["ZeRO-3"], micro_batch=1, seq_len=8, **kw)
+    assert "fits with none" in verdicts.strategies_sentence(
+        "m", fits=[], micro_batch=1, seq_len=8, **kw)
+    assert "(+32 ms" in verdicts.extra_comm_sentence(ddp_s=0.062, fsdp_s=0.094, compute_s=1,
+                                                     tokens=8)
+    assert "(-10 ms" in verdicts.extra_comm_sentence(ddp_s=0.062, fsdp_s=0.052, compute_s=1,
+                                                     tokens=8)

@@ -13,6 +13,8 @@ Read in this order:
 * :mod:`~labkit.fsdp.shard` (rank side) -- DDP, the ZeRO-1 optimizer, FSDP2, held bytes;
 * :mod:`~labkit.fsdp.worker` (rank side) -- one launch: reference, checks, counts, timings;
 * :mod:`~labkit.fsdp.run` (host side) -- :func:`run`, what notebook 09 and ``labkit fsdp`` call;
+* :mod:`~labkit.fsdp.verdicts` (pure) -- notebook 09's laws and sentences, the step model in
+  context (the machine profile's co-run slowdown and collectives);
 * :mod:`~labkit.fsdp.report`, :mod:`~labkit.fsdp.plots`, :mod:`~labkit.fsdp.widgets` (memory
   per GPU under DP / ZeRO-1/2/3 / TP), :mod:`~labkit.fsdp.cli`.
 
@@ -20,8 +22,8 @@ Read in this order:
 package imports nothing heavy (no torch).
 """
 
-from labkit.fsdp import formulas, plots, report, widgets
+from labkit.fsdp import formulas, plots, report, verdicts, widgets
 from labkit.fsdp.config import FSDPConfig
 from labkit.fsdp.run import run
 
-__all__ = ["FSDPConfig", "formulas", "plots", "report", "run", "widgets"]
+__all__ = ["FSDPConfig", "formulas", "plots", "report", "run", "verdicts", "widgets"]

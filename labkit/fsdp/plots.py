@@ -22,10 +22,11 @@ def _stacked(ax, x, layers, formula, *, ylabel: str, title: str) -> None:
     ax.legend(fontsize=7)
 
 
-def memory_and_comm(df, title: str | None = None):
+def memory_and_comm(df, title: str | None = None, prof=None):
     """Three panels per variant: the bytes one rank holds (stacked, measured; the formula as a
     black tick), the bytes one step moves (measured volume by collective; formula tick), and the
-    step time (measured p50; the prediction as a tick)."""
+    step time (measured p50; the prediction as a tick: in context with a machine profile
+    ``prof``, :func:`labkit.fsdp.verdicts.context`, else the launch's α–β one)."""
     from labkit.fsdp.report import select
 
     rows = select(df)
@@ -51,7 +52,13 @@ def memory_and_comm(df, title: str | None = None):
     ax.bar(x, compute, color="C0", label="compute (no comm)")
     ax.bar(x, rows["step_time_p50_s"] * 1e3 - compute, bottom=compute, color="C1",
            label="the rest")
-    ax.plot(x, rows["predicted_step_s"] * 1e3, "k_", ms=22, mew=2, label="predicted")
+    if prof is not None:
+        from labkit.fsdp.verdicts import context
+
+        predicted = [context(r, prof)["step_s"] * 1e3 for _, r in rows.iterrows()]
+    else:
+        predicted = rows["predicted_step_s"] * 1e3
+    ax.plot(x, predicted, "k_", ms=22, mew=2, label="predicted")
     ax.set_ylabel("ms per step (p50, slowest rank)")
     ax.set_title("step time")
     ax.legend(fontsize=7)

@@ -70,6 +70,9 @@ COLUMNS = (
                                     "zero3)"),
     *timed_columns("step_time", "training step"),
     Column("step_times_s", "s", "every timed step's time, slowest rank (a list)"),
+    Column("collectives_time_alone_s", "s", "the step's collectives (its sizes, in its order) "
+                                            "with nothing around them, p50 of the slowest rank "
+                                            "(NaN on one rank)"),
     *timed_columns("compute_time", "the plain model's step on this rank's batch (no "
                                    "communication)"),
     Column("comm_time_s", "s", "step_time_p50_s - compute_time_p50_s (at least 0)"),
@@ -78,9 +81,11 @@ COLUMNS = (
     Column("beta_gb_per_s", "GB/s", "link bandwidth β, same fit"),
     Column("link_sweep", "", "the sweep behind α and β: size_bytes and time_p50_s per size"),
     Column("compute_flop_per_s", "FLOP/s",
-           "forward + backward FLOP/s of one whole layer on one rank, slowest rank"),
+           "forward + backward FLOP/s of one whole layer on one rank alone (the ranks "
+           "taking turns), slowest rank"),
     Column("flops_per_rank", "FLOP", "3 L (24 b s h^2 + 4 b s^2 h), b per rank"),
-    Column("predicted_compute_s", "s", "flops_per_rank / compute_flop_per_s"),
+    Column("predicted_compute_s", "s", "flops_per_rank / compute_flop_per_s: one rank's "
+                                       "compute alone"),
     Column("predicted_comm_s", "s", "the variant's collectives, α–β ring model, one after the "
                                     "other"),
     Column("predicted_step_s", "s", "predicted_compute_s + predicted_comm_s"),
@@ -105,13 +110,18 @@ def one(df, variant: str, **equal):
     return one_row(df, variant=variant, **equal)
 
 
-def summary_frame(df):
+def summary_frame(df, prof=None):
     """One line per run: the check, the state held and the bytes moved against DDP's, the step
-    time beside its prediction (MB, ms)."""
+    time beside its prediction (MB, ms): the in-context model with a machine profile ``prof``
+    (:func:`labkit.fsdp.verdicts.context`), else the launch's own (alone, α–β)."""
     import pandas as pd
+
+    from labkit.book.laws import symmetric_error_pct
+    from labkit.fsdp.verdicts import context
 
     out = []
     for _, r in select(df).iterrows():
+        predicted = context(r, prof)["step_s"] if prof is not None else r["predicted_step_s"]
         out.append({
             "variant": r["variant"], "ranks": int(r["world_size"]),
             "matches": bool(r["matches_single_process"]),
@@ -121,8 +131,8 @@ def summary_frame(df):
             "x_ddp_comm": r["comm_ratio_vs_ddp"],
             "step_ms": ms(r["step_time_p50_s"]),
             "compute_ms": ms(r["compute_time_p50_s"]),
-            "predicted_ms": ms(r["predicted_step_s"]),
-            "error_pct": r["prediction_error_pct"],
+            "predicted_ms": ms(predicted),
+            "error_pct": symmetric_error_pct(predicted, r["step_time_p50_s"]),
         })
     return pd.DataFrame(out)
 
@@ -131,7 +141,13 @@ SUMMARY_LEGEND = (
     "state = weights + gradients + Adam states this rank holds (local shards); comm = volume "
     "of one step (all-reduce 2S, all-gather S, reduce-scatter S)\n"
     "x_ddp = against DDP in the same launch; predicted = F/R + the variant's collectives "
-    "(α–β fitted in the launch)")
+    "(α–β fitted in the launch); error = the larger relative error, + when the prediction is "
+    "larger")
+#: the legend of :func:`summary_frame` with a machine profile
+SUMMARY_LEGEND_IN_CONTEXT = SUMMARY_LEGEND.replace(
+    "predicted = F/R + the variant's collectives (α–β fitted in the launch)",
+    "predicted = F/R alone x the co-run slowdown + the variant's collectives in context (the "
+    "machine profile)")
 
 
 LAWS = {"ddp": ("4 Ψ", "4 Ψ", "8 Ψ"), "zero1": ("4 Ψ", "4 Ψ", "8 Ψ / N"),

@@ -12,6 +12,7 @@ and the bytes each rank really holds.
   one all-gather before its forward, one before its backward, one reduce-scatter after) and
   on the stack; weights, gradients and Adam states are ``Shard(0)`` DTensors, 1/N per rank.
   Works on CPU with gloo (torch 2.13, 2 ranks checked) and on GPUs with nccl.
+* :func:`collectives_alone` -- a step's collectives with nothing around them, to time them;
 * :func:`held_bytes` -- weights, gradients and optimizer states this rank holds, summed over
   its local tensors (DTensors count their local shard only).
 """
@@ -123,6 +124,29 @@ class ZeRO1:
     def state_bytes(self) -> int:
         """Bytes of optimizer state this rank holds: its slice of m and v."""
         return sum(t.numel() * t.element_size() for t in (self.exp_avg, self.exp_avg_sq))
+
+
+def collectives_alone(collectives, device: torch.device):
+    """A closure running the ``(op, S)`` collectives of a step one after the other on buffers of
+    their sizes (S: the all-reduce buffer, the all-gather output, the reduce-scatter input) and
+    nothing else: what a step's collectives cost with no compute around them. Collective."""
+    n = dist.get_world_size()
+    bufs = []
+    for op, size in collectives:
+        full = torch.zeros(max(n, int(size) // 4 // n * n), dtype=torch.float32, device=device)
+        bufs.append((op, full, torch.zeros(full.numel() // n, dtype=torch.float32,
+                                           device=device)))
+
+    def run():
+        for op, full, part in bufs:
+            if op == "all_reduce":
+                dist.all_reduce(full)
+            elif op == "all_gather":
+                _all_gather(full, part)
+            else:
+                _reduce_scatter(part, full, op=dist.ReduceOp.SUM)
+
+    return run
 
 
 def _bytes(t) -> int:

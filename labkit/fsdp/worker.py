@@ -11,8 +11,9 @@ What one launch does (data parallelism: rank r trains on its own seeded batch r)
 1. **the single-process reference**: every rank builds the whole model from the seed and runs
    one forward and backward on all ranks' batches at once, then one Adam step: the outputs,
    the gradients and the parameters after the step;
-2. **the link and the device**, measured now: α and β from an all-reduce sweep up to the
-   model's size, the FLOP/s of one rank on one layer of the model
+2. **the link and the device**, measured now: α and β from an all-reduce sweep up to 4 MiB
+   (``labkit fsdp``'s estimate; notebook 09 prices the collectives with the machine profile),
+   the FLOP/s of one rank alone on one layer of the model, the ranks taking turns
    (:mod:`labkit.tp.measure`);
 3. per variant (``ddp``, ``zero1``, ``fsdp``): **correctness first** -- one step compared
    with the reference (this rank's outputs, its gradients or gradient shard, its parameters
@@ -20,7 +21,9 @@ What one launch does (data parallelism: rank r trains on its own seeded batch r)
    (:class:`labkit.tp.measure.CommCounter`); the weights, gradients and Adam states it holds
    (:func:`labkit.fsdp.shard.held_bytes`, local shards); then ``steps`` steps, the first
    ``warmup`` untimed, the slowest rank's time per step, the prediction of
-   :mod:`labkit.fsdp.formulas` beside it. DDP's bytes, held and moved, are put on every row;
+   :mod:`labkit.fsdp.formulas` beside it; then the step's collectives alone, on buffers of
+   their sizes, timed (:func:`labkit.fsdp.shard.collectives_alone`: the step's split). DDP's
+   bytes, held and moved, are put on every row;
 4. **compute only**, last: the plain model on this rank's batch, no wrapper, no
    communication, timed.
 
@@ -35,10 +38,10 @@ import math
 
 import torch
 
-from labkit import runtime
+from labkit import runtime, timing
 from labkit.fsdp import formulas
 from labkit.fsdp.config import STAGE, FSDPConfig
-from labkit.fsdp.shard import ZeRO1, held_bytes, wrap_ddp, wrap_fsdp
+from labkit.fsdp.shard import ZeRO1, collectives_alone, held_bytes, wrap_ddp, wrap_fsdp
 from labkit.harness import worker_main
 from labkit.tp import formulas as tp_formulas
 from labkit.tp.measure import CommCounter, compute_rate, fit_link, max_rel_error, worst_over_ranks
@@ -134,7 +137,7 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
 
     psi = sum(p.numel() for p in full.parameters())
     units = [4 * sum(p.numel() for p in layer.parameters()) for layer in full.layers]
-    link = fit_link(rt, max_bytes=4 * psi)
+    link = fit_link(rt, max_bytes=4 << 20)  # the CLI's α–β; the notebook uses the profile
     rate = compute_rate(rt, hidden=h, num_heads=cfg.num_heads, batch_size=b, seq_len=s)
     flops = tp_formulas.flops_per_rank(batch_size=b, seq_len=s, hidden=h,
                                        num_layers=cfg.num_layers)
@@ -168,6 +171,11 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
             pred = {"compute_s": flops / rate, "comm_s": math.nan, "step_s": math.nan}
         stats, slowest = timed_after_warmup(step, cfg, rt)
         peak = runtime.max_device_peak_bytes(dev)
+        alone = math.nan
+        if n > 1:  # the same collectives, nothing around them: the step's split
+            alone = timing.summarize(timing.repeat_timed(
+                collectives_alone(coll, dev), warmup=1, repeat=3, device=dev),
+                prefix="t")["t_p50_s"]
         t = stats["step_time_p50_s"]
         rows.append({
             **cfg.describe(),
@@ -199,6 +207,7 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
                                    else 0.0),
             **stats,
             "step_times_s": slowest,
+            "collectives_time_alone_s": alone,
             **prediction_fields(link=link, compute_flop_per_s=rate, flops_per_rank=flops,
                                 predicted=pred),
             "prediction_error_pct": tp_formulas.prediction_error_pct(

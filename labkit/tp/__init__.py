@@ -15,14 +15,19 @@ Read in this order:
   (the FSDP lab uses it too);
 * :mod:`~labkit.tp.worker` (rank side) -- one launch: reference, checks, counts, timings;
 * :mod:`~labkit.tp.run` (host side) -- :func:`run`, what notebook 09 and ``labkit tp`` call;
+* :mod:`~labkit.tp.timeline` (pure) -- the time inside the collectives split into the messages
+  and the wait for the later rank, from every rank's entries and exits;
+* :mod:`~labkit.tp.verdicts` (pure) -- the laws and sentences of notebook 09, the step model in
+  context (the machine profile's co-run slowdown and all-reduce);
+* :mod:`~labkit.tp.budget` (pure) -- notebook 09's time estimated, too long refused;
 * :mod:`~labkit.tp.report`, :mod:`~labkit.tp.plots`, :mod:`~labkit.tp.cli`.
 
 ``from labkit import tp; tp.run(tp.TPConfig(hidden=256), ...)``. Importing this package
 imports nothing heavy (no torch).
 """
 
-from labkit.tp import formulas, plots, report
+from labkit.tp import budget, formulas, plots, report, timeline, verdicts
 from labkit.tp.config import TPConfig
 from labkit.tp.run import run
 
-__all__ = ["TPConfig", "formulas", "plots", "report", "run"]
+__all__ = ["TPConfig", "budget", "formulas", "plots", "report", "run", "timeline", "verdicts"]

@@ -116,11 +116,16 @@ class TPConfig:
     warmup: int = option(2, "untimed first steps")
     lr: float = option(0.01, "SGD learning rate")
     seed: int = option(0, "weights and data")
+    baseline: bool = option(True, "in a launch of P > 1 ranks, rank 0 also runs every variant "
+                            "on the whole model alone while the others wait: the 1-rank rows "
+                            "without a 1-rank launch (--no-baseline: none)")
     tolerance: float = option(1e-4, "largest |TP - one process| / max|one process| that matches",
                               cli=False)
 
     def __post_init__(self):
         object.__setattr__(self, "variants", check_training(self, VARIANTS))
+        if not isinstance(self.baseline, bool):
+            raise UsageError(f"baseline must be true or false, got {self.baseline!r}")
 
     def check_world_size(self, world_size: int) -> None:
         """Refuse, before any launch, a split that leaves a rank without a whole head or with

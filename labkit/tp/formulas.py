@@ -136,6 +136,25 @@ def predict_step(*, flops: float, compute_flop_per_s: float, allreduces: int,
     return {"compute_s": compute, "comm_s": float(comm), "step_s": compute + float(comm)}
 
 
+def step_in_context(*, compute_alone_s: float, slowdown: float, allreduces: int,
+                    allreduce_s: float, extra_s: float = 0.0) -> dict:
+    """The step as this machine runs it: one rank's compute measured alone times the co-run
+    ``slowdown`` (every rank computing at once, :meth:`labkit.machine.Profile.compute_slowdown`),
+    plus ``allreduces`` all-reduces of ``allreduce_s`` each, measured in context
+    (:meth:`labkit.machine.Profile.allreduce_s`), plus ``extra_s`` of work measured apart
+    (the library's bookkeeping). Returns ``compute_s``, ``comm_s``, ``step_s``.
+
+    54 ms of compute alone, 1.25x slower beside a second rank, 8 all-reduces of 0.8 ms:
+
+    >>> p = step_in_context(compute_alone_s=0.054, slowdown=1.25, allreduces=8, allreduce_s=8e-4)
+    >>> round(p["compute_s"] * 1e3, 1), round(p["comm_s"] * 1e3, 1), round(p["step_s"] * 1e3, 1)
+    (67.5, 6.4, 73.9)
+    """
+    compute = float(compute_alone_s) * positive_number("slowdown", slowdown)
+    comm = int(allreduces) * float(allreduce_s)
+    return {"compute_s": compute, "comm_s": comm, "step_s": compute + comm + float(extra_s)}
+
+
 def prediction_error_pct(*, predicted_s: float, measured_s: float) -> float:
     """100 · (predicted − measured) / measured (:func:`labkit.metrics.model_error_pct`).
 

@@ -8,8 +8,8 @@
   time the others without it.
 * :func:`fit_link` -- α and β from a quick all-reduce size sweep in the same launch
   (:func:`labkit.collectives.formulas.fit_alpha_beta`).
-* :func:`compute_rate` -- FLOP/s of forward + backward of one whole layer of the model on this
-  rank, the slowest rank's.
+* :func:`compute_rate` -- FLOP/s of forward + backward of one layer of the model (whole, or a
+  TP rank's share of it) on this rank alone, the slowest rank's.
 * :func:`max_rel_error` -- how far a split model's tensors are from the single-process ones.
 * :func:`timed_steps` -- the timed steps of a variant, the slowest rank's.
 """
@@ -114,8 +114,8 @@ class CommCounter(TorchDispatchMode):
         return sum((2 if op == "all_reduce" else 1) * b for op, b in self.bytes.items())
 
 
-def fit_link(rt, *, max_bytes: int, min_bytes: int = 4096, factor: int = 4, iters: int = 5,
-             warmup: int = 2) -> dict:
+def fit_link(rt, *, max_bytes: int, min_bytes: int = 4096, factor: int = 4, iters: int = 3,
+             warmup: int = 1) -> dict:
     """α (s) and β (B/s) of this launch's all-reduce, from a size sweep ``min_bytes`` ..
     ``max_bytes`` (× ``factor``; at least up to 4 MiB, where the bandwidth term dominates), p50
     of the slowest rank. Collective: every rank calls it. A sweep the α–β law cannot fit (no
@@ -148,31 +148,49 @@ def fit_link(rt, *, max_bytes: int, min_bytes: int = 4096, factor: int = 4, iter
             "sweep": [{"size_bytes": s, "time_p50_s": t} for s, t in zip(sizes, times)]}
 
 
-def compute_rate(rt, *, hidden: int, num_heads: int, batch_size: int, seq_len: int,
-                 repeat: int = 5, warmup: int = 2) -> float:
-    """FLOP/s of forward + backward of one whole layer of the lab's model
-    (:class:`labkit.tp.models.Layer`) on ``batch_size`` x ``seq_len`` tokens: its
-    ``3 (24 b s h² + 4 b s² h)`` FLOPs over the median time of ``repeat`` runs, the slowest
-    rank's rate (every rank runs it at the same time, as they run the step). A rate of the
-    model's own layer, so LayerNorm, softmax and GELU, which the FLOP count leaves out, are in
-    it; what a split or a wrapper adds is not. Collective."""
+def layer_seconds(*, hidden: int, num_heads: int, batch_size: int, seq_len: int,
+                  device, split: int = 1, repeat: int = 3, warmup: int = 1) -> float:
+    """Median seconds of forward + backward of one layer of the lab's model
+    (:class:`labkit.tp.models.Layer`) on this rank, ``split`` ways (``1/split`` of the heads
+    and of the 4h units: a TP rank's share), on ``batch_size`` x ``seq_len`` tokens. Not
+    collective: the caller decides who computes meanwhile."""
     import statistics
 
-    from labkit.tp.formulas import flops_per_rank
     from labkit.tp.models import Layer
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(12345)
-        layer = Layer(hidden, num_heads).to(rt.device)
-        x = torch.randn(batch_size, seq_len, hidden, device=rt.device, requires_grad=True)
+        layer = Layer(hidden, num_heads, split).to(device)
+        x = torch.randn(batch_size, seq_len, hidden, device=device, requires_grad=True)
     go = torch.ones_like(x)
 
     def fwd_bwd():
         layer(x).backward(go)
 
-    local = timing.repeat_timed(fwd_bwd, warmup=warmup, repeat=repeat, device=rt.device)
-    flops = flops_per_rank(batch_size=batch_size, seq_len=seq_len, hidden=hidden, num_layers=1)
-    rate = torch.tensor([flops / statistics.median(local)], dtype=torch.float64, device=rt.device)
+    return statistics.median(timing.repeat_timed(fwd_bwd, warmup=warmup, repeat=repeat,
+                                                 device=device, barrier=False))
+
+
+def compute_rate(rt, *, hidden: int, num_heads: int, batch_size: int, seq_len: int,
+                 split: int = 1) -> float:
+    """FLOP/s of forward + backward of one layer of the lab's model as one rank computes it,
+    ``split`` ways (:func:`layer_seconds`): its ``3 (24 b s h² + 4 b s² h) / split`` FLOPs over
+    its median time, **alone**: the ranks take turns while the others wait in a barrier (a
+    step model multiplies by the machine's co-run slowdown where ranks compute at once). The
+    slowest rank's rate. A rate of the model's own layer, so LayerNorm, softmax and GELU,
+    which the FLOP count leaves out, are in it. Collective."""
+    from labkit.tp.formulas import flops_per_rank
+
+    local = math.inf
+    for turn in range(rt.world_size):
+        if turn == rt.rank:
+            local = layer_seconds(hidden=hidden, num_heads=num_heads, batch_size=batch_size,
+                                  seq_len=seq_len, device=rt.device, split=split)
+        if rt.world_size > 1:
+            dist.barrier()
+    flops = flops_per_rank(batch_size=batch_size, seq_len=seq_len, hidden=hidden, num_layers=1,
+                           world_size=split)
+    rate = torch.tensor([flops / local], dtype=torch.float64, device=rt.device)
     if rt.world_size > 1:
         dist.all_reduce(rate, op=dist.ReduceOp.MIN)
     return float(rate.item())

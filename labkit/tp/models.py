@@ -138,7 +138,10 @@ class Comm:
 
     On a CPU each call is timed on the host clock. On CUDA (``device``) a pair of events on
     the current stream brackets it, read when :attr:`seconds` is asked for (once the device is
-    idle): a synchronisation around every all-reduce would stall the step it sits in."""
+    idle): a synchronisation around every all-reduce would stall the step it sits in.
+    :meth:`timeline` gives every call's entry and exit on this rank's clock, so that the time
+    inside can be split into the message and the wait for a later rank
+    (:func:`labkit.tp.timeline.split_waits`)."""
 
     def __init__(self, world_size: int, device: torch.device | None = None, group=None):
         self.enabled = world_size > 1
@@ -149,13 +152,23 @@ class Comm:
     def reset(self) -> None:
         self.calls = 0
         self.bytes = 0
-        self._host_s = 0.0
+        self._host: list = []  # (entry, exit) on the host clock
         self._events: list = []
+        self._anchor = None
 
     @property
     def seconds(self) -> float:
         """Seconds inside the all-reduces since :meth:`reset`."""
-        return self._host_s + sum(a.elapsed_time(b) for a, b in self._events) / 1e3
+        return sum(b - a for a, b in self.timeline())
+
+    def timeline(self) -> list[tuple[float, float]]:
+        """(entry, exit) of every all-reduce since :meth:`reset`, seconds on this rank's clock
+        (CUDA: from an event recorded at the first call; read once the device is idle)."""
+        if self._events:
+            a0 = self._anchor
+            return [(a0.elapsed_time(a) / 1e3, a0.elapsed_time(b) / 1e3)
+                    for a, b in self._events]
+        return list(self._host)
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         if not self.enabled:
@@ -165,13 +178,15 @@ class Comm:
         if self.device is not None and self.device.type == "cuda":
             start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
             start.record()
+            if self._anchor is None:
+                self._anchor = start
             dist.all_reduce(t, group=self.group)
             end.record()
             self._events.append((start, end))
             return t
         t0 = time.perf_counter()
         dist.all_reduce(t, group=self.group)
-        self._host_s += time.perf_counter() - t0
+        self._host.append((t0, time.perf_counter()))
         return t
 
 

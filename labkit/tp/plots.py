@@ -6,12 +6,19 @@ from __future__ import annotations
 from labkit.figures import new_figure
 
 
-def step_breakdown(df, title: str | None = None):
+def step_breakdown(df, prof=None, title: str | None = None):
     """Per run, two stacked bars (ms): measured (the step: the part the step with f and g off
-    takes, then the rest) and predicted (F/R, then the α–β all-reduces, hatched)."""
+    takes, then the rest) and predicted, hatched. With a machine profile ``prof`` the
+    prediction is the in-context model (:func:`labkit.tp.verdicts.context`: compute alone x
+    the co-run slowdown, the profile's all-reduces, and for the library DTensor's bookkeeping
+    measured on 1 rank); without one, the launch's own (compute alone, α–β all-reduces)."""
+    import math
+
     from labkit.tp.report import select
+    from labkit.tp.verdicts import bookkeeping_s, context
 
     rows = select(df)
+    extra = bookkeeping_s(rows)
     fig, axes = new_figure(width=max(4.5, 1.6 * len(rows) + 1.5))
     ax = axes[0][0]
     labels = []
@@ -22,11 +29,20 @@ def step_breakdown(df, title: str | None = None):
         m = step - c
         ax.bar(x, c, color="C0", label="compute (measured)" if i == 0 else None)
         ax.bar(x, m, bottom=c, color="C1", label="communication (measured)" if i == 0 else None)
-        pc, pm = r["predicted_compute_s"] * 1e3, r["predicted_comm_s"] * 1e3
+        book = extra if r["variant"] == "library" and math.isfinite(extra) else 0.0
+        if prof is not None:
+            ctx = context(r, prof, extra_s=book)
+            pc, pm = ctx["compute_s"] * 1e3, ctx["comm_s"] * 1e3
+            pb = (ctx["step_s"] - ctx["compute_s"] - ctx["comm_s"]) * 1e3
+        else:
+            pc, pm, pb = r["predicted_compute_s"] * 1e3, r["predicted_comm_s"] * 1e3, 0.0
         ax.bar(x + 1, pc, color="C0", alpha=0.45, hatch="//",
-               label="compute F/R (predicted)" if i == 0 else None)
+               label="compute (predicted)" if i == 0 else None)
         ax.bar(x + 1, pm, bottom=pc, color="C1", alpha=0.45, hatch="//",
                label="all-reduces (predicted)" if i == 0 else None)
+        if pb > 0:
+            ax.bar(x + 1, pb, bottom=pc + pm, color="C2", alpha=0.45, hatch="//",
+                   label="DTensor's bookkeeping (1 rank)")
         labels.append((x + 0.5, f"{r['variant']}\nP={int(r['world_size'])}"))
     ax.set_xticks([p for p, _ in labels], [t for _, t in labels])
     ax.set_ylabel("ms per training step (p50, slowest rank)")

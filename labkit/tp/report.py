@@ -61,19 +61,28 @@ COLUMNS = (
                                "communication, and the library's bookkeeping, add"),
     Column("allreduce_time_in_step_s", "s",
            "naive: time inside f's and g's all-reduces per step, mean over timed steps, "
-           "slowest rank (NaN for library)"),
+           "the rank that spent the longest there (NaN for library)"),
+    Column("allreduce_wait_in_step_s", "s",
+           "naive: of allreduce_time_in_step_s, the wait for the later rank to enter (from "
+           "every rank's entry and exit times of every call)"),
+    Column("allreduce_message_in_step_s", "s",
+           "naive: of allreduce_time_in_step_s, the messages themselves (from the last rank's "
+           "entry to the exit)"),
     Column("alpha_s", "s", "per-message latency α, fitted to an all-reduce sweep in the launch"),
     Column("beta_gb_per_s", "GB/s", "link bandwidth β, same fit"),
     Column("link_sweep", "", "the sweep behind α and β: size_bytes and time_p50_s per size"),
     Column("compute_flop_per_s", "FLOP/s",
-           "forward + backward FLOP/s of one whole layer on one rank, slowest rank "
-           "(measured in the launch)"),
+           "forward + backward FLOP/s of a rank's share (1/P) of one layer, each rank alone, "
+           "slowest rank (measured in the launch)"),
     Column("flops_per_rank", "FLOP", "3 L (24 b s h^2 + 4 b s^2 h) / P"),
-    Column("predicted_compute_s", "s", "flops_per_rank / compute_flop_per_s"),
+    Column("predicted_compute_s", "s", "flops_per_rank / compute_flop_per_s: the compute "
+                                       "of one rank alone"),
     Column("predicted_comm_s", "s", "4 L ring all-reduces of b s h x 4 bytes (α, β)"),
     Column("predicted_step_s", "s", "predicted_compute_s + predicted_comm_s"),
     Column("prediction_error_pct", "%", "100 (predicted_step_s - step_time_p50_s) / "
                                         "step_time_p50_s"),
+    Column("baseline_in_launch", "", "a 1-rank row measured by rank 0 alone inside a launch "
+                                     "of more ranks (the others waiting); absent otherwise"),
     Column("speedup_vs_1_rank", "", "step_time_p50_s of the 1-rank run of the same variant / "
                                     "this one's (NaN without a 1-rank run)"),
     *DEVICE_MEMORY_COLUMNS,
@@ -92,13 +101,23 @@ def one(df, variant: str, **equal):
     return one_row(df, variant=variant, **equal)
 
 
-def summary_frame(df):
+def summary_frame(df, prof=None):
     """One line per run: the check, the all-reduces counted against the formula, and where the
-    step's time goes (ms) beside the prediction."""
+    step's time goes (ms) beside the prediction: the in-context model with a machine profile
+    ``prof`` (:func:`labkit.tp.verdicts.context`), else the launch's own (alone, α–β)."""
     import pandas as pd
 
+    from labkit.book.laws import symmetric_error_pct
+    from labkit.tp.verdicts import bookkeeping_s, context
+
+    extra = bookkeeping_s(df) if prof is not None else math.nan
     out = []
     for _, r in select(df).iterrows():
+        if prof is not None:
+            book = extra if r["variant"] == "library" and math.isfinite(extra) else 0.0
+            predicted = context(r, prof, extra_s=book)["step_s"]
+        else:
+            predicted = r["predicted_step_s"]
         out.append({
             "variant": r["variant"], "ranks": int(r["world_size"]),
             "matches": bool(r["matches_single_process"]),
@@ -109,8 +128,8 @@ def summary_frame(df):
             "step_ms": ms(r["step_time_p50_s"]),
             "compute_ms": ms(r["compute_time_p50_s"]),
             "comm_ms": ms(r["comm_time_s"]),
-            "predicted_ms": ms(r["predicted_step_s"]),
-            "error_pct": r["prediction_error_pct"],
+            "predicted_ms": ms(predicted),
+            "error_pct": symmetric_error_pct(predicted, r["step_time_p50_s"]),
             "speedup_vs_1": r.get("speedup_vs_1_rank", math.nan),
         })
     return pd.DataFrame(out)
@@ -120,7 +139,13 @@ SUMMARY_LEGEND = (
     "allreduces = counted/formula (4 per layer: g after attention and after the MLP forward, "
     "f before each backward)\n"
     "compute = the same step with f and g off; comm = step - compute; predicted = F/R + 4L "
-    "ring all-reduces (α, β fitted in the launch)")
+    "ring all-reduces (α, β fitted in the launch); error = the larger relative error, + when "
+    "the prediction is larger")
+#: the legend of :func:`summary_frame` with a machine profile
+SUMMARY_LEGEND_IN_CONTEXT = SUMMARY_LEGEND.replace(
+    "predicted = F/R + 4L ring all-reduces (α, β fitted in the launch)",
+    "predicted = F/R alone x the co-run slowdown + 4L all-reduces in context (the machine "
+    "profile), + DTensor's bookkeeping for the library")
 
 
 def prediction_fields(*, link: dict, compute_flop_per_s: float, flops_per_rank: float,

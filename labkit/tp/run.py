@@ -91,6 +91,8 @@ def run(config: TPConfig, launch: LaunchOptions | None = None, store=None):
         launch = dataclasses.replace(launch, threads_per_rank=1)
     elif launch is None:
         launch = LaunchOptions(threads_per_rank=1)
+    if config.baseline and 1 in launch.world_sizes:  # a 1-rank launch gives the 1-rank rows
+        config = dataclasses.replace(config, baseline=False)
     launches = launch_lab("tp", config, launch, store)
     rows = add_speedup([row for res in launches for row in res.rows()])
     warn_mismatches(rows)

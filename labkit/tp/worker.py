@@ -11,15 +11,18 @@ What one launch does, every rank on the same seeded batch (TP splits weights, no
 1. **the single-process reference**: every rank builds the whole model from the seed and runs
    one forward and backward on the whole batch: output, input gradient, every weight gradient;
 2. **the link and the device**, measured now, under the same load as the steps: α and β from a
-   short all-reduce sweep (:func:`labkit.tp.measure.fit_link`), and the FLOP/s of one rank on
-   one whole (unsplit) layer (:func:`labkit.tp.measure.compute_rate`): the prediction then
-   assumes a split layer computes at that rate;
+   short all-reduce sweep (:func:`labkit.tp.measure.fit_link`), and the FLOP/s of one rank
+   alone on its share of one layer (:func:`labkit.tp.measure.compute_rate`, the ranks taking
+   turns);
 3. per variant (``naive``, ``library``): **correctness first** -- one forward and backward
    compared with the reference (the output, the input gradient, every local slice of every
    weight gradient; ``matches_single_process``); one step with every all-reduce counted (in f
    and g, or by :class:`labkit.tp.measure.CommCounter`); then ``steps`` SGD steps, the first
    ``warmup`` untimed, each timed on every rank, the slowest rank's time taken
    (:func:`labkit.timing.summarize`); the prediction of :mod:`labkit.tp.formulas` beside it;
+   for the teaching version, every rank's entry and exit of every all-reduce, gathered, split
+   the time inside them into the messages and the wait for the later rank
+   (:mod:`labkit.tp.timeline`);
 4. **compute only**, last: the teaching version with f and g switched off (each rank's
    slices, no all-reduce: the arithmetic of a TP step without its communication), timed.
 
@@ -31,14 +34,15 @@ from __future__ import annotations
 
 import math
 
-from labkit import runtime
+from labkit import runtime, timing
 from labkit.harness import worker_main
-from labkit.tp import formulas
+from labkit.tp import formulas, timeline
 from labkit.tp.config import TPConfig
 from labkit.tp.measure import (
     CommCounter,
     compute_rate,
     fit_link,
+    layer_seconds,
     max_rel_error,
     timed_steps,
     worst_over_ranks,
@@ -108,6 +112,23 @@ def timed_after_warmup(step, cfg, rt, *, prefix: str = "step_time") -> tuple[dic
     return timed_steps(step, rt, repeat=cfg.measured_steps, prefix=prefix)
 
 
+def _inside_split(rt, comm: Comm, steps: int) -> dict:
+    """Seconds per step inside f's and g's all-reduces on the rank that spent the longest
+    there, split into the wait for the later rank and the messages, from every rank's
+    timeline (:func:`labkit.tp.timeline.split_waits`). Collective."""
+    import socket
+
+    import torch.distributed as dist
+
+    mine = (socket.gethostname(), rt.device.type, comm.timeline())
+    every = [None] * rt.world_size
+    dist.all_gather_object(every, mine)
+    shared = len({(host, dev) for host, dev, _ in every}) == 1 and every[0][1] == "cpu"
+    worst = timeline.slowest(timeline.split_waits([tl for _, _, tl in every],
+                                                  shared_clock=shared))
+    return {k: v / steps for k, v in worst.items()}
+
+
 def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
     p, dev = rt.world_size, rt.device
     b, s, h = cfg.batch_size, cfg.seq_len, cfg.hidden
@@ -118,28 +139,8 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
 
     each = b * s * h * formulas.BYTES_PER_VALUE  # one all-reduced activation
     link = fit_link(rt, max_bytes=4 * each)
-    rate = compute_rate(rt, hidden=h, num_heads=cfg.num_heads, batch_size=b, seq_len=s)
-
-    flops = formulas.flops_per_rank(batch_size=b, seq_len=s, hidden=h,
-                                    num_layers=cfg.num_layers, world_size=p)
-    n_ar = formulas.allreduce_count(num_layers=cfg.num_layers, world_size=p)
-    pred = formulas.predict_step(flops=flops, compute_flop_per_s=rate, allreduces=n_ar,
-                                 allreduce_bytes_each=each, ranks=p, alpha_s=link["alpha_s"],
-                                 beta_bytes_per_s=link["beta_bytes_per_s"])
-    common = {
-        **cfg.describe(),
-        "num_params": sum(t.numel() for t in full.parameters()),
-        "num_params_formula": formulas.param_count(hidden=h, num_layers=cfg.num_layers),
-        "params_per_rank_formula": formulas.params_per_rank(hidden=h, num_layers=cfg.num_layers,
-                                                            world_size=p),
-        "tolerance": cfg.tolerance,
-        "allreduce_calls_formula": n_ar,
-        "comm_bytes_formula": formulas.allreduce_bytes(batch_size=b, seq_len=s, hidden=h,
-                                                       num_layers=cfg.num_layers, world_size=p),
-        "bytes_per_allreduce": each,
-        **prediction_fields(link=link, compute_flop_per_s=rate, flops_per_rank=flops,
-                            predicted=pred),
-    }
+    rate = compute_rate(rt, hidden=h, num_heads=cfg.num_heads, batch_size=b, seq_len=s, split=p)
+    common = _common(cfg, full, p, link, rate)
     mesh = None
     rows = []
     for variant in cfg.variants:
@@ -172,8 +173,8 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
         if comm is not None:
             comm.reset()
         stats, slowest = timed_steps(step, rt, repeat=cfg.measured_steps)
-        inside = (worst_over_ranks(rt, comm.seconds / cfg.measured_steps)
-                  if comm is not None and p > 1 else math.nan)
+        inside = (_inside_split(rt, comm, cfg.measured_steps) if comm is not None and p > 1
+                  else dict.fromkeys(("inside", "wait", "message"), math.nan))
         peak = runtime.max_device_peak_bytes(dev)
         t = stats["step_time_p50_s"]
         rows.append({
@@ -188,7 +189,9 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
             "other_collective_calls": others,
             **stats,
             "step_times_s": slowest,
-            "allreduce_time_in_step_s": inside,
+            "allreduce_time_in_step_s": inside["inside"],
+            "allreduce_wait_in_step_s": inside["wait"],
+            "allreduce_message_in_step_s": inside["message"],
             "device_memory_peak_bytes": peak,
             "prediction_error_pct": formulas.prediction_error_pct(
                 predicted_s=common["predicted_step_s"], measured_s=t),
@@ -200,7 +203,83 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
     compute, _ = timed_after_warmup(make_step(bare, make_optimizer(bare, cfg.lr), x, y), cfg, rt,
                                     prefix="compute_time")
     add_compute_time(rows, compute)
+    if cfg.baseline and p > 1:
+        rows += _baseline_rows(rt, cfg, full, ref, x, y)
     return {"rows": rows} if rt.rank == 0 else {}
+
+
+def _common(cfg: TPConfig, full, p: int, link: dict, rate: float) -> dict:
+    """The fields every row of world size ``p`` shares: the workload, the formulas' counts and
+    the prediction from ``rate`` (a rank's share of a layer, alone) and the α–β ``link``."""
+    b, s, h = cfg.batch_size, cfg.seq_len, cfg.hidden
+    flops = formulas.flops_per_rank(batch_size=b, seq_len=s, hidden=h,
+                                    num_layers=cfg.num_layers, world_size=p)
+    n_ar = formulas.allreduce_count(num_layers=cfg.num_layers, world_size=p)
+    each = b * s * h * formulas.BYTES_PER_VALUE
+    pred = formulas.predict_step(flops=flops, compute_flop_per_s=rate, allreduces=n_ar,
+                                 allreduce_bytes_each=each, ranks=p, alpha_s=link["alpha_s"],
+                                 beta_bytes_per_s=link["beta_bytes_per_s"])
+    return {
+        **cfg.describe(),
+        "num_params": sum(t.numel() for t in full.parameters()),
+        "num_params_formula": formulas.param_count(hidden=h, num_layers=cfg.num_layers),
+        "params_per_rank_formula": formulas.params_per_rank(hidden=h, num_layers=cfg.num_layers,
+                                                            world_size=p),
+        "tolerance": cfg.tolerance,
+        "allreduce_calls_formula": n_ar,
+        "comm_bytes_formula": formulas.allreduce_bytes(batch_size=b, seq_len=s, hidden=h,
+                                                       num_layers=cfg.num_layers, world_size=p),
+        "bytes_per_allreduce": each,
+        **prediction_fields(link=link, compute_flop_per_s=rate, flops_per_rank=flops,
+                            predicted=pred),
+    }
+
+
+def _baseline_rows(rt, cfg: TPConfig, full, ref, x, y) -> list[dict]:
+    """The 1-rank rows without a launch of their own: rank 0 runs every variant on the whole
+    model alone (the library on a mesh of itself) while the other ranks wait in a barrier, as a
+    1-rank launch would on one core. Collective (the group and the barrier); rows on rank 0."""
+    import torch.distributed as dist
+
+    from labkit.metrics import summarize_times
+
+    group = dist.new_group([0])
+    rows = []
+    if rt.rank == 0:
+        from torch.distributed.device_mesh import DeviceMesh
+
+        layer_s = layer_seconds(hidden=cfg.hidden, num_heads=cfg.num_heads,
+                                batch_size=cfg.batch_size, seq_len=cfg.seq_len, device=rt.device)
+        rate = formulas.flops_per_rank(batch_size=cfg.batch_size, seq_len=cfg.seq_len,
+                                       hidden=cfg.hidden, num_layers=1) / layer_s
+        common = _common(cfg, full, 1, {"alpha_s": math.nan, "beta_bytes_per_s": math.nan,
+                                        "sweep": []}, rate)
+        for variant in cfg.variants:
+            model = (naive_tp_model(full, 0, 1, Comm(1)) if variant == "naive" else
+                     library_tp_model(full, DeviceMesh.from_group(group, rt.device.type)))
+            err = check(model, ref, x, y, 0, 1)
+            step = make_step(model, make_optimizer(model, cfg.lr), x, y)
+            times = timing.repeat_timed(step, warmup=cfg.warmup, repeat=cfg.measured_steps,
+                                        device=rt.device, barrier=False)
+            stats = {**summarize_times(times, "step_time"), "step_time_rank_spread": 0.0}
+            rows.append({
+                **common, "variant": variant, "world_size": 1, "baseline_in_launch": True,
+                "params_per_rank": sum(local_tensor(q).numel() for q in model.parameters()),
+                "matches_single_process": bool(err <= cfg.tolerance), "max_rel_error": err,
+                "allreduce_calls_measured": 0, "comm_bytes_measured": 0,
+                "other_collective_calls": 0, **stats, "step_times_s": [float(t) for t in times],
+                "allreduce_time_in_step_s": math.nan, "allreduce_wait_in_step_s": math.nan,
+                "allreduce_message_in_step_s": math.nan, "device_memory_peak_bytes": None,
+                "prediction_error_pct": formulas.prediction_error_pct(
+                    predicted_s=common["predicted_step_s"], measured_s=stats["step_time_p50_s"]),
+            })
+        # one rank: f and g are identities, so the teaching version's step is the compute
+        naive = next((r for r in rows if r["variant"] == "naive"), None)
+        if naive is not None:
+            add_compute_time(rows, {k.replace("step_time", "compute_time"): v
+                                    for k, v in naive.items() if k.startswith("step_time_")})
+    dist.barrier()
+    return rows
 
 
 if __name__ == "__main__":

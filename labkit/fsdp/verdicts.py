@@ -1,0 +1,199 @@
+"""The sharded-data-parallel lab's laws and sentences, computed from a run's rows and this
+machine's profile (pure: no torch).
+
+The step model: a rank's compute measured alone in the launch (``predicted_compute_s``) times
+the profile's co-run slowdown at N ranks, plus each collective of the variant
+(:func:`labkit.fsdp.formulas.collectives_per_step`) priced by the profile's all-reduce in
+context (:meth:`labkit.machine.Profile.allreduce_s`): an all-reduce of S as measured, an
+all-gather or a reduce-scatter of S as :data:`GATHER_SCATTER` of it (NCCL: half, a ring
+all-reduce being one of each; gloo: a whole one). Busy
+where the collective runs beside compute (DDP's all-reduce during backward, FSDP's gathers
+ahead of the layer that needs them), idle where the ranks wait for it (ZeRO-1's, after
+backward). ``prof`` is a :class:`labkit.machine.Profile` or anything with its
+``compute_slowdown`` and ``allreduce_s`` (:class:`labkit.tp.verdicts.FakeProfile`).
+"""
+
+from __future__ import annotations
+
+from labkit.book.laws import check
+from labkit.fsdp.formulas import collectives_per_step
+from labkit.tp.formulas import BYTES_PER_VALUE, param_count
+from labkit.tp.verdicts import TOLERANCE_PCT
+
+#: an all-gather or a reduce-scatter of S against an all-reduce of S, per backend: NCCL's ring
+#: all-reduce is one of each; gloo reduce-scatters by all-reducing the whole buffer, and its
+#: all-gather into one tensor costs about as much (the rows' collectives_time_alone_s)
+GATHER_SCATTER = {"nccl": 0.5, "gloo": 1.0}
+#: whether each stage's collectives run while the cores compute (the profile's busy sweep)
+BUSY = {"ddp": True, "zero1": False, "zero2": False, "zero3": True}
+#: the state and the bytes moved are counts, exact but for Adam's step counters and DDP's few
+#: bytes of bookkeeping beside the gradients
+COUNT_TOLERANCE_PCT = 1.0
+STATE_LAW = {"ddp": "16 Ψ", "zero1": "8 Ψ + 8 Ψ/N", "zero3": "16 Ψ/N"}
+
+
+def _ms(x: float) -> float:
+    return float(x) * 1e3
+
+
+def comm_in_context(row, prof) -> float:
+    """Seconds of the variant's collectives, one after the other, each priced by the profile.
+
+    >>> from labkit.tp.verdicts import FakeProfile
+    >>> row = {"stage": "zero3", "world_size": 2, "hidden": 64, "num_layers": 2}
+    >>> round(comm_in_context(row, FakeProfile(allreduce_s=1e-3, busy_factor=2)) * 1e3, 1)
+    12.0
+    >>> round(comm_in_context({**row, "backend": "nccl"}, FakeProfile(allreduce_s=1e-3,
+    ...                                                                busy_factor=2)) * 1e3, 1)
+    6.0
+    """
+    n = int(row["world_size"])
+    if n == 1:
+        return 0.0
+    unit = param_count(hidden=int(row["hidden"]), num_layers=1) * BYTES_PER_VALUE
+    coll = collectives_per_step(stage=row["stage"], unit_bytes=[unit] * int(row["num_layers"]),
+                                reshard_after_forward=bool(row.get("reshard_after_forward",
+                                                                   True)))
+    busy = BUSY[row["stage"]]
+    part = GATHER_SCATTER.get(row.get("backend") or "gloo", 1.0)
+    return sum(prof.allreduce_s(s, ranks=n, busy=busy) * (1.0 if op == "all_reduce" else part)
+               for op, s in coll)
+
+
+def context(row, prof) -> dict:
+    """``slowdown``, ``compute_s``, ``comm_s``, ``step_s`` of one row, in context.
+
+    >>> from labkit.tp.verdicts import FakeProfile
+    >>> row = {"stage": "ddp", "world_size": 2, "hidden": 64, "num_layers": 2,
+    ...        "predicted_compute_s": 0.06}
+    >>> ctx = context(row, FakeProfile())
+    >>> ctx["slowdown"], [round(ctx[k] * 1e3, 1) for k in ("compute_s", "comm_s", "step_s")]
+    (1.25, [75.0, 1.2, 76.2])
+    """
+    n = int(row["world_size"])
+    slow = prof.compute_slowdown(n, n=int(row["hidden"])) if n > 1 else 1.0
+    compute = float(row["predicted_compute_s"]) * slow
+    comm = comm_in_context(row, prof)
+    return {"slowdown": slow, "compute_s": compute, "comm_s": comm, "step_s": compute + comm}
+
+
+def step_split(row) -> dict:
+    """The measured step (ms, p50): the plain model's step on the same batch, the variant's
+    collectives timed alone (when measured), and the rest (the wrapper's own work, waits); the
+    terms add up to the step.
+
+    >>> step_split({"step_time_p50_s": 0.217, "compute_time_p50_s": 0.103,
+    ...             "collectives_time_alone_s": 0.02})
+    {'the plain model': 103.0, 'its collectives (timed alone)': 20.0, "the rest (the wrapper's work, waits)": 94.0}
+    """
+    import math
+
+    compute = _ms(row["compute_time_p50_s"])
+    alone = float(row.get("collectives_time_alone_s", math.nan))
+    out = {"the plain model": compute}
+    if math.isfinite(alone):
+        out["its collectives (timed alone)"] = _ms(alone)
+    out["the rest (the wrapper's work, waits)"] = _ms(row["step_time_p50_s"]) - sum(out.values())
+    return {k: round(v, 6) for k, v in out.items()}
+
+
+def laws(rows, comm_rows, prof) -> list[dict]:
+    """Section 4's laws: per variant the state a rank holds and the bytes it moves (counts),
+    then its step time in context (with its measured split). ``rows``: the variants' rows
+    (ddp, zero1, fsdp); ``comm_rows``: :func:`labkit.fsdp.report.comm_frame`'s records."""
+    out = []
+    for r in rows:
+        n = int(r["world_size"])
+        out.append(check(f"{r['variant']}, N = {n}: state per rank = {STATE_LAW[r['stage']]}",
+                         predicted=r["state_bytes_formula"], measured=r["state_bytes_per_rank"],
+                         unit="B", tolerance_pct=COUNT_TOLERANCE_PCT))
+    for c in comm_rows:
+        out.append(check(f"{c['variant']}, N = {int(c['ranks'])}: bytes moved per step, "
+                         f"{c['law']}", predicted=c["predicted_MB"] * 1e6,
+                         measured=c["measured_MB"] * 1e6, unit="B",
+                         tolerance_pct=COUNT_TOLERANCE_PCT))
+    for r in rows:
+        ctx = context(r, prof)
+        out.append(check(f"{r['variant']}, N = {int(r['world_size'])}: step = F/R x slowdown + "
+                         "its collectives (in context)", predicted=_ms(ctx["step_s"]),
+                         measured=_ms(r["step_time_p50_s"]), unit="ms",
+                         tolerance_pct=TOLERANCE_PCT, split=step_split(r)))
+    return out
+
+
+def against_ddp_sentence(r) -> str:
+    """What a sharded variant holds, moves and takes against DDP in the same launch.
+
+    >>> r = {"variant": "fsdp", "state_bytes_per_rank": 12.6e6, "ddp_state_bytes_per_rank":
+    ...      25.3e6, "state_ratio_vs_ddp": 0.498, "comm_ratio_vs_ddp": 1.5,
+    ...      "step_ratio_vs_ddp": 1.61}
+    >>> against_ddp_sentence(r)
+    "fsdp: holds 12.6 MB a rank against DDP's 25.3 MB (50% less), moves 1.50x DDP's bytes, and its step takes 1.61x DDP's time here (longer)"
+    >>> against_ddp_sentence({**r, "step_ratio_vs_ddp": 0.9})[-25:]
+    "DDP's time here (shorter)"
+    """
+    s = float(r["state_ratio_vs_ddp"])
+    held = f"{abs(1 - s):.0%} {'less' if s < 1 else 'more' if s > 1 else 'the same'}"
+    t = float(r["step_ratio_vs_ddp"])
+    how = "longer" if t > 1 else "shorter" if t < 1 else "the same"
+    return (f"{r['variant']}: holds {r['state_bytes_per_rank'] / 1e6:.1f} MB a rank against DDP's "
+            f"{r['ddp_state_bytes_per_rank'] / 1e6:.1f} MB ({held}), moves "
+            f"{r['comm_ratio_vs_ddp']:.2f}x DDP's bytes, and its step takes {t:.2f}x DDP's time "
+            f"here ({how})")
+
+
+def step_sentence(r, prof) -> str:
+    """A variant's step, split as measured, beside the model's parts.
+
+    >>> from labkit.tp.verdicts import FakeProfile
+    >>> r = {"variant": "ddp", "stage": "ddp", "world_size": 2, "hidden": 64, "num_layers": 2,
+    ...      "predicted_compute_s": 0.06, "step_time_p50_s": 0.0755, "compute_time_p50_s": 0.0645,
+    ...      "collectives_time_alone_s": 0.003}
+    >>> step_sentence(r, FakeProfile())
+    "ddp: step 75.5 ms = the plain model 64.5 + its collectives (timed alone) 3.0 + the rest (the wrapper's work, waits) 8.0; the model: F/R alone x 1.25 = 75.0 + its collectives in context 1.2"
+    """
+    ctx = context(r, prof)
+    parts = " + ".join(f"{k} {v:.1f}" for k, v in step_split(r).items())
+    return (f"{r['variant']}: step {_ms(r['step_time_p50_s']):.1f} ms = {parts}; the model: F/R "
+            f"alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + its collectives in "
+            f"context {_ms(ctx['comm_s']):.1f}")
+
+
+def fits_sentence(name: str, *, gpus: int, ddp_bytes: float, fsdp_bytes: float,
+                  gpu_gb: float) -> str:
+    """Whether DDP's and FSDP's state fits one GPU.
+
+    >>> fits_sentence("Llama-3-8B", gpus=8, ddp_bytes=128e9, fsdp_bytes=16e9, gpu_gb=80)
+    'Llama-3-8B on 8 H100s: DDP holds 128 GB a GPU (does not fit in 80 GB), FSDP 16 GB (fits)'
+    """
+    def fits(b):
+        return "fits" if b / 1e9 < gpu_gb else "does not fit"
+
+    return (f"{name} on {gpus} H100s: DDP holds {ddp_bytes / 1e9:.0f} GB a GPU ({fits(ddp_bytes)} "
+            f"in {gpu_gb:g} GB), FSDP {fsdp_bytes / 1e9:.0f} GB ({fits(fsdp_bytes)})")
+
+
+def extra_comm_sentence(*, ddp_s: float, fsdp_s: float, compute_s: float, tokens: int) -> str:
+    """What FSDP's extra collectives add to a step, against its compute.
+
+    >>> extra_comm_sentence(ddp_s=0.062, fsdp_s=0.094, compute_s=0.997, tokens=8192)
+    'communication per step: DDP 62 ms, FSDP 94 ms (+32 ms, 1.52x), against 997 ms of compute for 8192 tokens a GPU: FSDP adds 3% of a step if none of it overlaps'
+    """
+    return (f"communication per step: DDP {_ms(ddp_s):.0f} ms, FSDP {_ms(fsdp_s):.0f} ms "
+            f"({_ms(fsdp_s - ddp_s):+.0f} ms, {fsdp_s / ddp_s:.2f}x), against "
+            f"{_ms(compute_s):.0f} ms of compute for {tokens} tokens a GPU: FSDP adds "
+            f"{(fsdp_s - ddp_s) / compute_s:.0%} of a step if none of it overlaps")
+
+
+def strategies_sentence(name: str, *, fits: list, gpus: int, gpu_gb: float,
+                        micro_batch: int, seq_len: int) -> str:
+    """Which of DP and ZeRO-1/2/3 fit a model on the GPUs.
+
+    >>> strategies_sentence("Llama-3-70B", fits=[], gpus=8, gpu_gb=80, micro_batch=1,
+    ...                     seq_len=4096)
+    'Llama-3-70B on 8 GPUs of 80 GB, micro-batch 1 of 4096 tokens: fits with none of DP and ZeRO-1/2/3 alone: add TP (or PP)'
+    """
+    head = (f"{name} on {gpus} GPUs of {gpu_gb:g} GB, micro-batch {micro_batch} of {seq_len} "
+            "tokens: ")
+    return head + (f"fits with {', '.join(fits)}" if fits
+                   else "fits with none of DP and ZeRO-1/2/3 alone: add TP (or PP)")
