@@ -87,3 +87,14 @@ def test_the_checker_flags_each_contradiction_and_passes_the_truth():
     assert consistency.cell_problems(["a verdict: predicted 1, measured 1 (error +0.0%): holds "
                                       "within 25%."], {}) == [
         "verdict without a stored law row: a verdict"]
+
+
+def test_rows_read_back_into_a_dataframe_keep_their_semantics():
+    """gather() returns a DataFrame, where a missing tolerance or split is NaN, not None."""
+    rows = [laws.check("bubble", predicted=0.2, measured=0.3, tolerance_abs=0.05),
+            laws.check("step", predicted=50, measured=100, unit="ms", split={"a": 100})]
+    df = pd.DataFrame([{"notebook": "n", **r} for r in rows])
+    back = df.to_dict("records")
+    assert "±0.05" in laws.verdict(back[0]) and "nan" not in laws.verdict(back[0])
+    assert "(error -100%)" in laws.verdict(back[1]) and "measured split: a 100" in laws.verdict(back[1])
+    assert "nan" not in laws.markdown(df) and "±0.05" in laws.markdown(df)

@@ -123,16 +123,21 @@ def check(law: str, *, predicted: float, measured: float, kind: str = "model", u
             "split": {k: float(v) for k, v in split.items()} if split else None}
 
 
+def _given(value) -> bool:
+    """A field that holds a number (a row read back into a DataFrame has NaN for None)."""
+    return value is not None and value == value
+
+
 def _tolerance(row: dict) -> str:
-    if row.get("tolerance_abs") is not None:
+    if _given(row.get("tolerance_abs")):
         return f"±{row['tolerance_abs']:g}"
     return f"{row.get('tolerance_pct', MAX_TOLERANCE_PCT):g}%"
 
 
 def _error(row: dict) -> str:
-    if row.get("tolerance_abs") is not None:
-        return "n/a" if row.get("error_abs") is None else f"{row['error_abs']:+.3g}"
-    return "n/a" if row.get("error_pct") is None else f"{row['error_pct']:+.1f}%"
+    if _given(row.get("tolerance_abs")):
+        return f"{row['error_abs']:+.3g}" if _given(row.get("error_abs")) else "n/a"
+    return f"{row['error_pct']:+.1f}%" if _given(row.get("error_pct")) else "n/a"
 
 
 def split_sentence(row: dict) -> str:
@@ -176,19 +181,19 @@ def verdict(row: dict) -> str:
     kind = row.get("kind", "model")
     label = "" if kind == "model" else f" ({_KIND_WORDS[kind]})"
     err = _error(row)
-    if row.get("tolerance_abs") is None and row.get("error_pct") is not None \
+    if not _given(row.get("tolerance_abs")) and _given(row.get("error_pct")) \
             and abs(row["error_pct"]) >= 100:
         err = f"{row['error_pct']:+.0f}%"
     head = (f"{row['law']}{label}: predicted {row['predicted']:.3g}{unit}, measured "
             f"{row['measured']:.3g}{unit} (error {err}): ")
+    note = row.get("note") if isinstance(row.get("note"), str) else ""
     if kind == "naive" and not row["holds"]:
-        why = f" ({row['note']})" if row.get("note") else ""
+        why = f" ({note})" if note else ""
         return head + f"fails, as taught{why}."
     text = head + f"{'holds' if row['holds'] else 'does not hold'} within {_tolerance(row)}."
-    if row.get("note") and not row["holds"] and (
-            kind == "published" or "mechanism not observed" in row["note"]):
-        text += f" ({row['note']})"
-    if kind == "model" and not row["holds"] and row.get("split"):
+    if note and not row["holds"] and (kind == "published" or "mechanism not observed" in note):
+        text += f" ({note})"
+    if kind == "model" and not row["holds"] and isinstance(row.get("split"), dict):
         text += " " + split_sentence(row) + "."
     return text
 
