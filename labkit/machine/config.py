@@ -12,14 +12,14 @@ from labkit.errors import UsageError
 class MachineConfig:
     """``labkit calibrate``: what the profile measures and how often."""
 
-    matmul_sizes: tuple = option((64, 128, 256, 512), "n of the n x n matrix products timed")
+    matmul_sizes: tuple = option((64, 256, 512), "n of the n x n matrix products timed")
     step_width: int = option(512, "width of the two-layer MLP whose training step is timed")
     step_batch: int = option(64, "batch of that training step")
     copy_bytes: int = option(32 << 20, "bytes of the memory copy timed")
     min_bytes: int = option(8, "smallest all-reduce and message")
     max_bytes: int = option(16 << 20, "largest all-reduce and message")
     factor: int = option(8, "size step of the sweep")
-    iters: int = option(15, "timed repeats per size (the p50 of the slowest rank is kept)")
+    iters: int = option(11, "timed repeats per size (the p50 of the slowest rank is kept)")
     warmup: int = option(2, "untimed repeats per size", cli=False)
     sample_s: float = option(0.02, "seconds one compute or copy sample lasts", cli=False)
     busy_n: int = option(256, "n of the matrix products that keep every core busy", cli=False)

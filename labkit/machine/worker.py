@@ -16,6 +16,7 @@ all-reduce it overlaps).
 from __future__ import annotations
 
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -39,22 +40,28 @@ def _reps(fn, sample_s: float, device) -> int:
 
 
 def _alone_and_together(rt, fn, cfg) -> tuple[float, float]:
-    """(p50 seconds of one call on rank 0 alone, p50 of the slowest rank with all at it)."""
+    """(p50 seconds of one call on rank 0 alone, p50 of the slowest rank with all at it).
+
+    The two are timed in turn, sample after sample, so a change of the machine's state (a
+    neighbour's burst) falls on both alike and their ratio, the co-run slowdown, stays honest.
+    """
     reps = _reps(fn, cfg.sample_s, rt.device)
 
     def many():
         for _ in range(reps):
             fn()
 
-    alone = [1.0] * cfg.iters  # rank 0's numbers are the ones kept
-    dist.barrier()
-    if rt.rank == 0:
-        alone = timing.repeat_timed(many, warmup=1, repeat=cfg.iters, device=rt.device,
-                                    barrier=False)
-    dist.barrier()
-    together = timing.repeat_timed(many, warmup=1, repeat=cfg.iters, device=rt.device)
+    many()  # warm-up
+    alone, together = [], []
+    for _ in range(cfg.iters):
+        dist.barrier()
+        if rt.rank == 0:  # the others wait in the next barrier
+            alone += timing.repeat_timed(many, warmup=0, repeat=1, device=rt.device,
+                                         barrier=False)
+        together += timing.repeat_timed(many, warmup=0, repeat=1, device=rt.device)
     steps, _ = timing.slowest_step_times(together)
-    return _p50(alone) / reps, float(sorted(steps)[len(steps) // 2]) / reps
+    alone = alone or [1.0]  # rank 0's numbers are the ones kept
+    return _p50(alone) / reps, _p50(steps) / reps
 
 
 class Busy:
@@ -83,38 +90,49 @@ class Busy:
         self.thread.join()
 
 
+def _timed(rt, fn) -> float:
+    dist.barrier()
+    runtime.sync(rt.device)
+    t0 = time.perf_counter()
+    fn()
+    runtime.sync(rt.device)
+    return time.perf_counter() - t0
+
+
 def _collective_rows(rt, cfg, context: str) -> list[dict]:
+    """All-reduce and ping-pong over every size, the sizes interleaved (one sample of each size
+    per round): each size's median spans the whole sweep, not one burst of it."""
+    sizes = cfg.sizes()
+    bufs = {s: torch.ones(max(1, s // 4), dtype=torch.float32, device=rt.device) for s in sizes}
+    ar = {s: [] for s in sizes}
+    pp = {s: [] for s in sizes}
+    for i in range(cfg.warmup + cfg.iters):
+        for s in sizes:
+            t_ar = _timed(rt, lambda b=bufs[s]: dist.all_reduce(b))
+            t_pp = _timed(rt, lambda b=bufs[s]: _pingpong(rt, b)) / 2
+            if i >= cfg.warmup:
+                ar[s].append(t_ar)
+                pp[s].append(t_pp)
+        runtime.mark_progress()
     rows = []
-    for size in cfg.sizes():
-        buf = torch.ones(max(1, size // 4), dtype=torch.float32, device=rt.device)
-        local = timing.repeat_timed(lambda b=buf: dist.all_reduce(b), warmup=cfg.warmup,
-                                    repeat=cfg.iters, device=rt.device)
-        t = float(sorted(slowest_rank(timing.gather_samples(local)))[cfg.iters // 2])
-        rows.append({"measurement": "allreduce", "context": context, "size_bytes": size,
-                     "time_p50_s": t, "bytes_per_s": size / t})
-        rows.append(_pingpong(rt, cfg, buf, size, context))
+    for s in sizes:
+        t = _p50(slowest_rank(timing.gather_samples(ar[s])))
+        rows.append({"measurement": "allreduce", "context": context, "size_bytes": s,
+                     "time_p50_s": t, "bytes_per_s": s / t})
+        t = _p50(timing.gather_samples(pp[s])[0])  # rank 0's clock holds the round trip
+        rows.append({"measurement": "message", "context": context, "size_bytes": s,
+                     "time_p50_s": t, "bytes_per_s": s / t})
     return rows
 
 
-def _pingpong(rt, cfg, buf, size: int, context: str) -> dict:
-    """Rank 0 sends to rank 1, which sends it back: one way = half the round trip."""
-    samples = []
-    for i in range(cfg.warmup + cfg.iters):
-        dist.barrier()
-        runtime.sync(rt.device)
-        t0 = timing.time.perf_counter()
-        if rt.rank == 0:
-            dist.send(buf, 1)
-            dist.recv(buf, 1)
-        elif rt.rank == 1:
-            dist.recv(buf, 0)
-            dist.send(buf, 0)
-        runtime.sync(rt.device)
-        if i >= cfg.warmup:
-            samples.append((timing.time.perf_counter() - t0) / 2)
-    t = _p50(timing.gather_samples(samples)[0])  # rank 0's clock holds the round trip
-    return {"measurement": "message", "context": context, "size_bytes": size,
-            "time_p50_s": t, "bytes_per_s": size / t}
+def _pingpong(rt, buf) -> None:
+    """Rank 0 sends to rank 1, which sends it back (one way = half the round trip)."""
+    if rt.rank == 0:
+        dist.send(buf, 1)
+        dist.recv(buf, 1)
+    elif rt.rank == 1:
+        dist.recv(buf, 0)
+        dist.send(buf, 0)
 
 
 def on_rank(rt: runtime.Runtime, cfg: MachineConfig) -> dict:
