@@ -81,6 +81,15 @@ def test_sentences_flip_with_their_numbers():
     assert "about as fast" in report.describe(Profile.from_rows(synthetic_rows(co_run=1.0)))[0]
 
 
+def test_a_sweep_without_a_bandwidth_term_is_described_not_failed():
+    """A short noisy sweep (flat times) holds no alpha-beta line: the profile still says what
+    it measured, and names the missing term."""
+    rows = [dict(r, time_p50_s=5e-4) if r["measurement"] == "allreduce" else r
+            for r in synthetic_rows()]
+    text = report.describe(Profile.from_rows(rows))
+    assert "no line with a bandwidth term" in text[-1]
+
+
 def test_interpolation_and_slowdown_rules():
     assert formulas.loglog_interp(2, [1, 4], [10, 40]) == pytest.approx(20)
     with pytest.raises(ValueError):

@@ -39,7 +39,8 @@ def _ratio_words(r: float, *, more: str, less: str, same_within: float = 0.05) -
 
 def sentences(*, co_run: float, copy_slowdown: float, ranks: int, small_idle_s: float,
               small_busy_s: float, large_idle_s: float, large_busy_s: float, small_bytes: int,
-              large_bytes: int, alpha_s: float, beta_bytes_per_s: float) -> list[str]:
+              large_bytes: int, alpha_s: float | None, beta_bytes_per_s: float | None,
+              ) -> list[str]:
     """What the profile says, one sentence per effect, each computed from its numbers.
 
     >>> for s in sentences(co_run=1.25, copy_slowdown=1.6, ranks=2, small_idle_s=1e-4,
@@ -64,8 +65,10 @@ def sentences(*, co_run: float, copy_slowdown: float, ranks: int, small_idle_s: 
         f"messages: an all-reduce of {large_bytes:.3g} B takes {large_idle_s * 1e3:.3f} ms idle "
         f"and {large_busy_s * 1e3:.3f} ms busy "
         f"({_ratio_words(large_busy_s / large_idle_s, more='slower', less='faster')}).",
-        f"alpha-beta fit to the idle sweep: alpha = {alpha_s * 1e6:.0f} us, beta = "
-        f"{beta_bytes_per_s / 1e9:.2f} GB/s.",
+        (f"alpha-beta fit to the idle sweep: alpha = {alpha_s * 1e6:.0f} us, beta = "
+         f"{beta_bytes_per_s / 1e9:.2f} GB/s." if alpha_s is not None else
+         "alpha-beta: no line with a bandwidth term fits the idle sweep (it ends at "
+         f"{large_bytes:.3g} B, where latency still rules: sweep to larger sizes)."),
     ]
 
 
@@ -73,10 +76,15 @@ def describe(prof) -> list[str]:
     """:func:`sentences` of a :class:`~labkit.machine.profile.Profile`."""
     sizes = sorted({r["size_bytes"] for r in prof.rows if r["measurement"] == "allreduce"})
     small, large = sizes[0], sizes[-1]
+    from labkit.errors import UsageError
+
+    try:  # a short or noisy sweep may hold no bandwidth term: say so, do not fail
+        alpha, beta = prof.alpha_s, prof.beta_bytes_per_s
+    except UsageError:
+        alpha = beta = None
     return sentences(co_run=prof.co_run_slowdown, copy_slowdown=prof.copy_slowdown,
                      ranks=prof.world_size, small_idle_s=prof.allreduce_s(small),
                      small_busy_s=prof.allreduce_s(small, busy=True),
                      large_idle_s=prof.allreduce_s(large),
                      large_busy_s=prof.allreduce_s(large, busy=True), small_bytes=small,
-                     large_bytes=large, alpha_s=prof.alpha_s,
-                     beta_bytes_per_s=prof.beta_bytes_per_s)
+                     large_bytes=large, alpha_s=alpha, beta_bytes_per_s=beta)
