@@ -25,3 +25,8 @@ never imports torch, and ``labkit speedup`` and the other pure commands answer w
 """
 
 __version__ = "0.1.0"
+
+from labkit.tables import show_frames_readably as _show_frames_readably  # noqa: E402
+
+# in a notebook, every DataFrame reads as a table of the lab (units, no "nan", scrollable)
+_show_frames_readably()

@@ -28,6 +28,8 @@ COMMAND_MODULES = (
     "labkit.book.cli",
     "labkit.perfmodel.cli",
     "labkit.machine.cli",
+    "labkit.moe.cli",
+    "labkit.cp.cli",
 )
 
 

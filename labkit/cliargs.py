@@ -44,8 +44,10 @@ def positive_float_arg(text: str) -> float:
     return v
 
 
-def add_launch_args(p: argparse.ArgumentParser, default_nproc=(1, 2)) -> None:
-    """--nproc N [N ...], --timeout, --threads-per-rank, --backend, and the multi-node flags."""
+def add_launch_args(p: argparse.ArgumentParser, default_nproc=(1, 2), *,
+                    trace: bool = False) -> None:
+    """--nproc N [N ...], --timeout, --threads-per-rank, --backend, the multi-node flags and,
+    for a lab whose rows hold a timeline (``trace``), --trace DIR."""
     g = p.add_argument_group("launch")
     g.add_argument("--nproc", type=positive_int_arg, nargs="+", default=list(default_nproc),
                    metavar="N", help="ranks per node; one launch per value (default: %(default)s)")
@@ -60,6 +62,11 @@ def add_launch_args(p: argparse.ArgumentParser, default_nproc=(1, 2)) -> None:
     g.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
                    help="c10d rendezvous on the first node (multi-node)")
     g.add_argument("--rdzv-id", default="labkit", help="rendezvous id shared by all nodes")
+    if trace:
+        g.add_argument("--trace", metavar="DIR", default=None,
+                       help="also write each launch's per-rank timeline to DIR as a Chrome trace "
+                            "(<lab>-<P>ranks-<time>.trace.json: open in ui.perfetto.dev or "
+                            "chrome://tracing)")
 
 
 def launch_options(args: argparse.Namespace, **overrides):
@@ -76,7 +83,7 @@ def launch_options(args: argparse.Namespace, **overrides):
           "threads_per_rank": args.threads_per_rank, "backend": args.backend,
           "nnodes": args.nnodes, "node_rank": args.node_rank,
           "rdzv_endpoint": args.rdzv_endpoint, "rdzv_id": args.rdzv_id,
-          "rows_elsewhere": "raise"}
+          "rows_elsewhere": "raise", "trace_dir": getattr(args, "trace", None)}
     kw.update(overrides)
     return LaunchOptions(**kw)
 
@@ -146,7 +153,7 @@ def add_store_arg(p: argparse.ArgumentParser, help: str = STORE_HELP) -> None:
 
 def add_lab_command(sub, name: str, config, func, *, help: str, description: str | None = None,
                     extra=None, flags=None, validate=None, launch_first: bool = False,
-                    default_nproc=(1, 2)) -> argparse.ArgumentParser:
+                    default_nproc=(1, 2), trace: bool = False) -> argparse.ArgumentParser:
     """Register ``labkit NAME``, a lab command whose flags are its config's: the fields of
     ``config`` (:func:`add_config_args`), ``--json`` (:func:`add_store_arg`), the command's own
     flags (``extra(parser)``, when given), the launch flags (:func:`add_launch_args`, one
@@ -159,7 +166,8 @@ def add_lab_command(sub, name: str, config, func, *, help: str, description: str
     ``validate`` builds the config from the parsed flags where the command adds to it
     (default: ``config`` itself). ``launch_first``: the launch flags first, then the
     config's, then ``--json`` (:data:`ALSO_STORE`), as ``labkit ddp``, ``pipeline``,
-    ``collectives`` and ``placement`` list them.
+    ``collectives`` and ``placement`` list them. ``trace``: the lab's ``run`` writes its rows'
+    timelines as traces, so the command takes ``--trace DIR``.
 
     >>> from labkit.cli import Parser
     >>> from labkit.tp.config import TPConfig
@@ -174,7 +182,7 @@ def add_lab_command(sub, name: str, config, func, *, help: str, description: str
     """
     p = sub.add_parser(name, help=help, description=description)
     if launch_first:
-        add_launch_args(p, default_nproc)
+        add_launch_args(p, default_nproc, trace=trace)
     if flags is not None:
         flags(p)
     else:
@@ -183,7 +191,7 @@ def add_lab_command(sub, name: str, config, func, *, help: str, description: str
     if extra is not None:
         extra(p)
     if not launch_first:
-        add_launch_args(p, default_nproc)
+        add_launch_args(p, default_nproc, trace=trace)
     p.set_defaults(func=func, validate=validate_launch(config if validate is None else validate))
     return p
 
@@ -295,6 +303,10 @@ def write_json_rows(path: str, rows, key=()) -> None:
 
 
 def say_stored(path: str | None, df) -> None:
-    """The line a command prints after its lab's ``run`` stored rows in ``--json PATH``."""
+    """The line a command prints after its lab's ``run`` stored rows in ``--json PATH``, and
+    one per trace file it wrote (``df.attrs["trace_paths"]``, with ``--trace DIR``)."""
     if path:
         print(f"wrote {len(df)} row(s) to {path}", file=sys.stderr)
+    for trace in getattr(df, "attrs", {}).get("trace_paths", ()):
+        print(f"wrote trace {trace} (open in ui.perfetto.dev or chrome://tracing)",
+              file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 import sys
@@ -67,8 +68,13 @@ def collect_logs(log_dir: Path, status_dir: Path, agent_text: str = "") -> dict[
     return logs
 
 
+#: the project's folder: paths inside it are shown relative to it (a traceback in a notebook
+#: page names ``labkit/harness.py``, not the machine's layout)
+_PROJECT = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
 def _tail(text: str, n: int = 12) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    lines = [ln.replace(_PROJECT, "") for ln in text.splitlines() if ln.strip()]
     return "\n".join(lines[-n:])
 
 

@@ -117,18 +117,22 @@ def _run_specs(specs: list[LaunchSpec], *, progress: bool, echo: bool) -> list[L
 
 
 def launch_lab(worker: str, config, launch: LaunchOptions | None = None,
-               store=None) -> list[LaunchResult]:
+               store=None, *, traced: bool = False) -> list[LaunchResult]:
     """The launching half of every lab's ``run(config, launch=..., store=...)``.
 
     Checks everything before the first launch: the config against each world size of the
     sweep (its ``check_world_size(n)``, where it has one), the launch options, and the results
     file ``store`` (writable; absent or a labkit results file). Then one launch per world size.
+    ``traced``: the lab writes ``launch.trace_dir``'s traces from its rows; a lab that does not
+    refuses a ``trace_dir`` here rather than ignore it.
     """
     from labkit.results import check_writable
 
     launch = launch if launch is not None else LaunchOptions()
     if not isinstance(launch, LaunchOptions):
         raise UsageError(f"launch must be a LaunchOptions, got {type(launch).__name__}")
+    if launch.trace_dir is not None and not traced:
+        raise UsageError(f"trace_dir: the {worker} lab's rows hold no timeline to trace")
     check = getattr(config, "check_world_size", None)
     check_backend = getattr(config, "check_backend", None)
     estimate = getattr(config, "memory_bytes_per_rank", None)

@@ -105,16 +105,24 @@ class LaunchOptions(LaunchSettings):
     lab's ``run`` gives an empty DataFrame), ``"raise"`` raises
     :class:`~labkit.errors.RowsOnAnotherNode` naming the node that has them (the CLI's choice:
     it prints that one line and exits 0).
+
+    ``trace_dir``: a folder where a lab whose rows hold a timeline writes each launch's as a
+    Chrome trace (:func:`labkit.trace.write_launches`); another lab refuses it before launching.
     """
 
     nprocs: tuple = (1, 2)
     progress: bool = True
     echo: bool = False
     rows_elsewhere: str = "empty"
+    trace_dir: str | None = None
 
     def __post_init__(self):
         if self.rows_elsewhere not in ("empty", "raise"):
             raise UsageError(f"rows_elsewhere must be 'empty' or 'raise', got {self.rows_elsewhere!r}")
+        if self.trace_dir is not None:
+            from labkit.trace import check_folder
+
+            check_folder(self.trace_dir)  # before anything launches, not after the sweep
         object.__setattr__(self, "nprocs",
                            distinct_positive_ints("ranks per node (--nproc)", self.nprocs))
         self._check_settings()  # once, before anything starts
@@ -193,6 +201,8 @@ WORKERS = {
     "tp": "labkit.tp.worker",
     "fsdp": "labkit.fsdp.worker",
     "machine": "labkit.machine.worker",
+    "moe": "labkit.moe.worker",
+    "cp": "labkit.cp.worker",
 }
 
 

@@ -286,7 +286,8 @@ LAUNCH_COLUMNS = (
 #: the labs whose report declares ``COLUMNS`` (pure modules: importing them is cheap)
 SCHEMA_MODULES = ("labkit.solve.report", "labkit.ddp.report", "labkit.collectives.report",
                   "labkit.pipeline.report", "labkit.speedup.report", "labkit.checks.report",
-                  "labkit.tp.report", "labkit.fsdp.report", "labkit.machine.report")
+                  "labkit.tp.report", "labkit.fsdp.report", "labkit.machine.report",
+                  "labkit.cp.report", "labkit.moe.report")
 
 
 def declared_columns() -> dict[str, Column]:

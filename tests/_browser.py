@@ -115,6 +115,58 @@ def block_offsite(ctx, base: str, blocked: list) -> None:
     ctx.route("**/*", offline)
 
 
+AXE = REPO_ROOT / "node_modules" / "axe-core" / "axe.min.js"
+
+_FACTS = r"""() => ({
+    mathjax_errors: document.querySelectorAll('mjx-merror, .mjx-merror, .MathJax_Error').length,
+    no_alt: [...document.querySelectorAll('img')]
+        .filter(i => !(i.getAttribute('alt') || '').trim()).map(i => i.src.slice(0, 80)),
+    wide: document.documentElement.scrollWidth > window.innerWidth + 1,
+    build_paths: (document.body.innerText.match(/(^|[\s'"(])\/(tmp|home|root|work|Users)\/\S+/g)
+                  || []).slice(0, 3),
+})"""
+
+
+def page_audit(page) -> dict:
+    """What a reader meets on the open ``page``: MathJax errors, images without alt text,
+    a page wider than the window, absolute paths of the machine that built it, and axe-core's serious and critical violations (one line
+    each: rule, help, how many elements, the first three)."""
+    facts = page.evaluate(_FACTS)
+    page.add_script_tag(path=str(AXE))
+    facts["axe"] = page.evaluate("""async () => (await axe.run(document, {
+            resultTypes: ['violations']})).violations
+        .filter(v => v.impact === 'serious' || v.impact === 'critical')
+        .map(v => `${v.id} (${v.impact}): ${v.help}; ${v.nodes.length} element(s): ` +
+                  v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(', '))""")
+    return facts
+
+
+def move_explorers(page) -> list[tuple[str, str, str]]:
+    """Move the first control of every page explorer (:mod:`labkit.explorer`) to another value;
+    (title, readout before, readout after) for each."""
+    out = []
+    boxes = page.locator("[data-labkit-explorer]")
+    for k in range(boxes.count()):
+        box = boxes.nth(k)
+        box.scroll_into_view_if_needed()
+        page.wait_for_function("el => el.getAttribute('data-ready') === '1'",
+                               arg=box.element_handle(), timeout=10_000)
+        readout = box.locator(".labkit-readout")
+        before = readout.inner_html()
+        control = box.locator("[data-axis]").first
+        if control.evaluate("el => el.tagName") == "SELECT":
+            n = control.locator("option").count()
+            now = int(control.input_value())
+            control.select_option(str((now + 1) % n))
+        else:  # a range input: step it with the keyboard, as a reader would
+            control.focus()
+            key = "ArrowLeft" if control.input_value() == control.get_attribute("max") \
+                else "ArrowRight"
+            page.keyboard.press(key)
+        out.append((box.get_attribute("data-labkit-explorer"), before, readout.inner_html()))
+    return out
+
+
 if __name__ == "__main__":
     found, what = find_browser()
     print(f"the browser tests drive {found} ({what})" if found else what)

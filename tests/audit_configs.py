@@ -31,7 +31,13 @@ def config(worker: str, world_size: int) -> dict:
         "ddp": {"model": "mlp", "input_dim": 16, "hidden_dim": 32, "output_dim": 5,
                 "num_layers": 2, "batch_size": 8, "steps": 4, "warmup": 1},
         "tp": model,
+        # E/P whole experts on each rank
+        "moe": {"num_experts": math.lcm(4, world_size), "top_k": 2, "hidden": 16, "tokens": 16,
+                "steps": 3, "warmup": 1},
         "fsdp": model,
+        # 2P chunks of 4 tokens: the balanced causal split
+        "cp": {"seq_len": 8 * world_size, "hidden": 16, "num_heads": 2, "batch_size": 2,
+               "steps": 2, "warmup": 1},
         "workshare": {"total_work": 8, "serial_fraction": 0.25, "matrix_size": 16, "warmup": 0,
                       "repeat": 1},
         "placement": {"allreduce_bytes": 4096, "warmup": 1, "repeat": 2},

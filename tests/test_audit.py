@@ -251,7 +251,8 @@ def test_a_rank_that_hands_a_host_tensor_to_a_collective_fails(tmp_path):
 #: the operation that does a lab's main work: it must run on the device (a lab whose matrices
 #: stay on the host hands torch.distributed nothing wrong, yet would time the CPU on a GPU)
 MAIN_WORK = {"workshare": "mm", "pipeline": "linear", "ddp": "linear", "tp": "linear",
-             "fsdp": "linear", "machine": "mm"}
+             "fsdp": "linear", "machine": "mm", "moe": "mm",
+             "cp": "__matmul__"}
 
 
 def test_every_worker_has_a_small_config():
@@ -260,9 +261,11 @@ def test_every_worker_has_a_small_config():
     from labkit.checks.config import PlacementConfig, SelftestConfig, TransportCheckConfig
     from labkit.collectives.config import CollectivesConfig
     from labkit.config import from_dict
+    from labkit.cp.config import CPConfig
     from labkit.ddp.config import DDPConfig
     from labkit.fsdp.config import FSDPConfig
     from labkit.machine.config import MachineConfig
+    from labkit.moe.config import MoEConfig
     from labkit.pipeline.config import PipelineConfig
     from labkit.solve.config import SolveConfig
     from labkit.speedup.config import WorkshareConfig
@@ -271,7 +274,8 @@ def test_every_worker_has_a_small_config():
     classes = {"solve": SolveConfig, "collectives": CollectivesConfig, "pipeline": PipelineConfig,
                "ddp": DDPConfig, "tp": TPConfig, "fsdp": FSDPConfig, "workshare": WorkshareConfig,
                "placement": PlacementConfig, "transport": TransportCheckConfig,
-               "selftest": SelftestConfig, "machine": MachineConfig}
+               "selftest": SelftestConfig, "machine": MachineConfig, "moe": MoEConfig,
+               "cp": CPConfig}
     assert set(classes) == set(WORKERS) and set(MAIN_WORK) <= set(WORKERS)
     for worker, cls in classes.items():
         for n in (1, 2, 8):

@@ -224,8 +224,8 @@ def test_in_context_judges_at_the_largest_size_both_swept_and_its_laws():
 
 # -- notebook 06's documented parameter values: run within its budget, or refused -------------
 
-NOTEBOOK = dict(ops=("all_reduce", "all_gather", "broadcast"), min_bytes="8", max_bytes="8M",
-                factor=4, iters=10, warmup=3, check=True, busy=True)
+NOTEBOOK = dict(ops=("all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all"),
+                min_bytes="8", max_bytes="8M", factor=4, iters=8, warmup=2, check=True, busy=True)
 BUDGET_S = 10.0
 
 
@@ -236,8 +236,7 @@ def _estimate(world_sizes=(2,), **change):
 
 @pytest.mark.parametrize("change", [{}, {"ops": ("all_reduce", "all_gather", "broadcast",
                                                  "reduce_scatter")},
-                                    {"ops": ("all_reduce", "all_gather", "broadcast",
-                                             "all_to_all")},
+                                    {"ops": ("all_reduce", "all_gather", "broadcast")},
                                     {"ops": ("all_reduce",)}, {"busy": False}])
 def test_documented_values_run_within_the_budget(change):
     cfg = collectives.CollectivesConfig(**{**NOTEBOOK, **change})
@@ -280,3 +279,50 @@ def test_a_miss_carries_its_measured_split_that_sums_to_the_measurement():
     # without p10 times there is nothing measured to split
     bare = find_regimes("all_reduce", 2, sizes=SIZES, times=times)
     assert bare.split(SIZES[-1], times[-1]) is None
+
+
+# -- reduce-scatter (FSDP / ZeRO) and all-to-all (experts) in notebook 06's default sweep --------
+
+def _line(op, beta=1.2e9, alpha=1e-4):
+    sizes = tuple(8 * 4 ** k for k in range(12))
+    times = tuple(formulas.collective_time(op=op, ranks=2, size_bytes=s, alpha_s=alpha,
+                                           beta_bytes_per_s=beta) for s in sizes)
+    return find_regimes(op, 2, sizes=sizes, times=times)
+
+
+def test_sharded_gradients_sentence_reads_both_sweeps_and_their_lines():
+    ar, rs = _line("all_reduce"), _line("reduce_scatter")
+    text = verdicts.sharded_gradients_sentence(rs, ar, grad_bytes=16.8e6)
+    t_rs = formulas.collective_time(op="reduce_scatter", ranks=2, size_bytes=ar.sizes[-1],
+                                    alpha_s=1e-4, beta_bytes_per_s=1.2e9)
+    t_ar = formulas.collective_time(op="all_reduce", ranks=2, size_bytes=ar.sizes[-1],
+                                    alpha_s=1e-4, beta_bytes_per_s=1.2e9)
+    assert f"({t_rs / t_ar:.2g}x;" in text and "bandwidth regime" in text
+    # a reduce-scatter twice as slow per byte shows as a larger ratio
+    slow = verdicts.sharded_gradients_sentence(_line("reduce_scatter", beta=0.6e9), ar,
+                                               grad_bytes=16.8e6)
+    assert slow != text and "not swept" in verdicts.sharded_gradients_sentence(
+        None, ar, grad_bytes=16.8e6)
+
+
+def test_experts_sentence_prices_four_all_to_alls_per_layer():
+    a2a = _line("all_to_all")
+    text = verdicts.experts_sentence(a2a, tokens=512, experts_per_token=2, hidden_size=4096,
+                                     bytes_per_value=2, layers=32)
+    size = formulas.moe_all_to_all_bytes(tokens=512, experts_per_token=2, hidden_size=4096,
+                                         bytes_per_value=2)
+    one = a2a.time_s(size)
+    assert f"{4 * 32 * one:.3g} s of a step" in text and "the sweep measured" in text
+    beyond = verdicts.experts_sentence(a2a, tokens=1 << 16, experts_per_token=2,
+                                       hidden_size=4096, bytes_per_value=2, layers=32)
+    assert "beyond the sweep" in beyond
+    flat = find_regimes("all_to_all", 2, sizes=(8, 64, 512), times=(4e-4, 4.1e-4, 4e-4))
+    assert "no α–β line" in verdicts.experts_sentence(flat, tokens=512, experts_per_token=2,
+                                                     hidden_size=4096, bytes_per_value=2,
+                                                     layers=32)
+
+
+@pytest.mark.parametrize("op", ["reduce_scatter", "all_to_all"])
+def test_new_default_ops_have_their_line_law(op):
+    row = verdicts.line_law(_line(op))
+    assert row["kind"] == "model" and row["holds"] and op in row["law"]

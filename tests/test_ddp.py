@@ -365,14 +365,19 @@ def test_diff_bucket_25_vs_1(run_a, run_b, capsys):
 @pytest.mark.slow
 def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
     """One thread per process, the all-cores run at one batch, the model beside every DDP run."""
+    from labkit.ddp.abtest import ABConfig
     from labkit.procs import allocated_cores
 
-    config = ddp.DDPConfig(**{**TINY, "batch_size": (8, 16)}, all_cores_batches=(16,))
+    # run B's buckets of 1 MB with run A's 25 MB timed in the same rounds
+    config = ABConfig(**{**TINY, "batch_size": (8, 16)}, all_cores_batches=(16,),
+                      bucket_cap_mb=1.0, compare_bucket_cap_mb=25.0)
     from types import SimpleNamespace
 
     prof = SimpleNamespace(compute_slowdown=lambda ranks, n=None: 1.2,  # a synthetic profile
                            copy_bytes_per_s=lambda together=False: 5e9,
-                           allreduce_s=lambda size, ranks=2, busy=False: 1e-4 + size / 1e9)
+                           allreduce_s=lambda size, ranks=2, busy=False: 1e-4 + size / 1e9,
+                           rows=[{"measurement": "matmul", "context": "alone", "n": 64}],
+                           matmul_flop_per_s=lambda n, together=False: 1e10)
     df = ddp.run(config, launch=LaunchOptions(nprocs=(1, 2), threads_per_rank=1,
                                               timeout_s=LAUNCH_TIMEOUT_S, progress=False),
                  profile=prof)
@@ -390,6 +395,26 @@ def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
     frame = report.prediction_frame(df)
     assert list(frame.batch) == [8, 16] and frame.predicted.notna().all()
     assert list(report.threads_frame(df).batch) == [16]
+    # the overlap, measured: every timed step's buckets all-reduced inside that step
+    steps = two.timeline_step_end_s
+    assert len(steps) == len(two.comm_intervals_s) == two.measured_steps
+    for k, end in enumerate(steps):
+        start, last_grad = two.timeline_backward_start_s[k], two.timeline_backward_end_s[k]
+        assert 0 <= start <= last_grad <= end
+        intervals = two.comm_intervals_s[k]
+        assert len(intervals) == len(two.bucket_bytes) >= 1
+        for launched, done in intervals:
+            assert start <= launched <= done <= end
+    assert 0 <= two.comm_hidden_share <= 1 and two.comm_exposed_s >= 0
+    assert two.comm_hidden_s + two.comm_exposed_s == pytest.approx(two.comm_total_s)
+    assert two.nosync_backward_s > 0 and two.backward_s > 0
+    # the A/B: run A's steps, one per round, beside run B's
+    assert two.compare_bucket_cap_mb == 25.0 and two.bucket_cap_mb == 1.0
+    assert len(two.compare_step_times_s) == len(two.step_times_s) == two.measured_steps
+    # the compute rate against the profile's peak
+    assert two.model_flop_per_step == pytest.approx(
+        ddp.budget.flop_per_sample(config) * two.batch_size)
+    assert two.mfu == pytest.approx(two.model_flop_per_s / 1e10)
 
 
 @pytest.mark.slow

@@ -19,7 +19,8 @@ PKG = ROOT / "labkit"
 #: the flat modules every lab shares (pure, argparse-only, host machinery, rank machinery)
 SHARED = {"__init__", "cli", "cliargs", "tables", "errors", "config", "results", "metrics",
           "figures", "launch", "launchspec", "agent", "procs", "devices", "orphans", "diagnose",
-          "slurm", "runtime", "timing", "harness", "audit", "__main__"}
+          "slurm", "runtime", "timing", "harness", "audit", "__main__", "explorer", "memory",
+          "trace"}
 
 #: each lab package and the rooms it must have (a lab may have more modules)
 LABS = {
@@ -34,12 +35,14 @@ LABS = {
     "perfmodel": {"model", "catalog", "plots", "cli"},
     "book": {"notebooks", "sweep", "lab", "site", "cli"},
     "machine": {"config", "formulas", "worker", "run", "report", "plots", "cli"},
+    "moe": {"config", "formulas", "worker", "run", "report", "verdicts", "plots", "cli"},
+    "cp": {"config", "formulas", "worker", "run", "report", "verdicts", "plots", "cli"},
 }
 
 #: the lab each tutorial belongs to (it may use its own lab's modules directly)
 NOTEBOOK_LAB = {"01": "checks", "02": "speedup", "03": "solve", "04": "solve", "05": "ddp",
                 "06": "collectives", "07": "pipeline", "08": "perfmodel", "09": None,
-                "90": "perfmodel"}
+                "10": None, "90": "perfmodel"}
 
 #: modules that hold pure code: no torch at import time
 PURE_ROOMS = {"config", "formulas", "report", "verdicts"}

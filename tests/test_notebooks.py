@@ -54,6 +54,21 @@ def test_no_function_definitions(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_math_that_mathjax_can_typeset(path):
+    """Markdown that MathJax renders as an error in the browser: an underscore or a backtick
+    inside ``\\text{...}`` ("'_' allowed only in math mode"); the browser tests count MathJax
+    errors on every page too, this names the cell before anything is rendered."""
+    nb = nbformat.read(path, as_version=4)
+    for i, c in enumerate(nb.cells):
+        if c.cell_type != "markdown":
+            continue
+        for inner in re.findall(r"\\text\{([^{}]*)\}", c.source):
+            assert not re.search(r"[_`]", inner), (
+                f"{path.name} cell {i + 1}: \\text{{{inner}}} holds _ or `, which MathJax "
+                "cannot typeset; write it outside the formula")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
 def test_stored_without_outputs(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
@@ -77,6 +92,24 @@ def test_notebook_executes(path):
     errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]
     assert not errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=ids)
+def test_every_figure_can_be_read(path):
+    """Every figure the executed notebook shows has alt text computed from its data and no two
+    texts drawn over each other (:func:`labkit.figures.text_overlaps`, recorded as it was
+    shown)."""
+    from ._notebook_runs import executed_dir
+
+    res = run(path)
+    assert res["ok"], res["error"]
+    nb = nbformat.read(executed_dir() / path.name, as_version=4)
+    shown = [o.get("metadata", {}).get("image/png") or {} for c in nb.cells
+             if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert all(m.get("alt") for m in shown), f"{path.name}: a figure without computed alt text"
+    crowded = [m["overlapping_text"] for m in shown if m.get("overlapping_text")]
+    assert not crowded, f"{path.name}: texts drawn over each other: {crowded}"
 
 
 @pytest.mark.slow

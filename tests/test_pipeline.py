@@ -10,7 +10,7 @@ import pytest
 from labkit import pipeline, results
 from labkit.errors import UsageError
 from labkit.launch import LaunchOptions
-from labkit.pipeline import formulas, report, schedules, verdicts
+from labkit.pipeline import activations, formulas, report, schedules, verdicts
 from labkit.pipeline.config import PipelineConfig
 
 from .conftest import LAUNCH_TIMEOUT_S
@@ -365,6 +365,83 @@ def test_1f1b_holds_at_most_p_microbatches():
         assert peak <= 4 - r
 
 
+def test_activation_formula_closed_forms():
+    """Replayed from the ideal schedules: GPipe holds M microbatches on every rank, 1F1B
+    min(P − r, M) on rank r, ZB-H1 min(P, M) (a microbatch's activations wait for its W)."""
+    for p, m in ((2, 2), (2, 8), (4, 4), (4, 8)):
+        kw = dict(num_stages=p, num_microbatches=m, layers=2 * p, hidden=8, batch=16)
+        for r in range(p):
+            one = formulas.stage_activation_bytes(layers=2, microbatch_size=16 // m, hidden=8,
+                                                  first_stage=r == 0)
+            held = {s: activations.peak_activation_formula(s, rank=r, **kw) / one
+                    for s in ("gpipe", "1f1b", "zero_bubble")}
+            assert held == {"gpipe": m, "1f1b": min(p - r, m), "zero_bubble": min(p, m)}
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_stage_activations_formula_matches_the_meter(schedule):
+    """One process plays stage 0 of P = 2 (3 of the model's 6 Linear+tanh blocks) in the
+    schedule's order at M = 4, excluding the weights and the batch as the worker does: each
+    microbatch saves stage_activation_bytes, and the peak is the formula's to the byte."""
+    import time
+
+    import torch
+
+    from labkit.memory import SavedActivations
+    from labkit.pipeline.worker import Timed, build_model, synthetic_batch
+
+    cfg = PipelineConfig(layers=6, hidden=16, batch=8, microbatches=(4,))
+    cpu, m, mb = torch.device("cpu"), 4, 2
+    model = build_model(cfg, cpu)
+    x, target = synthetic_batch(cfg, cpu)
+    stage = Timed(model[:3], 0, device=cpu)
+    stage.reset(time.perf_counter())
+    held = [*model.parameters(), x, target]
+    for first in (True, False):  # a later stage's input is a received activation: it counts
+        with SavedActivations(exclude=held) as meter:
+            out = stage(x[:mb] if first else x[:mb].clone().requires_grad_())
+        assert meter.live_bytes == formulas.stage_activation_bytes(
+            layers=3, microbatch_size=mb, hidden=16, first_stage=first)
+        out.sum().backward()
+        assert meter.live_bytes == 0
+    order = sorted((b for b in schedules.simulate(schedule, 2, m) if b["rank"] == 0),
+                   key=lambda b: b["start_s"])
+    outs = {}
+    with SavedActivations(exclude=held) as meter:
+        for b in order:
+            i = b["microbatch"]
+            if b["kind"] == "F":
+                outs[i] = stage(x[i * mb:(i + 1) * mb])
+            else:
+                outs.pop(i).sum().backward()
+    assert meter.live_bytes == 0
+    assert meter.peak_bytes == activations.peak_activation_formula(
+        schedule, num_stages=2, num_microbatches=m, layers=6, hidden=16, batch=8)
+
+
+def test_activation_laws_and_sentence_follow_the_numbers():
+    import pandas as pd
+
+    from labkit.book.consistency import line_problems
+
+    mib = activations.MIB
+    df = pd.DataFrame({"schedule": ["gpipe", "1f1b", "zero_bubble"], "num_stages": 2,
+                       "num_microbatches": 8,
+                       "peak_activation_bytes": [8 * mib, 2 * mib, 3 * mib],
+                       "peak_activation_bytes_formula": [8 * mib, 2 * mib, 2 * mib]})
+    rows = activations.activation_laws(df)
+    assert [(r["law"], r["holds"]) for r in rows] == [
+        ("peak activations of stage 0, gpipe P=2 M=8", True),
+        ("peak activations of stage 0, 1f1b P=2 M=8", True),
+        ("peak activations of stage 0, zero_bubble P=2 M=8", False),
+        ("peak activations GPipe over 1F1B, P=2 M=8", True)]
+    assert rows[-1]["predicted"] == 4 and rows[-1]["measured"] == 4
+    text = activations.activation_sentence(df)
+    assert "zero_bubble more than 10% from what its schedule implies (-50.0%)" in text
+    assert "GPipe held 4.00x 1F1B's (M/P = 4): within 10% (+0.0%)" in text
+    assert line_problems(text) == []
+
+
 def test_stage_layers():
     assert schedules.stage_layers(8, 2) == [range(0, 4), range(4, 8)]
     assert [len(s) for s in schedules.stage_layers(10, 4)] == [3, 3, 2, 2]
@@ -431,6 +508,11 @@ def test_every_schedule_on_two_ranks():
                           ("gpipe", 2, "False"), ("1f1b", 2, "True"), ("1f1b", 2, "False"),
                           ("interleaved", 2, "None")])
     _check_rows(df, 2)  # both placements give the single process's output and gradients
+    # stage 0's saved activations: what each schedule's ideal order implies, to the byte
+    assert (df.peak_activation_bytes == df.peak_activation_bytes_formula).all(), \
+        df[["schedule", "num_microbatches", "peak_activation_bytes",
+            "peak_activation_bytes_formula"]]
+    assert all(r["holds"] for r in activations.activation_laws(report.main_rows(df)))
     assert sorted(zip(*[report.main_rows(df)[c] for c in ("schedule", "num_microbatches")])) \
         == sorted([("naive_gpipe", 1), ("naive_gpipe", 2), ("gpipe", 1), ("gpipe", 2),
                    ("1f1b", 2), ("interleaved", 2)])
@@ -485,6 +567,7 @@ def test_zero_bubble_and_timeline_on_two_ranks():
         split = formulas.timeline_split(r.blocks)  # the stored blocks: one clock, from 0
         assert split["compute_s"] > 0 and min(b["start_s"] for b in r.blocks) >= 0
     assert df[df.schedule == "zero_bubble"].weight_time_s.notna().all()
+    assert (df.peak_activation_bytes == df.peak_activation_bytes_formula).all()
     assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     assert "bubble_fill_drain" in report.bubble_table(df)
@@ -525,7 +608,7 @@ def test_run_defaults_to_two_ranks_and_a_300_s_timeout(monkeypatch):
 
     seen = {}
 
-    def fake_launch_lab(worker, config, launch, store):
+    def fake_launch_lab(worker, config, launch, store, traced=False):
         seen.update(worker=worker, launch=launch)
         return []
 

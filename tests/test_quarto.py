@@ -25,7 +25,15 @@ from labkit.book.notebooks import REPO_ROOT, list_notebooks
 from labkit.book.offline import QUARTO_LIBS
 from labkit.book.site import FRONT_FIGURE, MARKER, quarto_available, render_quarto
 from labkit.cli import main
-from tests._browser import ARTIFACTS, CHROMIUM_ARGS, block_offsite, browser_executable
+from labkit.explorer import MARK
+from tests._browser import (
+    ARTIFACTS,
+    CHROMIUM_ARGS,
+    block_offsite,
+    browser_executable,
+    move_explorers,
+    page_audit,
+)
 
 from ._notebook_runs import NOTEBOOKS, executed_dir, run
 
@@ -251,13 +259,27 @@ def _open(page, url: str) -> dict:
     })""") | {"views": views}
 
 
+def check_audit(report: dict) -> None:
+    """Every page: no MathJax error, alt text on every image, no serious or critical axe-core
+    violation, no sideways scrolling; every explorer's readout changed when it was moved."""
+    bad = {rel: {k: v for k, v in a.items() if v} for rel, a in report["audit"].items()}
+    bad = {rel: a for rel, a in bad.items() if a}
+    assert not bad, "pages a reader cannot fully use:\n" + "\n".join(
+        f"{rel}: {a}" for rel, a in bad.items())
+    for rel, moved in report["explorers"].items():
+        for title, before, after in moved:
+            assert after != before, f"{rel}: moving {title} did not change its readout"
+    assert sum(map(len, report["explorers"].values())) >= 4, report["explorers"]
+
+
 def check_site_in_chromium(site: Path, executed: Path, base: str) -> dict:
     """Every page of the Quarto ``site`` (served at ``base``) in Chromium, offline; then
     navigation and search. Asserts as it goes; returns what was blocked, missing or raised."""
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
-    report = {"blocked": [], "failed": [], "errors": [], "pages": {}}
+    report = {"blocked": [], "failed": [], "errors": [], "pages": {}, "audit": {},
+              "explorers": {}}
     pages = ["index.html"] + [f"notebooks/{p.stem}.html" for p in list_notebooks(executed)]
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=browser_executable(), args=CHROMIUM_ARGS)
@@ -275,7 +297,10 @@ def check_site_in_chromium(site: Path, executed: Path, base: str) -> dict:
                 else:
                     nb = nbformat.read(executed / Path(rel).with_suffix(".ipynb").name, as_version=4)
                     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-                    n_views = sum(WIDGET_VIEW in o.get("data", {}) for o in outputs)
+                    # an explorer's widget gives way to its page version (labkit.explorer)
+                    n_views = sum(WIDGET_VIEW in o.get("data", {})
+                                  and MARK not in "".join(o["data"].get("text/html", ""))
+                                  for o in outputs)
                     n_png = sum("image/png" in o.get("data", {}) for o in outputs)
                     has_math = any("$" in c.source for c in nb.cells if c.cell_type == "markdown")
                 if has_math:
@@ -287,6 +312,8 @@ def check_site_in_chromium(site: Path, executed: Path, base: str) -> dict:
                 assert len(seen["images"]) >= n_png, f"{rel}: figures missing"
                 assert all(w > 0 for _, w in seen["images"]), f"{rel}: an image did not load"
                 assert len(seen["sidebar"]) == len(pages) - 1, f"{rel}: sidebar {seen['sidebar']}"
+                report["audit"][rel] = page_audit(page)
+                report["explorers"][rel] = move_explorers(page)
                 # one screen: the first widget if the page has one (math is typeset around
                 # it), else the top of the page
                 if n_views:
@@ -297,7 +324,8 @@ def check_site_in_chromium(site: Path, executed: Path, base: str) -> dict:
             page.goto(f"{base}/index.html")
             page.locator("main ol a[href$='notebooks/02_speedup.html']").click()
             page.wait_for_url("**/notebooks/02_speedup.html")
-            report["sliders_02"] = page.locator(".widget-slider").count()
+            report["sliders_02"] = page.locator(
+                "[data-labkit-explorer] input[type=range]").count()
             page.locator(".nav-page-next a").click()
             page.wait_for_url("**/notebooks/03_solve_scaling.html")
             page.locator("#quarto-sidebar a[href$='08_3d_parallelism.html']").click()
@@ -333,5 +361,6 @@ def test_quarto_site_in_chromium_offline(quarto_site, serve):
     assert not report["errors"], f"page errors: {report['errors']}"
     if runs["02_speedup.ipynb"]["ok"]:
         assert report["sliders_02"] >= 2, "notebook 02: the Amdahl sliders did not render"
+    check_audit(report)
     failed_runs = [r["error"] for r in runs.values() if not r["ok"]]
     assert not failed_runs, "notebooks failed to execute:\n" + "\n".join(failed_runs)

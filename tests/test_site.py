@@ -18,7 +18,13 @@ from labkit.book.site import MARKER, build_preview
 from labkit.cli import main
 from labkit.errors import UsageError
 
-from ._browser import CHROMIUM_ARGS, browser_executable
+from ._browser import (
+    CHROMIUM_ARGS,
+    block_offsite,
+    browser_executable,
+    move_explorers,
+    page_audit,
+)
 from ._notebook_runs import NOTEBOOKS, executed_dir, run
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -86,8 +92,12 @@ def test_site_without_executed_notebooks(tmp_path, capsys):
 @pytest.mark.browser
 def test_preview_site_in_chromium(tmp_path, server):
     runs = {p.name: run(p) for p in NOTEBOOKS}  # executed once per session (test_notebooks)
-    index = build_preview(executed_dir(), tmp_path / "site")
+    made = tmp_path / "made.html"
+    made.write_text("<html><body>the run's report</body></html>")
+    index = build_preview(executed_dir(), tmp_path / "site", report=made)
     site = index.parent
+    assert (site / "report.html").read_text() == made.read_text()
+    assert '<a href="report.html">report.html</a>' in index.read_text()
     assert (site / MARKER).exists()
     for page in site.glob("*.html"):  # offline: no script, style or font from a CDN
         text = page.read_text()
@@ -151,8 +161,40 @@ def test_preview_site_in_chromium(tmp_path, server):
                  f"--screenshot={ARTIFACTS / (p.stem + '.png')}")
         assert (ARTIFACTS / f"{p.stem}.png").stat().st_size > 10_000
 
+    audit_pages(base, ["index.html"] + [f"{p.stem}.html" for p in NOTEBOOKS
+                                        if runs[p.name]["ok"]])
     failed = [r["error"] for r in runs.values() if not r["ok"]]
     assert not failed, "notebooks failed to execute:\n" + "\n".join(failed)
+
+
+def audit_pages(base: str, pages: list[str]) -> None:
+    """Every page as a reader meets it (:func:`tests._browser.page_audit`) with every request
+    off the site refused; the explorers move."""
+    pytest.importorskip("playwright", reason="Playwright is in the dev extra (make setup)")
+    from playwright.sync_api import sync_playwright
+
+    from .test_quarto import check_audit
+
+    report = {"audit": {}, "explorers": {}}
+    blocked = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browser_executable(), args=CHROMIUM_ARGS)
+        try:
+            ctx = browser.new_context(viewport={"width": 1280, "height": 1000})
+            block_offsite(ctx, base, blocked)
+            page = ctx.new_page()
+            for rel in pages:
+                page.goto(f"{base}/{rel}", wait_until="load")
+                # MathJax 2 typesets in its own queue; an error shows once it has run
+                page.wait_for_function("() => !window.MathJax || (MathJax.isReady && "
+                                       "!(MathJax.Hub.queue && MathJax.Hub.queue.running))",
+                                       timeout=30_000)
+                report["audit"][rel] = page_audit(page)
+                report["explorers"][rel] = move_explorers(page)
+        finally:
+            browser.close()
+    assert not blocked, f"pages asked the network for {sorted(set(blocked))}"
+    check_audit(report)
 
 
 FAKE_QUARTO = """#!/usr/bin/env python3

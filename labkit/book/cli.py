@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from labkit.cliargs import positive_float_arg
@@ -47,6 +48,27 @@ def register(sub) -> None:
     p.add_argument("--cell-timeout", type=positive_float_arg, default=None, metavar="S",
                    help="fail a notebook whose cell runs longer than S seconds")
     p.set_defaults(func=cmd_lab)
+
+    p = sub.add_parser(
+        "report", help="runs of this lab (and other machines') as one HTML and PDF document",
+        description="The machines side by side, speedup, efficiency and cost with the request "
+                    "the numbers justify, the laws by kind and each lab's key figure, from the "
+                    "rows of each RUN; rendered by Quarto (typst PDF), else plain HTML.",
+        epilog="example: labkit report _executed --out report")
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="a `labkit lab` folder (_executed), a results file (*.json) or a "
+                        "`labkit sweep` folder")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="new or empty folder (or a report this command wrote) for the report")
+    p.add_argument("--pdf", action=argparse.BooleanOptionalAction, default=True,
+                   help="render the PDF too (needs Quarto) (default: yes)")
+    p.add_argument("--title", default=None, help="the document's title")
+    p.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
+                   help="add the published tables of data/reference as other machines "
+                        "(default: yes)")
+    p.add_argument("--threshold", type=positive_float_arg, default=0.5, metavar="E",
+                   help="the efficiency below which more ranks waste money (default: 0.5)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
         "notebook", help="open the tutorials in JupyterLab (the lab's kernel registered)",
@@ -138,12 +160,32 @@ def cmd_lab(args) -> int:
     for c in contradictions:
         print(f"  {c['notebook']} cell {c['cell']}: {c['problem']}")
     if not args.no_site:
-        builder, index = build_site(args.executed, args.out, preview=args.preview)
+        from concurrent.futures import ThreadPoolExecutor
+
+        from labkit.book.report import lab_report
+        from labkit.book.site import quarto_available
+
+        # the run as one document (HTML, and a PDF where Quarto is), linked from the front page
+        # and made while the site renders (each is one Quarto process: two cores, two jobs);
+        # the lab figures are the notebooks' own, so the report does not draw them again
+        pdf = quarto_available() and not args.preview
+        with ThreadPoolExecutor(1) as pool:
+            made = pool.submit(lab_report, args.executed, pdf=pdf, key_figures_too=False)
+            report = pool.submit(lambda: made.result()["pdf" if pdf else "html"])
+            builder, index = build_site(args.executed, args.out, preview=args.preview,
+                                        report=(report, "report.pdf" if pdf else "report.html"))
+            print(made.result()["message"])
         print(f"{built(builder, args.preview)}: {index}")
     print(f"labkit lab took {time.perf_counter() - t0:.1f} s")
     for r in failed:
         print(f"FAILED {r['error']}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def cmd_report(args) -> int:
+    from labkit.book.report import cmd_report as run
+
+    return run(args)
 
 
 def cmd_notebook(args) -> int:

@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from labkit.book import a11y, front
 from labkit.book.notebooks import REPO_ROOT, list_notebooks
 from labkit.book.offline import (
     NODE_MODULES,
@@ -41,6 +42,8 @@ from labkit.book.offline import (
     restore_widget_state,
 )
 from labkit.errors import LabkitError, UsageError
+from labkit.explorer import web_outputs
+from labkit.figures import alt_outputs
 
 MARKER = ".labkit-site"
 WIDGET_RENDERER = "vendor/html-manager/embed-amd.js"
@@ -52,6 +55,11 @@ _STYLE = """
   border-bottom: 1px solid #ddd; display: flex; gap: 16px; }
 .labkit-nav a { color: #1d4ed8; text-decoration: none; }
 .labkit-nav .spacer { flex: 1; }
+/* nbconvert's light theme draws prompts and some code tokens below WCAG's 4.5:1 contrast */
+.jp-InputPrompt, .jp-OutputPrompt { color: #595959 !important; opacity: 1 !important; }
+.highlight .c, .highlight .c1, .highlight .cm, .highlight .ch { color: #2f5f5f !important; }
+.highlight .mf, .highlight .mi, .highlight .m, .highlight .il { color: #006100 !important; }
+.highlight .ow, .highlight .o { color: #7a1fb8 !important; }
 """
 
 # MathJax 2 on the preview's index page, with the inline delimiters of nbconvert's pages
@@ -169,10 +177,12 @@ padding: 0 1em; }} li {{ margin-bottom: 1em; }} li p {{ margin: .2em 0; color: #
 solve; data-parallel training; collectives; pipeline bubbles; 3-D parallelism. Each tutorial
 states every formula next to a number computed in it. Preview build of the executed notebooks
 ({html.escape(built)}).</p>
+{laws_html}
+<h2>The tutorials</h2>
 <ol class="tutorials">
 {chr(10).join(items)}
 </ol>
-{laws_html}</body></html>
+</body></html>
 """
 
 
@@ -191,7 +201,8 @@ def _swap_in(tmp: Path, out_dir: Path) -> None:
     os.replace(tmp, out_dir)
 
 
-def build_preview(executed_dir, out_dir, *, node_modules: Path = NODE_MODULES) -> Path:
+def build_preview(executed_dir, out_dir, *, node_modules: Path = NODE_MODULES,
+                  report=None) -> Path:
     """Build the preview site from executed notebooks; returns the index page.
 
     The site is assembled in a temporary folder and swapped in at the end, so a failure leaves
@@ -213,6 +224,9 @@ def build_preview(executed_dir, out_dir, *, node_modules: Path = NODE_MODULES) -
         exporter = HTMLExporter(template_name="lab", widget_renderer_url=WIDGET_RENDERER,
                                 require_js_url=REQUIRE_JS, mathjax_url=MATHJAX)
         nbs = [nbformat.read(p, as_version=4) for p in notebooks]
+        for nb in nbs:  # no kernel behind the page: the explorers' page versions
+            web_outputs(nb)
+            alt_outputs(nb)
         pages = []
         for path, nb in zip(notebooks, nbs):
             pm = nb.metadata.get("papermill", {})
@@ -223,12 +237,16 @@ def build_preview(executed_dir, out_dir, *, node_modules: Path = NODE_MODULES) -
             body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": pages[i]["title"]}})
             nav = _nav(pages, i)
             body = re.sub(r"(<body[^>]*>)", lambda m, nav=nav: m.group(1) + nav, body, count=1)
-            body = body.replace("</head>", f"<style>{_STYLE}</style></head>", 1)
+            body = a11y.page(body.replace("</head>", f"<style>{_STYLE}</style></head>", 1))
             (tmp / pages[i]["html"]).write_text(body, encoding="utf-8")
         from labkit.book import laws
 
+        name, link = _report_name(report), _report_link(report)
+        link = link.replace(f"[{name}]({name})", f'<a href="{name}">{name}</a>')
+        _copy_report(report, tmp)
         (tmp / "index.html").write_text(_index_html(pages, time.strftime("%Y-%m-%d %H:%M"),
-                                                    laws.html(laws.gather(executed_dir))),
+                                                    (f"<p>{link}</p>" if link else "")
+                                                    + front.preview_html(laws.gather(executed_dir))),
                                         encoding="utf-8")
         _swap_in(tmp, out_dir)
     finally:
@@ -236,11 +254,13 @@ def build_preview(executed_dir, out_dir, *, node_modules: Path = NODE_MODULES) -
     return out_dir / "index.html"
 
 
-def front_figure(executed_dir) -> tuple[bytes, str] | None:
-    """(PNG, caption) of a figure from the executed lab for the front page, or None.
+def front_figure(executed_dir) -> tuple[bytes, str, str] | None:
+    """(PNG, caption, alt text) of a figure from the executed lab for the front page, or None.
 
     The last figure of notebook 02 (the speedup measured live on this machine); if that notebook
-    has none (it failed), the last figure of any other executed notebook.
+    has none (it failed), the last figure of any other executed notebook. The caption says what
+    the figure shows (its cell's ``#| fig-alt`` sentence) and where it comes from; the alt text
+    is the one computed from the figure's data when it was drawn (:func:`labkit.figures.alt_text`).
     """
     import base64
 
@@ -251,12 +271,16 @@ def front_figure(executed_dir) -> tuple[bytes, str] | None:
     paths.sort(key=lambda p: p.name != FRONT_FIGURE_NOTEBOOK)
     for path in paths:
         nb = nbformat.read(path, as_version=4)
-        pngs = [o["data"]["image/png"] for c in nb.cells if c.cell_type == "code"
-                for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
-        if pngs:
+        found = [(c, o) for c in nb.cells if c.cell_type == "code"
+                 for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+        if found:
+            cell, out = found[-1]
+            said = re.search(r'^#\|\s*fig-alt:\s*"?(.*?)"?\s*$', cell.source, re.M)
             title = notebook_title(nb, path.stem).split(":")[0]
-            caption = f"A figure from *{title}* ({path.stem}), as executed by `labkit lab`"
-            return base64.b64decode(pngs[-1]), caption
+            what = f"{said.group(1)} " if said else ""
+            caption = f"{what}From *{title}* ({path.stem}), as executed by `labkit lab` here."
+            alt = (out.get("metadata", {}).get("image/png") or {}).get("alt") or caption
+            return base64.b64decode(out["data"]["image/png"]), caption, alt
     return None
 
 
@@ -304,7 +328,7 @@ def tutorials_in_order(config: dict) -> list[str]:
 
 
 def render_quarto(executed_dir, out_dir=None, *, node_modules: Path = NODE_MODULES,
-                  echo: bool = True) -> Path:
+                  echo: bool = True, report=None) -> Path:
     """Quarto website of the EXECUTED notebooks, without executing anything again; offline.
 
     The stored notebooks have no outputs, and running them again inside ``quarto render`` would
@@ -317,6 +341,7 @@ def render_quarto(executed_dir, out_dir=None, *, node_modules: Path = NODE_MODUL
     whole, and the error names the page. Quarto's output goes to stderr when ``echo``.
     ``quarto render`` at the repository root still works on its own: it executes once and freezes.
     """
+    import nbformat
     import yaml
 
     executed_dir = Path(executed_dir)
@@ -343,21 +368,28 @@ def render_quarto(executed_dir, out_dir=None, *, node_modules: Path = NODE_MODUL
         stage = Path(stage)
         (stage / "notebooks").mkdir()
         for nb in list_notebooks():
-            shutil.copy2(executed_dir / nb.name, stage / "notebooks" / nb.name)
+            page = nbformat.read(executed_dir / nb.name, as_version=4)
+            web_outputs(page)  # no kernel behind the page: the explorers' page versions
+            alt_outputs(page)
+            nbformat.write(page, stage / "notebooks" / nb.name)
         for extra in ("index.qmd",):
             shutil.copy2(REPO_ROOT / extra, stage / extra)
         from labkit.book import laws
 
         table = laws.gather(executed_dir)
-        if len(table):  # the lab-wide table: how well each law held on the machine that ran it
-            with open(stage / "index.qmd", "a") as f:
-                f.write("\n## How well each law held on this machine\n\n"
-                        + laws.counts_markdown(table) + "\n\n" + laws.markdown(table) + "\n")
+        if len(table):  # what this run measured, in the front page's first screen
+            head, sep, rest = (REPO_ROOT / "index.qmd").read_text().partition("\n---\n")
+            link = _report_link(report)  # the file joins the site once both are made
+            (stage / "index.qmd").write_text(head + sep + "\n" + front.quarto_markdown(table)
+                                             + ("\n" + link + "\n" if link else "")
+                                             + "\n" + rest)
         figure = front_figure(executed_dir)
         if figure:
             (stage / FRONT_FIGURE).write_bytes(figure[0])
-            config["lab-figure"] = True
-            config["lab-figure-caption"] = figure[1]
+            alt = figure[2].replace('"', "'")
+            with open(stage / "index.qmd", "a") as f:
+                f.write(f'\n## Measured here\n\n![{figure[1]}]({FRONT_FIGURE}){{fig-alt="{alt}"}}\n')
+        a11y.quarto(stage, config)
         (stage / "_quarto.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         proc = subprocess.Popen([quarto, "render", "--no-execute"], cwd=stage, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -377,6 +409,7 @@ def render_quarto(executed_dir, out_dir=None, *, node_modules: Path = NODE_MODUL
                               f"{''.join(output)[-300:].strip()})")
         restore_widget_state(rendered, executed_dir)
         make_offline(rendered, node_modules)
+        _copy_report(report, rendered)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
         try:
             shutil.copytree(rendered, tmp, dirs_exist_ok=True)
@@ -386,10 +419,40 @@ def render_quarto(executed_dir, out_dir=None, *, node_modules: Path = NODE_MODUL
     return out_dir / "index.html"
 
 
-def build_site(executed_dir, out_dir=None, *, preview: bool = False) -> tuple[str, Path]:
+def build_site(executed_dir, out_dir=None, *, preview: bool = False,
+               report=None) -> tuple[str, Path]:
     """Quarto if it is installed (unless ``preview``), else the preview; (builder, index page).
 
-    ``out_dir`` defaults to ``_site`` (Quarto) or ``_preview`` (preview)."""
+    ``out_dir`` defaults to ``_site`` (Quarto) or ``_preview`` (preview); ``report``: the run's
+    report (a PDF or an HTML file, ``labkit report``), copied in and linked from the front
+    page."""
     if quarto_available() and not preview:
-        return "quarto", render_quarto(executed_dir, out_dir or REPO_ROOT / "_site")
-    return "preview", build_preview(executed_dir, out_dir or "_preview")
+        return "quarto", render_quarto(executed_dir, out_dir or REPO_ROOT / "_site",
+                                       report=report)
+    return "preview", build_preview(executed_dir, out_dir or "_preview", report=report)
+
+
+def _report_name(report) -> str:
+    """The file name the run's report gets in the site ('' without one). ``report``: a path,
+    or (a future of the path, its name) while it is still being made."""
+    if report is None:
+        return ""
+    if isinstance(report, tuple):
+        return report[1]
+    return "report" + Path(report).suffix if Path(report).is_file() else ""
+
+
+def _report_link(report) -> str:
+    """The front page's sentence linking the run's report (Markdown; '' without one)."""
+    name = _report_name(report)
+    what = "PDF" if name.endswith(".pdf") else "HTML"
+    return (f"This run as one document, for a report or a hand-in: [{name}]({name}) ({what})."
+            if name else "")
+
+
+def _copy_report(report, folder: Path) -> None:
+    """Put the run's report into the built site (waiting for it if it is still being made)."""
+    name = _report_name(report)
+    if name:
+        path = report[0].result() if isinstance(report, tuple) else report
+        shutil.copy2(path, Path(folder) / name)

@@ -81,9 +81,10 @@ def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
     busy pass twice as slow), each ``α + S/β``; with more ranks than cores every call takes
     ranks/cores times longer. The defaults of notebook 06 on 2 cores:
 
-    >>> round(estimate_s(CollectivesConfig(ops=("all_reduce", "all_gather", "broadcast"),
-    ...       max_bytes="8M", factor=4, iters=10, warmup=3, busy=True), [2], cores=2), 1)
-    9.7
+    >>> from labkit.collectives.formulas import OPS
+    >>> round(estimate_s(CollectivesConfig(ops=OPS, max_bytes="8M", factor=4, iters=8, warmup=2,
+    ...                                    busy=True), [2], cores=2), 1)
+    9.8
     >>> round(estimate_s(CollectivesConfig(max_bytes="8M", factor=4), [2, 4], cores=2), 1)
     23.8
     """

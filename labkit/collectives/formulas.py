@@ -197,6 +197,17 @@ def fit_alpha_beta(op: str, ranks: int, *, sizes: Sequence[float],
     return float(alpha), float(1.0 / inv_beta)
 
 
+def moe_all_to_all_bytes(*, tokens: float, experts_per_token: int, hidden_size: int,
+                         bytes_per_value: float) -> float:
+    """One all-to-all of a mixture-of-experts layer, its whole send buffer (S): each of the
+    rank's tokens goes to its k experts as h values. 512 tokens, k = 2, h = 4096, bf16: 8 MiB.
+
+    >>> moe_all_to_all_bytes(tokens=512, experts_per_token=2, hidden_size=4096, bytes_per_value=2)
+    8388608
+    """
+    return tokens * experts_per_token * hidden_size * bytes_per_value
+
+
 def crossover_bytes(op: str, ranks: int, *, alpha_s: float, beta_bytes_per_s: float) -> float:
     """Size where the bandwidth term equals the latency term: S* = steps·α·β / factor.
     Above it bandwidth dominates. Ring all-reduce: S* = N·α·β; 2 ranks, 50 µs, 2 GB/s:

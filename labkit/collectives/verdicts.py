@@ -4,7 +4,9 @@ from the numbers it is given (pure: no torch).
 Sentences: :func:`regimes_sentence` (the regimes a sweep shows), :func:`naive_sentence` (one
 line through every size, its residuals per regime), :func:`crossover_sentence` (where S* lies
 and what the sweep measured there), :func:`busy_sentence` (an all-reduce while every core
-computes, against idle, from :func:`in_context`). Law rows (:func:`labkit.book.laws.check`):
+computes, against idle, from :func:`in_context`), :func:`sharded_gradients_sentence` (FSDP /
+ZeRO's reduce-scatter beside DDP's all-reduce), :func:`experts_sentence` (a mixture of experts'
+all-to-alls). Law rows (:func:`labkit.book.laws.check`):
 :func:`sweep_laws` (the regime-aware model of one sweep, and the naive line beside it),
 :func:`line_law` (one op's line at its largest size), :func:`context_laws` (the machine
 profile's all-reduce, idle and busy, against this sweep's).
@@ -18,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from labkit.book import laws
+from labkit.collectives.formulas import moe_all_to_all_bytes
 from labkit.collectives.regimes import Regimes, p10_split, time_at
 
 #: how much the p50 may vary across the latency regime's sizes and still be called flat
@@ -323,3 +326,67 @@ def busy_law(*, size_bytes: float, ranks: int, predicted_s: float, measured_s: f
         "machine profile", predicted=predicted_s * 1e3, measured=measured_s * 1e3, unit="ms",
         tolerance_pct=25, mechanism_observed=bool(matmuls), note=note, split=split,
         mechanism="the busy thread computed during the timed calls")
+
+
+def _modelled(reg: Regimes, size_bytes: float) -> str:
+    """The regime-aware model at a size, and what it is (the line, or the floor below it)."""
+    if not reg.has_bandwidth:
+        return f"no α–β line ({reg.op} has no bandwidth regime here)"
+    return f"{_ms(reg.time_s(size_bytes))} ({reg.regime(size_bytes)} regime)"
+
+
+def sharded_gradients_sentence(rs: Regimes | None, ar: Regimes, *, grad_bytes: float) -> str:
+    """FSDP and ZeRO-2 reduce-scatter the gradients where DDP all-reduces them: the two
+    measured at the largest size both swept, then each one's model at ``grad_bytes``.
+
+    >>> ar = Regimes("all_reduce", 2, (8, 1 << 20, 8 << 20), (4e-4, 1.2e-3, 7.6e-3), 1 << 20,
+    ...              2.5e-4, 1.2e9, 2.5e-4, 1.2e9)
+    >>> rs = Regimes("reduce_scatter", 2, (8, 1 << 20, 8 << 20), (3e-4, 7e-4, 4e-3), 1 << 20,
+    ...              1.2e-4, 1.1e9, 1.2e-4, 1.1e9)
+    >>> print(sharded_gradients_sentence(rs, ar, grad_bytes=16.8e6))
+    FSDP and ZeRO-2 reduce-scatter the gradients (each of the N = 2 ranks keeps the 1/N it updates) where DDP all-reduces them: at 8 MiB the reduce-scatter took 4 ms against the all-reduce's 7.6 ms (0.53x; a ring all-reduce is a reduce-scatter then an all-gather). For 16 MiB of gradients the reduce-scatter's model gives 7.76 ms (bandwidth regime), the all-reduce's 14.5 ms (bandwidth regime).
+    >>> sharded_gradients_sentence(None, ar, grad_bytes=16.8e6)
+    'reduce_scatter was not swept (add it to other_ops): no FSDP / ZeRO line.'
+    """
+    if rs is None:
+        return "reduce_scatter was not swept (add it to other_ops): no FSDP / ZeRO line."
+    size = min(rs.sizes[-1], ar.sizes[-1])
+    t_rs = time_at(size, sizes=rs.sizes, times=rs.times)
+    t_ar = time_at(size, sizes=ar.sizes, times=ar.times)
+    return (f"FSDP and ZeRO-2 reduce-scatter the gradients (each of the N = {rs.ranks} ranks "
+            f"keeps the 1/N it updates) where DDP all-reduces them: at {size_text(size)} the "
+            f"reduce-scatter took {_ms(t_rs)} against the all-reduce's {_ms(t_ar)} "
+            f"({t_rs / t_ar:.2g}x; a ring all-reduce is a reduce-scatter then an all-gather). "
+            f"For {size_text(grad_bytes)} of gradients the reduce-scatter's model gives "
+            f"{_modelled(rs, grad_bytes)}, the all-reduce's {_modelled(ar, grad_bytes)}.")
+
+
+def experts_sentence(a2a: Regimes | None, *, tokens: int, experts_per_token: int,
+                     hidden_size: int, bytes_per_value: int, layers: int) -> str:
+    """A mixture-of-experts layer's all-to-alls (2 forward, 2 backward, of t·k·h·bytes), priced
+    by this sweep's all-to-all model, and what they cost a step of ``layers`` such layers.
+
+    >>> a2a = Regimes("all_to_all", 2, (8, 1 << 20, 8 << 20), (3e-4, 8e-4, 4.4e-3), 1 << 20,
+    ...               1.6e-4, 1.0e9, 1.6e-4, 1.0e9)
+    >>> print(experts_sentence(a2a, tokens=512, experts_per_token=2, hidden_size=4096,
+    ...                        bytes_per_value=2, layers=32))
+    A mixture-of-experts layer sends each of a rank's 512 tokens to its 2 experts and back: 2 all-to-alls forward and 2 backward of t·k·h·bytes = 8 MiB each. Here one takes 4.35 ms (bandwidth regime; the sweep measured 4.4 ms at that size), so 4 x 32 layers cost 0.557 s of a step on N = 2 ranks.
+    >>> experts_sentence(None, tokens=512, experts_per_token=2, hidden_size=4096,
+    ...                  bytes_per_value=2, layers=32)
+    'all_to_all was not swept (add it to other_ops): no expert all-to-all priced.'
+    """
+    if a2a is None:
+        return "all_to_all was not swept (add it to other_ops): no expert all-to-all priced."
+    size = moe_all_to_all_bytes(tokens=tokens, experts_per_token=experts_per_token,
+                                hidden_size=hidden_size, bytes_per_value=bytes_per_value)
+    measured = time_at(size, sizes=a2a.sizes, times=a2a.times)
+    seen = (f"; the sweep measured {_ms(measured)} at that size" if not math.isnan(measured)
+            else "; beyond the sweep")
+    head = (f"A mixture-of-experts layer sends each of a rank's {tokens} tokens to its "
+            f"{experts_per_token} experts and back: 2 all-to-alls forward and 2 backward of "
+            f"t·k·h·bytes = {size_text(size)} each.")
+    if not a2a.has_bandwidth:
+        return head + f" Here there is {_modelled(a2a, size)}{seen}."
+    one = a2a.time_s(size)
+    return (head + f" Here one takes {_ms(one)} ({a2a.regime(size)} regime{seen}), so 4 x "
+            f"{layers} layers cost {4 * layers * one:.3g} s of a step on N = {a2a.ranks} ranks.")

@@ -13,6 +13,9 @@ Read in this order:
 * :mod:`~labkit.ddp.train` (rank side) -- one optimizer step, DDP's wrapper, replica drift;
 * :mod:`~labkit.ddp.formulas` (pure) -- exposed communication, overlap, speedup and efficiency,
   the sum of a DDP step and the crossover batch;
+* :mod:`~labkit.ddp.overlap` (pure) -- when each bucket's all-reduce ran against backward:
+  hidden and exposed communication, from the measured timeline;
+* :mod:`~labkit.ddp.abtest` (pure) -- the bucket A/B, timed in turn, judged beyond its spread;
 * :mod:`~labkit.ddp.predict` (pure) -- the model of a DDP step on this machine from its machine
   profile (the co-run slowdown, the all-reduces in context), and the measured split;
 * :mod:`~labkit.ddp.budget` (pure) -- notebook 05's run time estimated before launch;
@@ -26,9 +29,9 @@ Read in this order:
 package imports nothing heavy (no torch), so ``labkit diff`` never pays for it.
 """
 
-from labkit.ddp import budget, diff, formulas, plots, predict, report, verdicts
+from labkit.ddp import abtest, budget, diff, formulas, overlap, plots, predict, report, verdicts
 from labkit.ddp.config import DDPConfig
 from labkit.ddp.run import run
 
-__all__ = ["DDPConfig", "budget", "diff", "formulas", "plots", "predict", "report", "run",
-           "verdicts"]
+__all__ = ["DDPConfig", "abtest", "budget", "diff", "formulas", "overlap", "plots", "predict", "report",
+           "run", "verdicts"]

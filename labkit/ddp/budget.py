@@ -65,7 +65,8 @@ def notebook_s(config: DDPConfig, *, world_sizes, bucket_batch: int | None, flop
     """Notebook 05's run, estimated (seconds): the 1-rank launch (no-DDP and DDP runs at every
     batch, the all-cores runs), each launch of more ranks (rounds of a DDP step, a ``no_sync``
     step, the all-reduces and the copies; ``slowdown``: ranks computing at once) and the
-    bucket A/B's launch at ``bucket_batch`` (None: none). Its defaults: about 30 s.
+    bucket A/B's launch at ``bucket_batch`` (None: none), which times run A's steps too. Its
+    defaults: about 30 s.
 
     >>> cfg = DDPConfig(batch_size=(16, 32, 64, 128), steps=5, warmup=1,
     ...                 all_cores_batches=(32, 128))
@@ -97,6 +98,9 @@ def notebook_s(config: DDPConfig, *, world_sizes, bucket_batch: int | None, flop
         total += launch(int(n), config.batch_size)
     if bucket_batch is not None and any(int(n) > 1 for n in world_sizes):
         total += launch(max(int(n) for n in world_sizes), [bucket_batch])
+        # run A's DDP steps, timed in the same rounds (labkit.ddp.abtest)
+        total += (config.warmup + rounds) * step_s(config, bucket_batch,
+                                                   flop_per_s=flop_per_s) * slowdown
     return total
 
 

@@ -29,7 +29,7 @@ def _config_flags(p) -> None:
 
 def register(sub) -> None:
     add_lab_command(
-        sub, "ddp", DDPConfig, cmd_ddp, flags=_config_flags, launch_first=True,
+        sub, "ddp", DDPConfig, cmd_ddp, flags=_config_flags, launch_first=True, trace=True,
         help="DDP training: no-DDP baseline, then DDP at each world size; percentiles",
         description="Times optimizer steps of a synthetic model without DDP (1 process) and with "
                     "DDP at each --nproc (one launch each). Step time = slowest rank.")

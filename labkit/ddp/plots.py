@@ -133,3 +133,36 @@ def speedup_vs_batch(df, world_size: int | None = None, title: str | None = None
     ax.legend(fontsize=7)
     ax.set_title(title or f"when DDP on {n} ranks pays")
     return fig
+
+
+def comm_timeline(row, title: str | None = None):
+    """One DDP step of ``row`` as rank 0's timeline measured it (the step of median length):
+    backward shaded from its start to its last gradient, one bar per bucket from its
+    all-reduce's launch to its completion, the end of the same backward without the
+    all-reduce (``no_sync``, dashed) and the step's end (ms from the step's start)."""
+    import numpy as np
+
+    ends = list(row["timeline_step_end_s"])
+    k = int(np.argsort(ends)[len(ends) // 2])
+    start, last = row["timeline_backward_start_s"][k] * 1e3, row["timeline_backward_end_s"][k] * 1e3
+    intervals = [(a * 1e3, b * 1e3) for a, b in row["comm_intervals_s"][k]]
+    fig, axes = new_figure(width=6.0, height=1.4 + 0.16 * len(intervals))
+    ax = axes[0][0]
+    ax.axvspan(start, last, color="C0", alpha=0.15, label="backward (to its last gradient)")
+    for i, (a, b) in enumerate(intervals):
+        ax.barh(i, b - a, left=a, height=0.7, color="C1",
+                label="a bucket's all-reduce (launched to completed)" if i == 0 else None)
+    nosync = row.get("nosync_backward_s")
+    if nosync is not None and nosync == nosync:
+        ax.axvline(start + nosync * 1e3, color="C0", ls="--", lw=1,
+                   label="backward's end without the all-reduce (no_sync, median)")
+    ax.axvline(ends[k] * 1e3, color="k", lw=1, label="step's end")
+    ax.set_yticks(range(len(intervals)), [f"bucket {i}" for i in range(len(intervals))],
+                  fontsize=6 if len(intervals) > 8 else 8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the step's start (rank 0)")
+    ax.set_xlim(left=0)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title or f"N={int(row['world_size'])}, batch {int(row['batch_size'])}, "
+                          f"{row['bucket_cap_mb']:g} MB buckets: one step")
+    return fig

@@ -106,6 +106,29 @@ COLUMNS = (
     Column("predicted_speedup_error_pct", "%",
            "the predicted speedup's symmetric error against no DDP"),
     Column("predicted_speedup", "", "N t1 / predicted_step_time_s against 1-rank DDP"),
+    # the overlap as rank 0's timeline measured it (labkit.ddp.overlap), medians over steps
+    Column("comm_total_s", "s", "time some bucket's all-reduce was in flight (union of them)"),
+    Column("comm_hidden_s", "s", "of it, the time inside backward (backward still computing)"),
+    Column("comm_exposed_s", "s", "of it, the time after backward's last gradient (the step waits)"),
+    Column("comm_hidden_share", "", "comm_hidden_s / comm_total_s, measured on the timeline"),
+    Column("backward_s", "s", "DDP step: backward's start to its last gradient accumulated"),
+    Column("nosync_backward_s", "s", "the same in the no_sync step (no all-reduce beside it)"),
+    Column("timeline_backward_start_s", "s", "per timed step: backward's start, from the step's"),
+    Column("timeline_backward_end_s", "s", "per timed step: backward's last gradient"),
+    Column("timeline_step_end_s", "s", "per timed step: the step's end, from its start"),
+    Column("comm_intervals_s", "s",
+           "per timed step, per bucket (by index): [launched, completed] from the step's start"),
+    # the bucket A/B inside one launch (labkit.ddp.abtest)
+    Column("compare_bucket_cap_mb", "MB", "run A's bucket size, timed in the same rounds"),
+    Column("compare_step_time_p50_s", "s", "run A's step, p50 over the slowest rank"),
+    Column("compare_step_times_s", "s", "run A's step in each round, slowest rank (a list)"),
+    # compute rate (labkit.ddp.formulas.mfu, labkit.machine.roofline)
+    Column("model_flop_per_step", "FLOP", "one rank's model FLOPs of a step (forward + backward)"),
+    Column("model_flop_per_s", "FLOP/s", "model_flop_per_step / step_time_p50_s"),
+    Column("peak_flop_per_s", "FLOP/s", "one rank's best measured matrix-product rate (profile)"),
+    Column("mfu", "", "model FLOPs utilisation: model_flop_per_s / peak_flop_per_s"),
+    Column("catalog_peak_flop_per_s", "FLOP/s", "a GPU's datasheet fp32 peak (catalogue)"),
+    Column("mfu_catalog", "", "model_flop_per_s / catalog_peak_flop_per_s"),
     *DEVICE_MEMORY_COLUMNS,
 )
 

@@ -41,15 +41,18 @@ def run(config: DDPConfig, launch: LaunchOptions | None = None, store=None, *, p
     ``scaling_efficiency`` against 1-rank DDP, ``speedup_vs_no_ddp``, the breakdown columns,
     the model's ``predicted_step_time_s`` and ``predicted_speedup_vs_no_ddp``,
     ``placement`` (one dict per rank) and the launch fields: every column is declared in
-    :data:`labkit.ddp.report.COLUMNS`. A launch whose ranks share a GPU warns
+    :data:`labkit.ddp.report.COLUMNS`. With ``launch.trace_dir``, rank 0's timed steps of each
+    launch as a Chrome trace there (:mod:`labkit.ddp.trace`; paths in
+    ``df.attrs["trace_paths"]``). A launch whose ranks share a GPU warns
     (:class:`PlacementWarning`) and its rows carry ``placement_ok == False``.
     """
     import pandas as pd
 
-    from labkit import results
+    from labkit import results, trace
     from labkit.ddp.formulas import add_scaling_columns
     from labkit.ddp.predict import add_prediction_columns
     from labkit.ddp.report import KEY
+    from labkit.ddp.trace import trace_events
     from labkit.launch import launch_lab
 
     expect_config(config, DDPConfig)
@@ -57,7 +60,7 @@ def run(config: DDPConfig, launch: LaunchOptions | None = None, store=None, *, p
     if config.baseline and isinstance(launch, LaunchOptions) and 1 not in launch.world_sizes:
         warnings.warn("no 1-rank launch: the no-DDP baseline and the speedup against 1 rank "
                       "need one (add 1 to nprocs)", stacklevel=2)
-    launches = launch_lab("ddp", config, launch, store)
+    launches = launch_lab("ddp", config, launch, store, traced=True)
     rows = []
     for res in launches:
         table = res.placement
@@ -74,5 +77,37 @@ def run(config: DDPConfig, launch: LaunchOptions | None = None, store=None, *, p
     if profile is not None:
         extra = alone.to_dict("records") if hasattr(alone, "to_dict") else list(alone or [])
         rows = add_prediction_columns(rows, profile=profile, alone=extra)
+        rows = _with_mfu(rows, config, profile)
     results.store_rows(store, rows, KEY)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    # rank 0's timed steps as a Chrome trace per launch, from the rows (launch.trace_dir)
+    df.attrs["trace_paths"] = [str(p) for p in trace.write_launches(
+        launch.trace_dir, "ddp", rows, trace_events)]
+    return df
+
+
+def _with_mfu(rows: list[dict], config: DDPConfig, profile) -> list[dict]:
+    """Rows with their model FLOPs utilisation against the profile's measured peak of one rank
+    (:mod:`labkit.machine.roofline`) and, on a GPU the accelerator catalogue lists, against
+    its datasheet's fp32 peak (the lab trains in fp32)."""
+    from labkit.ddp.budget import flop_per_sample
+    from labkit.ddp.formulas import add_mfu_columns
+    from labkit.ddp.report import on_gpu
+    from labkit.errors import UsageError
+    from labkit.machine.roofline import catalog_key, from_profile
+    from labkit.perfmodel import catalog
+
+    if not any(r.get("measurement") == "matmul" for r in getattr(profile, "rows", ())):
+        return rows  # a profile without measured products (a synthetic one): no peak to use
+    catalog_peak = None
+    gpu = next((r for r in rows if on_gpu(r)), None)
+    if gpu is not None:
+        try:
+            entries = catalog.load_catalog("accelerators")
+            key = catalog_key(gpu.get("device_name") or "", entries)
+            catalog_peak = entries[key].peak("fp32") if key is not None else None
+        except UsageError:  # no catalogue, or no fp32 peak in it: the measured peak alone
+            catalog_peak = None
+    return add_mfu_columns(rows, flop_per_sample=flop_per_sample(config),
+                           peak_flop_per_s=from_profile(profile).peak_flop_per_s,
+                           catalog_peak_flop_per_s=catalog_peak)

@@ -7,7 +7,9 @@ against one process with every core as a thread; :func:`crossover_sentence` the 
 predicted crossover of :func:`labkit.ddp.report.crossover`; :func:`agreement_sentence` at which
 batches the model says rightly whether DDP pays; :func:`weak_sentence` weak scaling beside the
 model and the co-run slowdown; :func:`overlap_sentence` what the buckets hid;
-:func:`ab_sentence` the bucket A/B, measured and in the model.
+:func:`ab_sentence` the bucket A/B, measured and in the model; :func:`ab_rounds_sentence` the
+A/B timed in turn, a difference only beyond its rounds' spread; :func:`timeline_sentence` the
+overlap as the timeline measured it; :func:`mfu_sentence` a step's compute rate.
 """
 
 from __future__ import annotations
@@ -153,14 +155,15 @@ def overlap_sentence(*, buckets: int, overlap: float, window_ms: float,
     >>> overlap_sentence(buckets=4, overlap=0.6, window_ms=30.0)
     '4 buckets: the step hid 60% of their all-reduces behind backward (overlap observed: yes); the model gave them a window of 30.0 ms, so it expected some.'
     """
+    many = f"{buckets} bucket{'s' if buckets != 1 else ''}"
     if overlap != overlap:  # NaN: no standalone all-reduce to compare with
-        return (f"{buckets} buckets: what the step hid of their all-reduces could not be "
+        return (f"{many}: what the step hid of their all-reduces could not be "
                 "measured (no standalone all-reduce timed).")
     seen = "yes" if overlap > threshold else "no"
     model = ("the model gave them no window (no core to spare for them), so it expected none"
              if window_ms <= 0 else
              f"the model gave them a window of {window_ms:.1f} ms, so it expected some")
-    return (f"{buckets} buckets: the step hid {overlap:.0%} of their all-reduces behind "
+    return (f"{many}: the step hid {overlap:.0%} of their all-reduces behind "
             f"backward (overlap observed: {seen}); {model}.")
 
 
@@ -178,3 +181,79 @@ def ab_sentence(*, delta_pct: float, model_delta_pct: float) -> str:
     right = "which way" if way(delta_pct) == way(model_delta_pct) else "the wrong way"
     return (f"B against A at p50: {delta_pct:+.0f}% ({way(delta_pct)}); the model: "
             f"{model_delta_pct:+.0f}% ({way(model_delta_pct)}): the model says {right}.")
+
+
+def ab_rounds_sentence(r: dict, *, cap_a: float, cap_b: float, model_delta_pct: float) -> str:
+    """The interleaved bucket A/B (:func:`labkit.ddp.abtest.ab_rounds`) beside the model: a
+    difference is reported only where the rounds' spread (p25 to p75) lies on one side of 0.
+
+    >>> r = {"rounds": 4, "median_pct": -8.0, "p25_pct": -11.0, "p75_pct": -5.0, "differs": True}
+    >>> ab_rounds_sentence(r, cap_a=25, cap_b=1, model_delta_pct=-6.0)
+    'B (1 MB buckets) against A (25 MB), timed in turn over 4 rounds: B is 8% slower (median; rounds p25 to p75: -11% to -5%); the model: -6%, the same way.'
+    >>> r = {"rounds": 4, "median_pct": 1.0, "p25_pct": -3.0, "p75_pct": 4.0, "differs": False}
+    >>> ab_rounds_sentence(r, cap_a=25, cap_b=1, model_delta_pct=-6.0)
+    "B (1 MB buckets) against A (25 MB), timed in turn over 4 rounds: no difference beyond the rounds' spread (median +1%; p25 to p75: -3% to +4%); the model: -6%, outside that spread."
+    """
+    head = (f"B ({cap_b:g} MB buckets) against A ({cap_a:g} MB), timed in turn over "
+            f"{r['rounds']} rounds: ")
+    spread = f"{r['p25_pct']:+.0f}% to {r['p75_pct']:+.0f}%"
+    if r["differs"]:
+        way = "faster" if r["median_pct"] > 0 else "slower"
+        same = "the same way" if (model_delta_pct > 0) == (r["median_pct"] > 0) else \
+            "the other way"
+        if abs(model_delta_pct) < 0.5:
+            same = "no change"
+        return (head + f"B is {abs(r['median_pct']):.0f}% {way} (median; rounds p25 to p75: "
+                f"{spread}); the model: {model_delta_pct:+.0f}%, {same}.")
+    inside = "inside" if r["p25_pct"] <= model_delta_pct <= r["p75_pct"] else "outside"
+    return (head + f"no difference beyond the rounds' spread (median {r['median_pct']:+.0f}%; "
+            f"p25 to p75: {spread}); the model: {model_delta_pct:+.0f}%, {inside} that spread.")
+
+
+def timeline_sentence(row, *, standalone_s: float | None = None) -> str:
+    """What rank 0's timeline measured of a DDP row's overlap (medians over its timed steps):
+    how long the all-reduces were in flight, how much of it inside backward and after it;
+    with the ``no_sync`` backward and the all-reduces' standalone time, what the step paid for
+    them against what they cost alone (:func:`labkit.ddp.overlap.hidden_for_free_s`).
+
+    >>> row = {"comm_intervals_s": [[[0, 1]] * 4], "comm_total_s": 0.044, "comm_hidden_s": 0.025,
+    ...        "comm_exposed_s": 0.018, "comm_hidden_share": 0.57, "backward_s": 0.032,
+    ...        "nosync_backward_s": 0.030}
+    >>> timeline_sentence(row, standalone_s=0.016)
+    "4 buckets' all-reduces were in flight 44.0 ms per step: 25.0 ms (57%) while backward still computed, 18.0 ms after its last gradient. Backward took 32.0 ms with the all-reduces beside it, 30.0 ms without (no_sync): the step paid 18.0 + 2.0 = 20.0 ms for all-reduces that take 16.0 ms alone, so 0.0 ms of them (0%) hid."
+    """
+    from labkit.ddp.overlap import hidden_for_free_s
+
+    ms = 1e3
+    buckets = len((row.get("comm_intervals_s") or [[]])[0])
+    total, hidden = float(row["comm_total_s"]), float(row["comm_hidden_s"])
+    exposed = float(row["comm_exposed_s"])
+    who = "1 bucket's all-reduce was" if buckets == 1 else f"{buckets} buckets' all-reduces were"
+    text = (f"{who} in flight {total * ms:.1f} ms per step: {hidden * ms:.1f} ms "
+            f"({row['comm_hidden_share']:.0%}) while backward still computed, "
+            f"{exposed * ms:.1f} ms after its last gradient.")
+    nosync = row.get("nosync_backward_s")
+    if nosync is None or nosync != nosync or not (standalone_s or 0) > 0:
+        return text
+    back = float(row["backward_s"])
+    stretch = max(0.0, back - float(nosync))
+    free = hidden_for_free_s(exposed_s=exposed, backward_s=back, nosync_backward_s=float(nosync),
+                             standalone_s=standalone_s)
+    them = "the all-reduce" if buckets == 1 else "the all-reduces"
+    return text + (f" Backward took {back * ms:.1f} ms with {them} beside it, {nosync * ms:.1f} ms "
+                   f"without (no_sync): the step paid {exposed * ms:.1f} + {stretch * ms:.1f} = "
+                   f"{(exposed + stretch) * ms:.1f} ms for all-reduces that take "
+                   f"{standalone_s * ms:.1f} ms alone, so {free * ms:.1f} ms of them "
+                   f"({free / standalone_s:.0%}) hid.")
+
+
+def mfu_sentence(*, batch: int, ranks: int, flop_per_s: float, peak_flop_per_s: float,
+                 mfu: float) -> str:
+    """A DDP step's compute rate against one rank's measured peak.
+
+    >>> mfu_sentence(batch=128, ranks=2, flop_per_s=9.1e9, peak_flop_per_s=41.5e9, mfu=0.219)
+    'At batch 128, each of 2 DDP ranks runs the model at 9.1 GFLOP/s: 22% of the best matrix product one rank reached in the machine profile (41.5 GFLOP/s).'
+    """
+    return (f"At batch {batch}, each of {ranks} DDP ranks runs the model at "
+            f"{flop_per_s / 1e9:.1f} GFLOP/s: {mfu:.0%} of the best matrix product one rank "
+            f"reached in the machine profile ({peak_flop_per_s / 1e9:.1f} GFLOP/s).")

@@ -34,10 +34,18 @@ For each batch size of the config, inside this one launch:
    load, which comes and goes within seconds, weighs on the step and on its parts alike. The
    ``no_sync`` step's update is undone after it (untimed), so the replicas still take exactly
    ``steps`` DDP steps.
+4. **the overlap, measured** (on more than one rank): a :class:`~labkit.ddp.train.CommTimeline`
+   on the DDP model records, in every timed step, when backward ran and when each bucket's
+   all-reduce was launched and completed (rank 0's clock); the row gets the intervals and
+   their split into hidden and exposed communication (:func:`labkit.ddp.overlap.summarize`).
+5. **the bucket A/B** (an :class:`~labkit.ddp.abtest.ABConfig` with
+   ``compare_bucket_cap_mb``): run A's DDP model is timed in the same rounds, right after
+   this config's step, and its times come back beside them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -46,10 +54,18 @@ import torch.distributed as dist
 
 from labkit import runtime, timing
 from labkit.collectives.formulas import algbw_gb_per_s, busbw_gb_per_s, fit_alpha_beta
-from labkit.ddp import formulas
+from labkit.ddp import formulas, overlap
+from labkit.ddp.abtest import ABConfig
 from labkit.ddp.config import DDPConfig
 from labkit.ddp.models import build_model, grad_bytes, num_params, synthetic_batches
-from labkit.ddp.train import gather_params, make_optimizer, make_step, replica_drift, wrap_ddp
+from labkit.ddp.train import (
+    CommTimeline,
+    gather_params,
+    make_optimizer,
+    make_step,
+    replica_drift,
+    wrap_ddp,
+)
 from labkit.errors import UsageError
 from labkit.harness import worker_main
 from labkit.procs import allocated_cores
@@ -138,10 +154,11 @@ def run_batch(rt: runtime.Runtime, cfg: DDPConfig) -> list[dict]:
     model = build_model(cfg, rt.device)
     ddp = wrap_ddp(model, cfg, rt.device)
     opt = make_optimizer(ddp, cfg)
+    # one rank all-reduces nothing: its timeline and breakdown would tell nothing
+    timeline = CommTimeline(ddp, rt.device) if rt.world_size > 1 else None
     # gradients that are views into DDP's buckets must be zeroed in place, not dropped
     keep_views = not cfg.gradient_as_bucket_view
-    step = make_step(ddp, opt, batches, set_to_none=keep_views)
-    # one rank all-reduces nothing: its breakdown would tell nothing and cost a run
+    step = make_step(ddp, opt, batches, set_to_none=keep_views, timeline=timeline)
     breakdown = cfg.breakdown and rt.world_size > 1
     if breakdown:
         for _ in range(cfg.warmup):
@@ -149,7 +166,10 @@ def run_batch(rt: runtime.Runtime, cfg: DDPConfig) -> list[dict]:
         # the DDP step's own peak, read before the breakdown allocates its measuring buffers
         # (a flat gradient, bucket copies, the fit's all-reduce sizes)
         peak = runtime.max_device_peak_bytes(rt.device) if cfg.warmup else None
-        parts = _breakdown_parts(cfg, rt, ddp, opt, batches)
+        parts = _breakdown_parts(cfg, rt, ddp, opt, batches, timeline)
+        compare = _compare_part(cfg, rt, batches)
+        if compare is not None:  # timed right after B's step, round after round
+            parts = {"compare": (compare, None, None), **parts}
         local = _rounds(cfg, rt, step, parts)
         stats = _summary(local.pop("step"), "step_time")
         if peak is None:  # no warm-up step to read it after: the whole run's
@@ -165,7 +185,39 @@ def run_batch(rt: runtime.Runtime, cfg: DDPConfig) -> list[dict]:
         row["params_by_rank"] = gather_params(model)
     if breakdown:
         row.update(_breakdown(cfg, rt, ddp, row, local))
+    if timeline is not None:  # rank 0's timeline of the timed steps
+        row.update(overlap.summarize(
+            timeline.records(nosync=False, last=cfg.measured_steps),
+            timeline.records(nosync=True, last=cfg.measured_steps if breakdown else 0)))
+    if breakdown and "compare" in local:
+        row.update(_compare_columns(cfg, local["compare"]))
     return rows + [row]
+
+
+def _compare_part(cfg: DDPConfig, rt: runtime.Runtime, batches):
+    """Run A of an A/B (:class:`~labkit.ddp.abtest.ABConfig`): the same model, seed and
+    batches in DDP with A's bucket size, its warm-up steps run; its step, to be timed in the
+    rounds beside this config's (run B). It carries a timeline too (unread), so that A and B
+    pay the same hooks. None without an A/B."""
+    cap = getattr(cfg, "compare_bucket_cap_mb", None)
+    if cap is None:
+        return None
+    cfg_a = dataclasses.replace(cfg, bucket_cap_mb=cap)
+    ddp_a = wrap_ddp(build_model(cfg_a, rt.device), cfg_a, rt.device)
+    step_a = make_step(ddp_a, make_optimizer(ddp_a, cfg_a), batches,
+                       set_to_none=not cfg.gradient_as_bucket_view,
+                       timeline=CommTimeline(ddp_a, rt.device))
+    for _ in range(cfg.warmup):
+        step_a()
+    return step_a
+
+
+def _compare_columns(cfg: DDPConfig, local_a: list[float]) -> dict:
+    """Run A's step times of the rounds (slowest rank), beside run B's own."""
+    stats = _summary(local_a, "compare_step_time")
+    return {"compare_bucket_cap_mb": cfg.compare_bucket_cap_mb,
+            "compare_step_time_p50_s": stats["compare_step_time_p50_s"],
+            "compare_step_times_s": stats["compare_step_times_s"]}
 
 
 def _all_cores_row(cfg: DDPConfig, rt: runtime.Runtime, batches) -> dict:
@@ -243,11 +295,13 @@ def _undo(model, opt):
     return save, restore
 
 
-def _breakdown_parts(cfg, rt, ddp, opt, batches) -> dict:
+def _breakdown_parts(cfg, rt, ddp, opt, batches, timeline=None) -> dict:
     """What a round times besides the DDP step: name -> (function, before, after); ``before``
-    and ``after`` run untimed around it."""
+    and ``after`` run untimed around it. ``timeline`` also records the ``no_sync`` steps
+    (backward without the all-reduce)."""
     keep_views = not cfg.gradient_as_bucket_view
-    nosync = make_step(ddp, opt, batches, no_sync=True, set_to_none=keep_views)
+    nosync = make_step(ddp, opt, batches, no_sync=True, set_to_none=keep_views,
+                       timeline=timeline)
     nbytes = grad_bytes(ddp.module)
     flat = torch.zeros(nbytes // 4, dtype=torch.float32, device=rt.device)
     copies = _bucket_copies(ddp.module, rt.world_size, cfg.gradient_as_bucket_view)
@@ -263,13 +317,18 @@ def _breakdown_parts(cfg, rt, ddp, opt, batches) -> dict:
 def _rounds(cfg: DDPConfig, rt: runtime.Runtime, step, parts: dict) -> dict:
     """The DDP ``step`` (its ``cfg.warmup`` untimed steps already run) and every part, timed
     in turn, round after round: one untimed run of each part, then ``cfg.measured_steps``
-    timed rounds. Every timed thing starts with all ranks together (a barrier). This rank's
-    times, by name (``"step"`` and the parts')."""
+    timed rounds. Every timed thing starts with all ranks together (a barrier). An A/B's run A
+    (part ``"compare"``, warmed up already) goes right after the step in odd rounds and right
+    before it in even ones, so neither run always goes first. This rank's times, by name
+    (``"step"`` and the parts')."""
     local: dict = {"step": [], **{name: [] for name in parts}}
     items = [("step", step, None, None), *((n, *v) for n, v in parts.items())]
     for r in range(cfg.measured_steps + 1):  # round 0 warms every part up, untimed
-        for name, fn, before, after in items:
-            if r == 0 and name == "step":
+        order = items
+        if r % 2 == 0 and len(items) > 1 and items[1][0] == "compare":
+            order = [items[1], items[0], *items[2:]]
+        for name, fn, before, after in order:
+            if r == 0 and name in ("step", "compare"):
                 continue
             if before is not None:
                 before()
@@ -326,4 +385,4 @@ def _alpha_beta(world_size: int, sizes: list[int], times: list[float]) -> dict:
 
 
 if __name__ == "__main__":
-    worker_main(on_rank, DDPConfig)
+    worker_main(on_rank, ABConfig)  # a DDPConfig, or one with an A/B (its subclass)

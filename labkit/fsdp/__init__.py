@@ -1,16 +1,20 @@
 """The sharded-data-parallel lab: the tensor-parallel lab's model trained with Adam under DDP
-(every rank holds everything), under a hand-written ZeRO-1 (Adam's moments sharded: the
-teaching version) and under FSDP2's ``fully_shard`` (ZeRO-3: weights, gradients and optimizer
-states sharded). Each launch checks all three against one process, takes the bytes each rank
-holds from its local tensors and counts the bytes each step moves, beside the ZeRO formulas and
-DDP's own numbers, and puts every step time beside its prediction.
+(every rank holds everything), under hand-written ZeRO-1 (Adam's moments sharded: the
+teaching version) and ZeRO-2 (the gradients too), and under FSDP2's ``fully_shard`` (ZeRO-3:
+weights, gradients and optimizer states sharded). Each launch checks every variant against one
+process, takes the bytes each rank holds from its local tensors, counts what it holds over a
+step (its peak, saved activations included) and the bytes each step moves, beside the ZeRO
+formulas and DDP's own numbers, measures activation checkpointing on the plain model, and puts
+every step time beside its prediction.
 
 Read in this order:
 
 * :mod:`~labkit.fsdp.config` (pure) -- what a benchmark asks for, validated before any launch;
 * :mod:`~labkit.fsdp.formulas` (pure) -- bytes held per ZeRO stage (Ψ·(w + g + k)/N style,
-  fp32 here), bytes moved (FSDP: 1.5x DDP), the step time;
-* :mod:`~labkit.fsdp.shard` (rank side) -- DDP, the ZeRO-1 optimizer, FSDP2, held bytes;
+  fp32 here), bytes moved (FSDP: 1.5x DDP), what a rank holds over a step, the step time;
+* :mod:`~labkit.fsdp.shard` (rank side) -- DDP, the ZeRO-1 and ZeRO-2 optimizers, FSDP2, held
+  bytes;
+* :mod:`~labkit.fsdp.peak` (rank side) -- what a rank holds over one step, sampled;
 * :mod:`~labkit.fsdp.worker` (rank side) -- one launch: reference, checks, counts, timings;
 * :mod:`~labkit.fsdp.run` (host side) -- :func:`run`, what notebook 09 and ``labkit fsdp`` call;
 * :mod:`~labkit.fsdp.verdicts` (pure) -- notebook 09's laws and sentences, the step model in

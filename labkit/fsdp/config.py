@@ -4,7 +4,8 @@ One :class:`FSDPConfig` describes one benchmark: the tensor-parallel lab's model
 ``num_layers`` transformer layers of width ``hidden``, :mod:`labkit.tp.models`), trained with
 Adam on ``batch_size`` sequences per rank (data parallelism: every rank its own batch), under
 the variants asked for: ``ddp`` (every rank holds everything, gradients all-reduced),
-``zero1`` (a hand-written sharded optimizer: the teaching version of ZeRO stage 1) and
+``zero1`` (a hand-written sharded optimizer: the teaching version of ZeRO stage 1),
+``zero2`` (the same with the gradients reduce-scattered in backward, by hand: stage 2) and
 ``fsdp`` (FSDP2's ``fully_shard``: parameters, gradients and optimizer states sharded, ZeRO
 stage 3). Checks that need the world size are in :meth:`FSDPConfig.check_world_size`.
 """
@@ -17,10 +18,12 @@ from labkit.config import option, positive_int
 from labkit.errors import UsageError
 from labkit.tp.config import check_training, training_fields
 
-VARIANTS = ("ddp", "zero1", "fsdp")
+VARIANTS = ("ddp", "zero1", "zero2", "fsdp")
+#: what a config runs unless told (zero2 on demand: notebook 09 asks for it)
+DEFAULT_VARIANTS = ("ddp", "zero1", "fsdp")
 
 #: the ZeRO stage each variant is
-STAGE = {"ddp": "ddp", "zero1": "zero1", "fsdp": "zero3"}
+STAGE = {"ddp": "ddp", "zero1": "zero1", "zero2": "zero2", "fsdp": "zero3"}
 
 
 @dataclass(frozen=True)
@@ -33,15 +36,16 @@ class FSDPConfig:
     >>> FSDPConfig(variants=("fsdp", "zero4"))
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: unknown variant 'zero4' (choose from ddp, zero1, fsdp)
+    labkit.errors.UsageError: unknown variant 'zero4' (choose from ddp, zero1, zero2, fsdp)
     >>> FSDPConfig(hidden=4, num_heads=2).check_world_size(8)
     Traceback (most recent call last):
     ...
     labkit.errors.UsageError: a model of hidden size 4 is too small to shard over 8 ranks: its smallest tensors (biases, norms) have 4 values, fewer than one per rank
     """
 
-    variants: tuple = option(VARIANTS, "ddp, zero1 (sharded optimizer, by hand) and/or fsdp "
-                             "(FSDP2 fully_shard, ZeRO-3)", flag="--variant", metavar="V")
+    variants: tuple = option(DEFAULT_VARIANTS, "ddp, zero1 (sharded optimizer, by hand), zero2 "
+                             "(and sharded gradients, by hand) and/or fsdp (FSDP2 fully_shard, "
+                             "ZeRO-3)", flag="--variant", metavar="V")
     hidden: int = option(256, "hidden size h (d_model); the MLP is 4h wide")
     num_heads: int = option(4, "attention heads")
     seq_len: int = option(32, "tokens per sequence s")
@@ -55,15 +59,19 @@ class FSDPConfig:
         True, "fsdp: free each layer's gathered parameters after forward and gather them again "
               "for backward (ZeRO-3); --no-reshard-after-forward keeps them (more memory, one "
               "all-gather less)")
+    checkpoint: bool = option(
+        False, "activation checkpointing in every variant: each layer keeps only its input and "
+               "runs its forward again in backward (the launch measures the plain model with and "
+               "without it either way)")
     tolerance: float = option(1e-4, "largest |sharded - one process| / max|one process| that "
                                     "matches", cli=False)
 
     def __post_init__(self):
         # the tensor-parallel lab's model, trained with the same checks
         object.__setattr__(self, "variants", check_training(self, VARIANTS))
-        if not isinstance(self.reshard_after_forward, bool):
-            raise UsageError(f"reshard_after_forward must be true or false, got "
-                             f"{self.reshard_after_forward!r}")
+        for name in ("reshard_after_forward", "checkpoint"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
     def check_world_size(self, world_size: int) -> None:
         """Refuse, before any launch, a model some rank would hold nothing of, or whose tensors
@@ -101,4 +109,5 @@ class FSDPConfig:
 
     def describe(self) -> dict:
         """The fields a row carries about the workload."""
-        return {**training_fields(self), "reshard_after_forward": self.reshard_after_forward}
+        return {**training_fields(self), "reshard_after_forward": self.reshard_after_forward,
+                "checkpoint": self.checkpoint}

@@ -72,6 +72,8 @@ def collectives_per_step(*, stage: str, unit_bytes,
     * ``ddp``: one all-reduce of every gradient (DDP cuts it into buckets; the bytes are the same);
     * ``zero1`` (the teaching version): a reduce-scatter of the flat gradients, then an
       all-gather of the updated parameters;
+    * ``zero2`` (the teaching version): per unit, a reduce-scatter of its gradients in
+      backward, then after the step an all-gather of each unit's updated parameters;
     * ``zero3`` (FSDP2): per unit, an all-gather before its forward, another before its
       backward, a reduce-scatter of its gradients after it (``reshard_after_forward=False``
       keeps the gathered weights from forward to backward: one all-gather less, 2Ψ in all).
@@ -86,8 +88,10 @@ def collectives_per_step(*, stage: str, unit_bytes,
     total = sum(units)
     if stage == "ddp":
         return [("all_reduce", total)]
-    if stage in ("zero1", "zero2"):
+    if stage == "zero1":
         return [("reduce_scatter", total), ("all_gather", total)]
+    if stage == "zero2":
+        return [("reduce_scatter", u) for u in units[::-1]] + [("all_gather", u) for u in units]
     gathers = 2 if reshard_after_forward else 1
     return [c for u in units for c in [("all_gather", u)] * gathers + [("reduce_scatter", u)]]
 
@@ -150,3 +154,101 @@ def predict_step(*, flops: float, compute_flop_per_s: float, collectives, ranks:
     comm = comm_time(collectives, ranks=ranks, alpha_s=alpha_s,
                      beta_bytes_per_s=beta_bytes_per_s) if ranks > 1 else 0.0
     return {"compute_s": compute, "comm_s": comm, "step_s": compute + comm}
+
+
+# ---------------------------------------------------------------- memory over a step
+
+def step_memory(*, stage: str, params: float, layers: int, dp: int, layer_activation_bytes: float,
+                loss_activation_bytes: float, reshard_after_forward: bool = True) -> dict:
+    """The bytes one rank holds at each moment :class:`labkit.fsdp.peak.StepMemory` samples a
+    training step (fp32 + Adam, gradients dropped before the step), as this lab's variants
+    schedule them; the largest is the step's peak (:func:`peak_bytes`).
+
+    W = 4Ψ weights, U = W/L one layer (an FSDP unit, a ZeRO-2 bucket), O = 8Ψ Adam's moments,
+    a one layer's saved activations, N ranks. What is held besides the activations:
+
+    * ``ddp``: W + O + W (DDP's gradient buckets), the gradients growing by U a layer in
+      backward: at most 5W after backward (20Ψ);
+    * ``zero1``: W + O/N, then the gradients (W), and in the step the flat copy of the
+      gradients it reduce-scatters and its slice: 3W + W/N + O/N;
+    * ``zero2``: W + O/N; after each layer's backward its U of gradients, their flat copy and
+      slice (2U + U/N) beside the slices already kept;
+    * ``zero3`` (FSDP2): W/N + O/N; in forward the unit computing, gathered (without
+      resharding every unit gathered so far stays); in backward the unit, its U of unsharded
+      gradients, the unit FSDP2 prefetches (U, resharding only) and the previous unit's
+      reduce-scatter input it keeps (U) -- up to 4U beside the shards, where the textbook's
+      transient is one unit (or all of them without resharding: :func:`naive_fsdp_peak_bytes`).
+
+    FSDP2 on 2 ranks, the lab's model (Ψ = 1,579,520, 2 layers of 2.10 MB of activations, the
+    loss's 0.26 MB): the peak is the last layer's backward, 21.1 MB either way (with 2 layers
+    the unit kept from forward is the one resharding prefetches).
+
+    >>> kw = dict(stage="zero3", params=1_579_520, layers=2, dp=2,
+    ...           layer_activation_bytes=2_101_248, loss_activation_bytes=262_144)
+    >>> m = step_memory(**kw)
+    >>> max(m, key=m.get), round(peak_bytes(**kw) / 1e6, 3), round(m["loss"] / 1e6, 3)
+    ('layer 1 backward exit', 21.055, 13.942)
+    >>> round(peak_bytes(**kw, reshard_after_forward=False) / 1e6, 3)
+    21.055
+    >>> round(peak_bytes(**{**kw, "layers": 4}) / 1e6, 1), round(peak_bytes(
+    ...     **{**kw, "layers": 4}, reshard_after_forward=False) / 1e6, 1)
+    (21.3, 24.5)
+    """
+    one_of("stage", stage, STAGES)
+    n, L = positive_int("dp", dp), positive_int("layers", layers)
+    w, o = 4.0 * params, 8.0 * params
+    u, a = w / L, float(layer_activation_bytes)
+    part = u / n if n > 1 else 0.0  # a reduce-scatter's output (one rank: the input itself)
+    base = {"ddp": w + o + w, "zero1": w + o / n, "zero2": w + o / n,
+            "zero3": w / n + o / n}[stage]
+    keep = stage == "zero3" and not reshard_after_forward
+    out = {}
+    for i in range(L):
+        gathered = ((i + 1) * u if keep else u) if stage == "zero3" else 0.0
+        out[f"layer {i} forward exit"] = base + gathered + (i + 1) * a
+    out["loss"] = base + (L * u if keep else 0.0) + L * a + loss_activation_bytes
+    for i in reversed(range(L)):
+        if stage in ("ddp", "zero1"):
+            out[f"layer {i} backward exit"] = base + (L - i) * u + i * a
+        elif stage == "zero2":
+            out[f"zero2 reduce-scatter {i}"] = base + (L - 1 - i) * u / n + 2 * u + part + i * a
+        else:
+            held = base + ((i + 1) * u if keep else u) + (L - 1 - i) * u / n
+            held += (u if not keep and i > 0 else 0.0) + (u if i < L - 1 else 0.0)
+            out[f"layer {i} backward entry"] = held + (i + 1) * a
+            out[f"layer {i} backward exit"] = held + u + i * a
+    if stage == "zero1":
+        out["zero1 reduce-scatter"] = base + w + w + (w / n if n > 1 else 0.0)
+    grads = {"ddp": w, "zero1": w}.get(stage, w / n)
+    out["after step"] = base + grads
+    return out
+
+
+def peak_bytes(**kw) -> float:
+    """The largest of :func:`step_memory` (same arguments): the step's peak on one rank."""
+    return max(step_memory(**kw).values())
+
+
+def naive_fsdp_peak_bytes(*, params: float, layers: int, dp: int, activation_bytes: float,
+                          reshard_after_forward: bool = True) -> float:
+    """The textbook's FSDP peak: the shards (16Ψ/N less the gradients, dropped before the
+    step), the activations, and a transient of one unit's full weights (all of them without
+    resharding after forward). FSDP2's own schedule holds more (:func:`step_memory`).
+
+    >>> round(naive_fsdp_peak_bytes(params=1_579_520, layers=2, dp=2,
+    ...                             activation_bytes=4_464_640) / 1e6, 3)
+    17.101
+    """
+    w = 4.0 * params
+    transient = w / positive_int("layers", layers) if reshard_after_forward else w
+    return w / dp + 8.0 * params / dp + activation_bytes + transient
+
+
+def checkpoint_step_ratio(*, forward_share: float = 1 / 3) -> float:
+    """Activation checkpointing's step against the plain one: one more forward, a
+    ``forward_share`` of forward + backward (1/3 when backward costs twice the forward).
+
+    >>> round(checkpoint_step_ratio(), 4), checkpoint_step_ratio(forward_share=0.5)
+    (1.3333, 1.5)
+    """
+    return 1.0 + forward_share

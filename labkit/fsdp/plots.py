@@ -92,3 +92,54 @@ def memory_per_gpu(breakdown, *, gpu_memory_gb: float | None = None, title: str 
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title(title or "memory per GPU")
     return fig
+
+
+PEAK_KINDS = (("params", "weights", "C0"), ("gradients", "gradients", "C1"),
+              ("optimizer", "Adam states", "C2"), ("buffers", "buffers", "C4"),
+              ("activations", "activations", "C7"))
+
+
+def peak_memory(df, title: str | None = None):
+    """Two panels: per variant the most one rank held during a step, counted and stacked by
+    kind, its formula as a black tick (FSDP with the other resharding setting as a grey bar:
+    its total only); and the plain model's saved activations without and with activation
+    checkpointing, counted, their formulas as ticks."""
+    from labkit.fsdp.report import select
+
+    rows = select(df)
+    fig, axes = new_figure(ncols=2, width=4.4)
+    ax = axes[0][0]
+    names = [f"{r['variant']}\nN={int(r['world_size'])}" for _, r in rows.iterrows()]
+    x = list(range(len(rows)))
+    _stacked(ax, x, [([r[f"peak_{k}_bytes"] / 1e6 for _, r in rows.iterrows()], label, color)
+                     for k, label, color in PEAK_KINDS],
+             rows["peak_bytes_formula"] / 1e6, ylabel="MB held per rank at the step's peak",
+             title="peak over one step")
+    fsdp = rows[rows["stage"] == "zero3"]
+    for _, r in fsdp.iterrows():
+        other = "kept" if r["reshard_after_forward"] else "resharded"
+        x.append(len(x))
+        names.append(f"fsdp\n{'no reshard' if other == 'kept' else 'reshard'}")
+        ax.bar(x[-1], r[f"peak_{other}_bytes_per_rank"] / 1e6, color="white", edgecolor="C0",
+               hatch="//", label="the other resharding (total)")
+        ax.plot(x[-1], r[f"peak_{other}_bytes_formula"] / 1e6, "k_", ms=22, mew=2)
+    ax.set_xticks(x, names)
+    top = max(rows["peak_bytes_per_rank"].max(), rows["peak_bytes_formula"].max())
+    ax.set_ylim(0, 1.45 * top / 1e6)  # room for the legend above the bars
+    ax.legend(fontsize=6, ncol=3, loc="upper center")
+    ax = axes[0][1]
+    first = rows.iloc[0]
+    labels = ["no checkpointing", "checkpointing"]
+    ax.bar([0, 1], [first["activation_bytes_measured"] / 1e6,
+                    first["checkpoint_activation_bytes_measured"] / 1e6], color="C7",
+           label="counted")
+    ax.plot([0, 1], [first["activation_bytes_formula"] / 1e6,
+                     first["checkpoint_activation_bytes_formula"] / 1e6], "k_", ms=22, mew=2,
+            label="formula")
+    ax.set_xticks([0, 1], labels)
+    ax.set_ylabel("MB saved for backward (plain model, one rank)")
+    ax.set_title("activation checkpointing")
+    ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return fig

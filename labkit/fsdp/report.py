@@ -15,12 +15,45 @@ from labkit.results import DEVICE_MEMORY_COLUMNS, Column, ms, one_row, select_ro
 
 #: what makes a row a different measurement: the variant, the world size, the model, the
 #: batch per rank, FSDP's resharding and the device
+#: the memory one rank holds over a step, counted (labkit.fsdp.peak), and the activations
+PEAK_COLUMNS = (
+    Column("peak_bytes_per_rank", "bytes",
+           "the most one rank holds during one step, counted at every layer's entry and exit "
+           "(forward and backward) and every hand-written reduce-scatter: weights + gradients "
+           "+ Adam states + buffers + saved activations, each storage once at its size then"),
+    Column("peak_at", "", "where in the step that peak was (the sample's label)"),
+    *(Column(f"peak_{k}_bytes", "bytes", f"{k} held at the peak") for k in (
+        "params", "gradients", "optimizer", "buffers", "activations")),
+    Column("peak_bytes_formula", "bytes", "the variant's schedule of the step "
+                                          "(labkit.fsdp.formulas.step_memory), its largest"),
+    Column("peak_resharded_bytes_per_rank", "bytes", "fsdp: the counted peak resharding after "
+                                                     "forward (NaN for the other variants)"),
+    Column("peak_resharded_bytes_formula", "bytes", "fsdp: its step_memory peak"),
+    Column("peak_kept_bytes_per_rank", "bytes", "fsdp: the counted peak keeping the gathered "
+                                                "weights from forward to backward"),
+    Column("peak_kept_bytes_formula", "bytes", "fsdp: its step_memory peak"),
+    Column("peak_device_bytes", "bytes", "CUDA: max_memory_allocated over that one step, reset "
+                                         "before it (None on a CPU)"),
+    Column("activation_bytes_measured", "bytes", "the plain model's saved activations after "
+                                                 "forward, this rank's batch (counted)"),
+    Column("activation_bytes_formula", "bytes", "L (16 s b h + 4 b s + a b s) + 2 s b h "
+                                                "values x 4 bytes"),
+    Column("checkpoint_activation_bytes_measured", "bytes", "the same with activation "
+                                                            "checkpointing"),
+    Column("checkpoint_activation_bytes_formula", "bytes", "(L + 2) s b h values x 4 bytes"),
+    *timed_columns("checkpoint_compute_time", "the plain model's step with activation "
+                                              "checkpointing"),
+    *timed_columns("forward_time", "the plain model's forward alone (what checkpointing "
+                                   "runs again)"),
+)
+
 KEY = ("variant", "world_size", "hidden", "num_heads", "seq_len", "batch_size", "num_layers",
-       "reshard_after_forward", "device")
+       "reshard_after_forward", "checkpoint", "device")
 
 COLUMNS = (
-    Column("variant", "", "ddp, zero1 (sharded optimizer, by hand) or fsdp (FSDP2 fully_shard)"),
-    Column("stage", "", "the ZeRO stage the variant is: ddp, zero1 or zero3"),
+    Column("variant", "", "ddp, zero1 (sharded optimizer, by hand), zero2 (and sharded "
+                          "gradients, by hand) or fsdp (FSDP2 fully_shard)"),
+    Column("stage", "", "the ZeRO stage the variant is: ddp, zero1, zero2 or zero3"),
     Column("hidden", "", "hidden size h; the MLP is 4h wide"),
     Column("num_heads", "", "attention heads"),
     Column("seq_len", "", "tokens per sequence s"),
@@ -32,6 +65,8 @@ COLUMNS = (
     Column("lr", "", "Adam learning rate"),
     Column("seed", "", "seed of the weights and the data"),
     Column("reshard_after_forward", "", "fsdp frees gathered parameters after forward (ZeRO-3)"),
+    Column("checkpoint", "", "activation checkpointing in every variant (each layer keeps its "
+                             "input, runs its forward again in backward)"),
     Column("num_params", "", "parameters Ψ of the model, counted"),
     Column("matches_single_process", "",
            "outputs, gradients (or gradient shards) and parameters after one Adam step equal "
@@ -92,9 +127,10 @@ COLUMNS = (
     Column("prediction_error_pct", "%", "100 (predicted_step_s - step_time_p50_s) / "
                                         "step_time_p50_s"),
     *DEVICE_MEMORY_COLUMNS,
+    *PEAK_COLUMNS,
 )
 
-ORDER = {"ddp": 0, "zero1": 1, "fsdp": 2}
+ORDER = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp": 3}
 
 
 def select(df, variant: str | None = None, **equal):
@@ -151,6 +187,7 @@ SUMMARY_LEGEND_IN_CONTEXT = SUMMARY_LEGEND.replace(
 
 
 LAWS = {"ddp": ("4 Ψ", "4 Ψ", "8 Ψ"), "zero1": ("4 Ψ", "4 Ψ", "8 Ψ / N"),
+        "zero2": ("4 Ψ", "4 Ψ / N", "8 Ψ / N"),
         "zero3": ("4 Ψ / N", "4 Ψ / N", "8 Ψ / N")}
 
 
@@ -180,6 +217,7 @@ def comm_frame(df):
 
     law = {"ddp": "all-reduce of 4 Ψ: 2 x 4 Ψ",
            "zero1": "reduce-scatter 4 Ψ + all-gather 4 Ψ",
+           "zero2": "per layer: reduce-scatter + all-gather: 2 x 4 Ψ",
            "zero3": "per layer: 2 all-gathers + 1 reduce-scatter: 3 x 4 Ψ"}
     out = []
     for _, r in select(df).iterrows():

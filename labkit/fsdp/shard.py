@@ -1,5 +1,5 @@
-"""Rank side: the same model under DDP, under a hand-written ZeRO-1 optimizer, and under FSDP2;
-and the bytes each rank really holds.
+"""Rank side: the same model under DDP, under hand-written ZeRO-1 and ZeRO-2 optimizers, and
+under FSDP2; and the bytes each rank really holds.
 
 * :func:`wrap_ddp` -- ``DistributedDataParallel``: every rank holds all weights, gradients and
   Adam states; backward all-reduces the gradients.
@@ -8,6 +8,8 @@ and the bytes each rank really holds.
   a step reduce-scatters the flat gradients (each rank gets the average of its slice), runs
   Adam on its slice with its slice of the moments, and all-gathers the updated slices. Adam's
   moments, 8 of the 16 bytes a parameter, are 1/N per rank; weights and gradients stay whole.
+* :class:`ZeRO2` -- ZeRO stage 2 by hand: ZeRO-1, and each layer's gradients reduce-scattered
+  in backward as soon as they are ready, the rank keeping only its slice (1/N).
 * :func:`wrap_fsdp` -- FSDP2: ``torch.distributed.fsdp.fully_shard`` on every layer (a unit:
   one all-gather before its forward, one before its backward, one reduce-scatter after) and
   on the stack; weights, gradients and Adam states are ``Shard(0)`` DTensors, 1/N per rank.
@@ -50,6 +52,16 @@ def wrap_fsdp(model, mesh, *, reshard_after_forward: bool = True):
     return model
 
 
+def adam_update(param, grad, exp_avg, exp_avg_sq, *, step: int, lr: float, betas, eps: float):
+    """One Adam step on ``param`` in place, ``torch.optim.Adam``'s arithmetic element by
+    element (the hand-written ZeRO optimizers train exactly as DDP + Adam does)."""
+    b1, b2 = betas
+    exp_avg.lerp_(grad, 1 - b1)
+    exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+    denom = (exp_avg_sq.sqrt() / math.sqrt(1 - b2 ** step)).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-lr / (1 - b1 ** step))
+
+
 class ZeRO1:
     """Adam with its moments sharded over the ranks (ZeRO stage 1), written out.
 
@@ -84,6 +96,9 @@ class ZeRO1:
         self.steps = 0
         self.keep_grad_shard = False
         self.last_grad_shard: torch.Tensor | None = None
+        #: called as ``probe(label, tensors)`` with the transient buffers of a reduce-scatter,
+        #: at the moment they are all alive (:class:`labkit.fsdp.peak.StepMemory` counts them)
+        self.probe = None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -101,9 +116,13 @@ class ZeRO1:
         if pad:
             flat = torch.cat([flat, flat.new_zeros(pad)])
         if self.world_size == 1:
+            if self.probe is not None:
+                self.probe("zero1 reduce-scatter", (flat,))
             return flat
         out = torch.empty(self.shard_size, dtype=flat.dtype, device=flat.device)
         _reduce_scatter(out, flat, op=dist.ReduceOp.SUM, group=self.group)
+        if self.probe is not None:
+            self.probe("zero1 reduce-scatter", (flat, out))
         return out.div_(self.world_size)
 
     @torch.no_grad()
@@ -112,18 +131,116 @@ class ZeRO1:
         if self.keep_grad_shard:
             self.last_grad_shard = g.clone()
         self.steps += 1
-        b1, b2 = self.betas
-        self.exp_avg.lerp_(g, 1 - b1)
-        self.exp_avg_sq.mul_(b2).addcmul_(g, g, value=1 - b2)
-        step_size = self.lr / (1 - b1 ** self.steps)
-        denom = (self.exp_avg_sq.sqrt() / math.sqrt(1 - b2 ** self.steps)).add_(self.eps)
-        self.shard.addcdiv_(self.exp_avg, denom, value=-step_size)
+        adam_update(self.shard, g, self.exp_avg, self.exp_avg_sq, step=self.steps, lr=self.lr,
+                    betas=self.betas, eps=self.eps)
         if self.world_size > 1:  # every rank gets every updated slice: the parameters again
             _all_gather(self.flat, self.shard.clone(), group=self.group)
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state this rank holds: its slice of m and v."""
         return sum(t.numel() * t.element_size() for t in (self.exp_avg, self.exp_avg_sq))
+
+
+class ZeRO2:
+    """ZeRO stage 2 written out: ZeRO-1's sharded Adam, the gradients sharded too.
+
+    Each layer of ``buckets`` (a bucket) keeps its parameters in one flat buffer padded to N
+    equal slices (they become views into it); rank r owns the r-th slice of every bucket. As
+    soon as backward has produced every gradient of a bucket (a post-accumulate-grad hook on
+    each parameter), the rank reduce-scatters the bucket's flat gradient, keeps the average of
+    its slice (``grad_shards``) and drops the full gradients: the whole gradient never exists,
+    at most one bucket's beside 4Ψ/N of slices. The step runs Adam on every slice (the moments
+    are 1/N too) and all-gathers every bucket: 2 collectives per bucket, 2 x 4Ψ as ZeRO-1.
+    Adam's arithmetic is ``torch.optim.Adam``'s (:func:`adam_update`).
+    """
+
+    def __init__(self, buckets, *, lr: float, rank: int, world_size: int,
+                 betas=(0.9, 0.999), eps: float = 1e-8, group=None):
+        self.buckets = [[p for p in m.parameters() if p.requires_grad] for m in buckets]
+        self.params = [p for bucket in self.buckets for p in bucket]
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.rank, self.world_size, self.group = rank, world_size, group
+        self.flats, self.shards, self.sizes = [], [], []
+        with torch.no_grad():
+            for bucket in self.buckets:
+                k = math.ceil(sum(p.numel() for p in bucket) / world_size)
+                flat = torch.zeros(k * world_size, dtype=bucket[0].dtype,
+                                   device=bucket[0].device)
+                offset = 0
+                for p in bucket:
+                    n = p.numel()
+                    flat[offset:offset + n].copy_(p.reshape(-1))
+                    p.data = flat[offset:offset + n].view_as(p)
+                    offset += n
+                self.flats.append(flat)
+                self.shards.append(flat[rank * k:(rank + 1) * k])  # a view: this rank's slice
+                self.sizes.append(k)
+        self.exp_avg = [torch.zeros_like(s) for s in self.shards]
+        self.exp_avg_sq = [torch.zeros_like(s) for s in self.shards]
+        self.steps = 0
+        self.probe = None  # as ZeRO1's: the transient buffers of each reduce-scatter
+        self._bucket_of = {id(p): i for i, bucket in enumerate(self.buckets) for p in bucket}
+        self.zero_grad()
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._ready)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every gradient and slice (ZeRO-2 keeps no full gradient to zero)."""
+        for p in self.params:
+            p.grad = None
+        self.grad_shards: list = [None] * len(self.buckets)
+        self._pending = [len(b) for b in self.buckets]
+
+    def _ready(self, p) -> None:
+        i = self._bucket_of[id(p)]
+        self._pending[i] -= 1
+        if self._pending[i] == 0:  # the bucket's last gradient: reduce it now, in backward
+            self._pending[i] = len(self.buckets[i])
+            self._reduce(i)
+
+    @torch.no_grad()
+    def _reduce(self, i: int) -> None:
+        bucket, k = self.buckets[i], self.sizes[i]
+        flat = torch.cat([p.grad.reshape(-1) for p in bucket])
+        if flat.numel() < k * self.world_size:
+            flat = torch.cat([flat, flat.new_zeros(k * self.world_size - flat.numel())])
+        out = flat
+        if self.world_size > 1:
+            out = torch.empty(k, dtype=flat.dtype, device=flat.device)
+            _reduce_scatter(out, flat, op=dist.ReduceOp.SUM, group=self.group)
+            out.div_(self.world_size)
+        if self.probe is not None:
+            self.probe(f"zero2 reduce-scatter {i}", (flat, out))
+        # accumulate across backwards (gradient accumulation) as .grad would
+        self.grad_shards[i] = out if self.grad_shards[i] is None else self.grad_shards[i] + out
+        for p in bucket:
+            p.grad = None  # the full gradient is gone
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.steps += 1
+        for i, shard in enumerate(self.shards):
+            adam_update(shard, self.grad_shards[i], self.exp_avg[i], self.exp_avg_sq[i],
+                        step=self.steps, lr=self.lr, betas=self.betas, eps=self.eps)
+            if self.world_size > 1:
+                _all_gather(self.flats[i], shard.clone(), group=self.group)
+
+    def grad_shard(self) -> torch.Tensor:
+        """This rank's averaged gradient slices, bucket after bucket."""
+        return torch.cat(list(self.grad_shards))
+
+    def shard_of(self, full) -> torch.Tensor:
+        """This rank's slices of whole per-parameter tensors ``full`` (in :attr:`params`'
+        order), laid out as :meth:`grad_shard`: what the checks compare it with."""
+        it, out = iter(full), []
+        for bucket, k in zip(self.buckets, self.sizes):
+            flat = torch.cat([next(it).reshape(-1) for _ in bucket])
+            out.append(flat[self.rank * k:(self.rank + 1) * k])
+        return torch.cat(out)
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state this rank holds: its slices of m and v."""
+        return sum(t.numel() * t.element_size() for t in (*self.exp_avg, *self.exp_avg_sq))
 
 
 def collectives_alone(collectives, device: torch.device):
@@ -162,7 +279,9 @@ def held_bytes(model: nn.Module, opt) -> dict:
     params = list(model.parameters())
     out = {"params": sum(_bytes(p) for p in params),
            "gradients": sum(_bytes(p.grad) for p in params)}
-    if isinstance(opt, ZeRO1):
+    if isinstance(opt, ZeRO2):  # its gradients are the slices it keeps
+        out["gradients"] += sum(_bytes(g) for g in opt.grad_shards)
+    if isinstance(opt, (ZeRO1, ZeRO2)):
         out["optimizer"] = opt.state_bytes()
     else:
         out["optimizer"] = sum(_bytes(v) for state in opt.state.values() for v in state.values()

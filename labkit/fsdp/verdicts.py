@@ -29,7 +29,7 @@ BUSY = {"ddp": True, "zero1": False, "zero2": False, "zero3": True}
 #: the state and the bytes moved are counts, exact but for Adam's step counters and DDP's few
 #: bytes of bookkeeping beside the gradients
 COUNT_TOLERANCE_PCT = 1.0
-STATE_LAW = {"ddp": "16 Ψ", "zero1": "8 Ψ + 8 Ψ/N", "zero3": "16 Ψ/N"}
+STATE_LAW = {"ddp": "16 Ψ", "zero1": "8 Ψ + 8 Ψ/N", "zero2": "4 Ψ + 12 Ψ/N", "zero3": "16 Ψ/N"}
 
 
 def _ms(x: float) -> float:
@@ -197,3 +197,139 @@ def strategies_sentence(name: str, *, fits: list, gpus: int, gpu_gb: float,
             "tokens: ")
     return head + (f"fits with {', '.join(fits)}" if fits
                    else "fits with none of DP and ZeRO-1/2/3 alone: add TP (or PP)")
+
+
+# ---------------------------------------------------------------- memory over a step
+
+#: memory laws: counts of what a rank holds, exact but for Adam's step counters
+MEMORY_TOLERANCE_PCT = 10.0
+_KINDS = (("params", "weights"), ("gradients", "gradients"), ("optimizer", "Adam states"),
+          ("buffers", "buffers"), ("activations", "activations"))
+
+
+def _mb(x) -> float:
+    return float(x) / 1e6
+
+
+def peak_split(row) -> dict:
+    """The counted peak of ``row``'s step by kind (MB); the terms add up to the peak.
+
+    >>> peak_split({"peak_params_bytes": 6e6, "peak_gradients_bytes": 3e6,
+    ...             "peak_optimizer_bytes": 6e6, "peak_buffers_bytes": 3e6,
+    ...             "peak_activations_bytes": 2e6})
+    {'weights': 6.0, 'gradients': 3.0, 'Adam states': 6.0, 'buffers': 3.0, 'activations': 2.0}
+    """
+    return {name: _mb(row[f"peak_{k}_bytes"]) for k, name in _KINDS}
+
+
+def memory_laws(rows) -> list[dict]:
+    """The memory laws of the sharded variants' rows: ZeRO-2's gradients held (4Ψ/N), and
+    FSDP's peak over a step with and without resharding after forward, against FSDP2's
+    schedule (:func:`labkit.fsdp.formulas.step_memory`, ``model``) and against the textbook's
+    one-unit transient (``naive``: a miss says what FSDP2 holds besides)."""
+    from labkit.fsdp.formulas import naive_fsdp_peak_bytes
+
+    out = []
+    for r in rows:
+        n = int(r["world_size"])
+        if r["stage"] == "zero2":
+            out.append(check(f"zero2, N = {n}: gradients per rank = 4 Ψ / N",
+                             predicted=_mb(r["grad_bytes_formula"]),
+                             measured=_mb(r["grad_bytes_per_rank"]), unit="MB",
+                             tolerance_pct=MEMORY_TOLERANCE_PCT))
+        if r["stage"] != "zero3":
+            continue
+        mine = "resharded" if r["reshard_after_forward"] else "kept"
+        for how, words in (("resharded", "resharding after forward"),
+                           ("kept", "keeping the gathered weights to backward")):
+            split = peak_split(r) if how == mine else None
+            out.append(check(f"fsdp, N = {n}, {words}: peak = shards + activations + FSDP2's "
+                             "transient (its schedule)",
+                             predicted=_mb(r[f"peak_{how}_bytes_formula"]),
+                             measured=_mb(r[f"peak_{how}_bytes_per_rank"]), unit="MB",
+                             tolerance_pct=MEMORY_TOLERANCE_PCT, split=split))
+            naive = naive_fsdp_peak_bytes(params=r["num_params"], layers=int(r["num_layers"]),
+                                          dp=n, activation_bytes=r["activation_bytes_formula"],
+                                          reshard_after_forward=how == "resharded")
+            unit = "one unit's" if how == "resharded" else "all units'"
+            out.append(check(f"fsdp, N = {n}, {words}: peak = shards + activations + {unit} "
+                             "weights (the textbook)", kind="naive", predicted=_mb(naive),
+                             measured=_mb(r[f"peak_{how}_bytes_per_rank"]), unit="MB",
+                             tolerance_pct=MEMORY_TOLERANCE_PCT, split=split))
+    return out
+
+
+def checkpoint_laws(row) -> list[dict]:
+    """Activation checkpointing on the plain model (any row of the launch carries it): the
+    bytes saved for backward without and with it (counts), and the step with it against the
+    plain step plus one forward in three of forward + backward
+    (:func:`labkit.fsdp.formulas.checkpoint_step_ratio`), split as measured on a miss."""
+    from labkit.fsdp.formulas import checkpoint_step_ratio
+
+    plain, ckpt = _ms(row["compute_time_p50_s"]), _ms(row["checkpoint_compute_time_p50_s"])
+    fwd = _ms(row["forward_time_p50_s"])
+    return [
+        check("saved activations, no checkpointing: L (16 s b h + 4 b s + a b s) + 2 s b h "
+              "values", predicted=_mb(row["activation_bytes_formula"]),
+              measured=_mb(row["activation_bytes_measured"]), unit="MB",
+              tolerance_pct=MEMORY_TOLERANCE_PCT),
+        check("saved activations, checkpointing: (L + 2) s b h values",
+              predicted=_mb(row["checkpoint_activation_bytes_formula"]),
+              measured=_mb(row["checkpoint_activation_bytes_measured"]), unit="MB",
+              tolerance_pct=MEMORY_TOLERANCE_PCT),
+        check("step with checkpointing = plain step x 4/3 (one more forward)",
+              predicted=plain * checkpoint_step_ratio(), measured=ckpt, unit="ms",
+              tolerance_pct=TOLERANCE_PCT,
+              split={"the plain step": plain, "a forward (timed alone)": fwd,
+                     "the rest": ckpt - plain - fwd}),
+    ]
+
+
+def checkpoint_sentence(row) -> str:
+    """What checkpointing saved and cost on the plain model, from the row's numbers.
+
+    >>> checkpoint_sentence({"activation_bytes_measured": 4.46e6,
+    ...     "checkpoint_activation_bytes_measured": 0.52e6, "compute_time_p50_s": 0.092,
+    ...     "checkpoint_compute_time_p50_s": 0.128, "forward_time_p50_s": 0.034})
+    'activation checkpointing keeps 0.52 MB instead of 4.46 MB (8.6x less) and makes the step 1.39x longer (92.0 -> 128.0 ms; a forward alone takes 34.0 ms, 37% of the plain step, against the 1/3 of the formula)'
+    """
+    plain, ckpt = _ms(row["compute_time_p50_s"]), _ms(row["checkpoint_compute_time_p50_s"])
+    fwd = _ms(row["forward_time_p50_s"])
+    a, c = row["activation_bytes_measured"], row["checkpoint_activation_bytes_measured"]
+    return (f"activation checkpointing keeps {_mb(c):.2f} MB instead of {_mb(a):.2f} MB "
+            f"({a / c:.1f}x less) and makes the step {ckpt / plain:.2f}x longer ({plain:.1f} -> "
+            f"{ckpt:.1f} ms; a forward alone takes {fwd:.1f} ms, {fwd / plain:.0%} of the plain "
+            "step, against the 1/3 of the formula)")
+
+
+def peak_sentence(r) -> str:
+    """Where a variant's step holds the most, and what.
+
+    >>> peak_sentence({"variant": "fsdp", "peak_bytes_per_rank": 21.06e6,
+    ...     "peak_bytes_formula": 21.06e6, "peak_at": "layer 1 backward exit",
+    ...     "peak_params_bytes": 6.32e6, "peak_gradients_bytes": 3.16e6,
+    ...     "peak_optimizer_bytes": 6.32e6, "peak_buffers_bytes": 3.16e6,
+    ...     "peak_activations_bytes": 2.1e6})
+    'fsdp: peak 21.06 MB (formula 21.06) at layer 1 backward exit: weights 6.32 + gradients 3.16 + Adam states 6.32 + buffers 3.16 + activations 2.10 MB'
+    """
+    parts = " + ".join(f"{k} {v:.2f}" for k, v in peak_split(r).items())
+    return (f"{r['variant']}: peak {_mb(r['peak_bytes_per_rank']):.2f} MB (formula "
+            f"{_mb(r['peak_bytes_formula']):.2f}) at {r['peak_at']}: {parts} MB")
+
+
+def reshard_sentence(r) -> str:
+    """FSDP's peak with and without resharding after forward, from the row's counts.
+
+    >>> reshard_sentence({"peak_resharded_bytes_per_rank": 21.06e6,
+    ...                   "peak_kept_bytes_per_rank": 21.06e6, "num_layers": 2})
+    'fsdp: peak 21.06 MB resharding after forward, 21.06 MB keeping the weights to backward: the same with 2 layers'
+    >>> reshard_sentence({"peak_resharded_bytes_per_rank": 21.3e6,
+    ...                   "peak_kept_bytes_per_rank": 24.5e6, "num_layers": 4})[-43:]
+    'keeping the weights costs 3.20 MB more here'
+    """
+    a, b = _mb(r["peak_resharded_bytes_per_rank"]), _mb(r["peak_kept_bytes_per_rank"])
+    head = (f"fsdp: peak {a:.2f} MB resharding after forward, {b:.2f} MB keeping the weights to "
+            "backward: ")
+    if abs(a - b) < 0.005:
+        return head + f"the same with {int(r['num_layers'])} layers"
+    return head + f"keeping the weights costs {b - a:.2f} MB {'more' if b > a else 'less'} here"

@@ -15,6 +15,7 @@ website made from it) shows it without a running kernel.
 
 from __future__ import annotations
 
+from labkit.explorer import Control, Live, page_html, png_of
 from labkit.figures import png_outputs
 from labkit.fsdp.formulas import LAB_BYTES, MIXED_BYTES, STAGES, state_bytes
 
@@ -46,11 +47,13 @@ def breakdown(*, params: float, dp: int, tp: int = 1, activation_bytes: float = 
 
 
 def activations(model: str, *, dp: int, tp: int, micro_batch: int, seq_len: int) -> float:
-    """Activation bytes per GPU of a catalog model (the performance model's formula)."""
+    """Activation bytes per GPU of a catalog model (its name, or its preset already looked
+    up: the performance model's formula)."""
     from labkit.perfmodel.catalog import model_preset
     from labkit.perfmodel.model import Layout, Workload, memory_per_gpu
 
-    work = Workload(model_preset(model), global_batch_size=dp * micro_batch, seq_len=seq_len)
+    spec = model_preset(model) if isinstance(model, str) else model
+    work = Workload(spec, global_batch_size=dp * micro_batch, seq_len=seq_len)
     return memory_per_gpu(work, Layout(dp=dp, tp=tp))["activations"]
 
 
@@ -107,4 +110,39 @@ def memory_explorer(model: str = "Llama-3-8B", *, dp: int = 8, tp: int = 1, micr
     for c in (menu, n, t, mb, s, prec):
         c.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([menu, prec]), w.HBox([n, t]), w.HBox([mb, s]), text, plot])
+    return Live(w.VBox([w.HBox([menu, prec]), w.HBox([n, t]), w.HBox([mb, s]), text, plot]),
+                page_explorer(model, dp=dp, tp=tp, micro_batch=micro_batch, seq_len=seq_len,
+                              precision=precision, gpu_memory_gb=gpu_memory_gb,
+                              figure=png_of(plot.outputs)))
+
+
+def page_explorer(model: str = "Llama-3-8B", *, dp: int = 8, tp: int = 1, micro_batch: int = 1,
+                  seq_len: int = 4096, precision: str = "mixed", gpu_memory_gb: float = 80.0,
+                  figure=None) -> str:
+    """The explorer for a page without a kernel (:mod:`labkit.explorer`): the same controls,
+    micro-batches in powers of two."""
+    from functools import cache, lru_cache
+
+    from labkit.perfmodel.catalog import model_preset
+
+    preset = lru_cache(maxsize=None)(model_preset)
+
+    @cache
+    def act(model, dp, tp, micro_batch, seq_len):
+        return activations(preset(model), dp=dp, tp=tp, micro_batch=micro_batch, seq_len=seq_len)
+
+    def text(model, dp, tp, micro_batch, seq_len, precision):
+        rows = breakdown(params=preset(model).params, dp=dp, tp=tp, precision=precision,
+                         activation_bytes=act(model, dp, tp, micro_batch, seq_len))
+        return readout(rows, gpu_memory_gb)
+
+    return page_html(
+        [Control("model", "model", PRESETS, model),
+         Control("dp", "DP ranks N", tuple(2 ** k for k in range(11)), dp),
+         Control("tp", "TP degree t", (1, 2, 4, 8), tp),
+         Control("micro_batch", "micro-batch", (1, 2, 4, 8, 16), micro_batch),
+         Control("seq_len", "seq length", (1024, 2048, 4096, 8192), seq_len),
+         Control("precision", "precision", tuple(PRECISIONS), precision)],
+        text, title="Memory per GPU explorer", figure=figure,
+        note="The bars show the values the notebook ran with; redrawing them needs Python "
+             "(run the notebook in JupyterLab).")

@@ -15,17 +15,21 @@ What one launch does (data parallelism: rank r trains on its own seeded batch r)
    (``labkit fsdp``'s estimate; notebook 09 prices the collectives with the machine profile),
    the FLOP/s of one rank alone on one layer of the model, the ranks taking turns
    (:mod:`labkit.tp.measure`);
-3. per variant (``ddp``, ``zero1``, ``fsdp``): **correctness first** -- one step compared
+3. per variant (``ddp``, ``zero1``, ``zero2``, ``fsdp``): **correctness first** -- one step compared
    with the reference (this rank's outputs, its gradients or gradient shard, its parameters
    after Adam; ``matches_single_process``); one step with every collective counted
    (:class:`labkit.tp.measure.CommCounter`); the weights, gradients and Adam states it holds
-   (:func:`labkit.fsdp.shard.held_bytes`, local shards); then ``steps`` steps, the first
+   (:func:`labkit.fsdp.shard.held_bytes`, local shards); what it holds over that counted
+   step, sampled (:class:`labkit.fsdp.peak.StepMemory`: the peak and where, beside
+   :func:`labkit.fsdp.formulas.peak_bytes`; FSDP once more with the other resharding
+   setting); then ``steps`` steps, the first
    ``warmup`` untimed, the slowest rank's time per step, the prediction of
    :mod:`labkit.fsdp.formulas` beside it; then the step's collectives alone, on buffers of
    their sizes, timed (:func:`labkit.fsdp.shard.collectives_alone`: the step's split). DDP's
    bytes, held and moved, are put on every row;
 4. **compute only**, last: the plain model on this rank's batch, no wrapper, no
-   communication, timed.
+   communication, timed; then with activation checkpointing (timed, and the bytes saved for
+   backward both ways counted) and its forward alone.
 
 Everything lives on the rank's device; each variant's row carries its device memory peak
 (None on a CPU): beside the bytes the rank holds by count, what the device really held.
@@ -41,8 +45,10 @@ import torch
 from labkit import runtime, timing
 from labkit.fsdp import formulas
 from labkit.fsdp.config import STAGE, FSDPConfig
-from labkit.fsdp.shard import ZeRO1, collectives_alone, held_bytes, wrap_ddp, wrap_fsdp
+from labkit.fsdp.peak import StepMemory
+from labkit.fsdp.shard import ZeRO1, ZeRO2, collectives_alone, held_bytes, wrap_ddp, wrap_fsdp
 from labkit.harness import worker_main
+from labkit.memory import device_peak_bytes, reset_device_peak
 from labkit.tp import formulas as tp_formulas
 from labkit.tp.measure import CommCounter, compute_rate, fit_link, max_rel_error, worst_over_ranks
 from labkit.tp.models import (
@@ -94,7 +100,12 @@ def check(variant: str, model, opt, ref: dict, x, y, rank: int, world_size: int)
     gscale = max(float(g.abs().max()) for g in ref["grads"].values())
     pscale = max(float(q.abs().max()) for q in ref["params"].values())
     named = [(_name(n), p) for n, p in model.named_parameters()]
-    if variant == "zero1":
+    if variant == "zero2":  # its gradients are slices of each layer's flat gradient
+        names = {id(p): n for n, p in named}
+        want = opt.shard_of([ref["grads"][names[id(p)]] for p in opt.params])
+        errs.append(max_rel_error([(opt.grad_shard(), want)], scale=gscale))
+        opt.step()
+    elif variant == "zero1":
         opt.keep_grad_shard = True
         opt.step()
         opt.keep_grad_shard = False
@@ -115,11 +126,14 @@ def check(variant: str, model, opt, ref: dict, x, y, rank: int, world_size: int)
 
 def _build(variant: str, full, cfg: FSDPConfig, rt, mesh):
     model = copy.deepcopy(full)
+    model.checkpoint = cfg.checkpoint
     if variant == "ddp":
         model = wrap_ddp(model, rt.device)
         return model, torch.optim.Adam(model.parameters(), lr=cfg.lr)
     if variant == "zero1":
         return model, ZeRO1(model, lr=cfg.lr, rank=rt.rank, world_size=rt.world_size)
+    if variant == "zero2":
+        return model, ZeRO2(model.layers, lr=cfg.lr, rank=rt.rank, world_size=rt.world_size)
     model = wrap_fsdp(model, mesh, reshard_after_forward=cfg.reshard_after_forward)
     return model, torch.optim.Adam(model.parameters(), lr=cfg.lr)
 
@@ -157,9 +171,12 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
         err = worst_over_ranks(rt, check(variant, model, opt, ref, x, y, rt.rank, n))
         step = make_step(model, opt, x, y)
         counter = CommCounter()
-        with counter:
-            step()
+        reset_device_peak(dev)
+        with counter, StepMemory(model, opt, checkpoint=cfg.checkpoint) as mem:
+            _sampled_step(step, mem)
+        step_peak = device_peak_bytes(dev)
         held = held_bytes(model, opt)  # after a whole step: gradients and states all present
+        peaks = _peaks(cfg, variant, stage, model, opt, step, mem, psi=psi, n=n)
         law = formulas.state_bytes(params=psi, stage=stage, dp=n, **formulas.LAB_BYTES)
         coll = formulas.collectives_per_step(stage=stage, unit_bytes=units,
                                              reshard_after_forward=cfg.reshard_after_forward)
@@ -195,6 +212,8 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
             "optimizer_bytes_formula": law["optimizer"],
             "state_bytes_formula": law["total"],
             "device_memory_peak_bytes": peak,
+            **peaks,
+            "peak_device_bytes": step_peak,
             "allreduce_bytes_measured": counter.bytes["all_reduce"],
             "allgather_bytes_measured": counter.bytes["all_gather"],
             "reduce_scatter_bytes_measured": counter.bytes["reduce_scatter"],
@@ -220,7 +239,90 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
         make_step(bare, torch.optim.Adam(bare.parameters(), lr=cfg.lr), x, y), cfg, rt,
         prefix="compute_time")
     add_compute_time(rows, compute)
+    add_checkpoint_fields(rows, cfg, rt, full, x, y)
     return {"rows": against_ddp(rows)} if rt.rank == 0 else {}
+
+
+def _sampled_step(step, mem: StepMemory) -> None:
+    """``step`` (a :func:`labkit.tp.models.make_step` closure), sampled inside by ``mem``'s
+    hooks and once more after the optimizer's step."""
+    step()
+    mem.sample("after step")
+
+
+def _activation_formula(cfg: FSDPConfig, checkpoint: bool) -> tuple[float, float]:
+    """(one layer's, the loss's) saved activation bytes (:mod:`labkit.tp.formulas`)."""
+    kw = dict(batch_size=cfg.batch_size, seq_len=cfg.seq_len, hidden=cfg.hidden,
+              num_heads=cfg.num_heads)
+    loss = 2.0 * cfg.batch_size * cfg.seq_len * cfg.hidden * tp_formulas.BYTES_PER_VALUE
+    one = tp_formulas.saved_activation_bytes(num_layers=1, checkpoint=checkpoint, **kw)
+    return one - loss, loss
+
+
+def _peak_fields(mem: StepMemory, prefix: str) -> dict:
+    top = mem.peak
+    return {f"{prefix}_bytes_per_rank": float(top["total"]), f"{prefix}_at": top["label"],
+            **{f"{prefix}_{k}_bytes": float(top[k]) for k in (
+                "params", "gradients", "optimizer", "buffers", "activations")}}
+
+
+def _peaks(cfg, variant, stage, model, opt, step, mem, *, psi: int, n: int) -> dict:
+    """The counted peak of the step just sampled, its formula, and for FSDP both ways of
+    resharding (one more step, sampled, with the other setting; then the config's again)."""
+    layer, loss = _activation_formula(cfg, cfg.checkpoint)
+
+    def law(reshard: bool) -> float:
+        return formulas.peak_bytes(stage=stage, params=psi, layers=cfg.num_layers, dp=n,
+                                   layer_activation_bytes=layer, loss_activation_bytes=loss,
+                                   reshard_after_forward=reshard)
+
+    out = {**_peak_fields(mem, "peak"), "peak_bytes_formula": law(cfg.reshard_after_forward),
+           "peak_resharded_bytes_per_rank": math.nan, "peak_resharded_bytes_formula": math.nan,
+           "peak_kept_bytes_per_rank": math.nan, "peak_kept_bytes_formula": math.nan}
+    if variant == "fsdp":
+        mine = "resharded" if cfg.reshard_after_forward else "kept"
+        other = "kept" if cfg.reshard_after_forward else "resharded"
+        model.set_reshard_after_forward(not cfg.reshard_after_forward)
+        with StepMemory(model, opt, checkpoint=cfg.checkpoint) as flipped:
+            _sampled_step(step, flipped)
+        model.set_reshard_after_forward(cfg.reshard_after_forward)
+        out.update({f"peak_{mine}_bytes_per_rank": out["peak_bytes_per_rank"],
+                    f"peak_{mine}_bytes_formula": out["peak_bytes_formula"],
+                    f"peak_{other}_bytes_per_rank": float(flipped.peak["total"]),
+                    f"peak_{other}_bytes_formula": law(not cfg.reshard_after_forward)})
+    return out
+
+
+def add_checkpoint_fields(rows: list[dict], cfg: FSDPConfig, rt, full, x, y) -> None:
+    """The plain model on this rank's batch without and with activation checkpointing, on
+    every row: the bytes saved for backward (counted) beside their formulas, the step timed
+    both ways and the forward alone (the recomputation's price)."""
+    from labkit.memory import SavedActivations
+
+    out = {}
+    for ckpt, name in ((False, "activation"), (True, "checkpoint_activation")):
+        model = copy.deepcopy(full)
+        model.checkpoint = ckpt
+        with SavedActivations(exclude=list(model.parameters())) as meter:
+            loss = loss_fn(model(x.detach().requires_grad_(True)), y)
+        del loss  # the graph goes, and with it what was saved
+        layer, lossb = _activation_formula(cfg, ckpt)
+        out[f"{name}_bytes_measured"] = float(meter.peak_bytes)
+        out[f"{name}_bytes_formula"] = cfg.num_layers * layer + lossb
+        if ckpt:
+            stats, _ = timed_after_warmup(
+                make_step(model, torch.optim.Adam(model.parameters(), lr=cfg.lr), x, y), cfg, rt,
+                prefix="checkpoint_compute_time")
+            out.update(stats)
+        else:
+            def forward(model=model):
+                model(x.detach().requires_grad_(True))
+
+            out.update(timing.summarize(timing.repeat_timed(
+                forward, warmup=cfg.warmup, repeat=cfg.measured_steps, device=rt.device),
+                prefix="forward_time"))
+    for row in rows:
+        row.update(out)
 
 
 def against_ddp(rows: list[dict]) -> list[dict]:

@@ -28,3 +28,40 @@ def profile_plot(prof):
     b.set_title(f"compute: alone or {prof.world_size} ranks at once")
     b.legend(fontsize=8)
     return fig
+
+
+def roofline_plot(roof, *, matmul=(), points=(), title: str | None = None):
+    """The roofline of ``roof`` (a :class:`~labkit.machine.roofline.Roofline`) on log-log
+    axes: ``min(peak, bandwidth x intensity)`` with the ridge point marked; ``matmul``: the
+    profile's (n, FLOP/s) products at their intensity
+    (:func:`~labkit.machine.roofline.matmul_intensity`); ``points``: (label, FLOP/s) rates of
+    unknown intensity, drawn as horizontal lines (a training step's model FLOPs per second)."""
+    import numpy as np
+
+    from labkit.figures import new_figure
+    from labkit.machine.roofline import matmul_intensity
+
+    ridge = roof.ridge_flop_per_byte
+    xs = [matmul_intensity(n) for n, _ in matmul]
+    lo, hi = min([ridge / 100, *xs]) / 2, max([ridge * 100, *xs]) * 2
+    x = np.geomspace(lo, hi, 200)
+    fig, axes = new_figure(width=5.6, height=3.8)
+    ax = axes[0][0]
+    ax.loglog(x, [roof.attainable_flop_per_s(i) / 1e9 for i in x], color="k",
+              label="roof: min(peak, bandwidth x intensity)")
+    ax.axvline(ridge, color="gray", ls=":", lw=1)
+    ax.annotate(f"ridge: {ridge:.2g} FLOP/byte", (ridge, roof.peak_flop_per_s / 1e9),
+                xytext=(4, -14), textcoords="offset points", fontsize=7)
+    if matmul:
+        ax.plot(xs, [r / 1e9 for _, r in matmul], "o", color="C0",
+                label="n x n products measured (profile)")
+        for (n, r), xi in zip(matmul, xs):
+            ax.annotate(f"n={n}", (xi, r / 1e9), xytext=(4, -10), textcoords="offset points",
+                        fontsize=7)
+    for i, (label, rate) in enumerate(points):
+        ax.axhline(rate / 1e9, color=f"C{i + 1}", ls="--", lw=1, label=label)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
+    ax.set_ylabel("GFLOP/s (one rank)")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title or "roofline of one rank, measured")
+    return fig

@@ -169,9 +169,13 @@ class Profile:
 
     def describe(self) -> str:
         """Where and when it was measured, in one line."""
+        where = ""
+        if self.source:  # relative to here: a page shows no folder of the machine that built it
+            where = f", from {os.path.relpath(self.source)}" if os.path.isabs(self.source) \
+                else f", from {self.source}"
         return (f"machine profile of {self.host} ({self.cores} cores, torch "
                 f"{self.torch_version}, {self.world_size} ranks), measured {self.measured_at}"
-                + (f", from {self.source}" if self.source else ""))
+                + where)
 
 
 def foreign(rows, *, host: str, cores: int, torch_version: str | None,

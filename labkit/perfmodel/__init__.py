@@ -13,6 +13,9 @@ A pure model: nothing here launches; this machine's numbers come from the run's 
 * :mod:`~labkit.perfmodel.model` -- the step: compute, bubble, DP/TP/PP communication with
   overlap, ZeRO 1-3, recomputation, MFU and HFU, memory and cost; bubbles by
   :mod:`labkit.pipeline.formulas`;
+* :mod:`~labkit.perfmodel.ep_cp` -- the fourth and fifth dimensions: expert parallelism (the
+  all-to-alls over the expert group, expert weights sharded) and context parallelism (the K/V
+  ring over the context group, activations divided);
 * :mod:`~labkit.perfmodel.prediction` -- what a prediction holds (every term, memory, MFU)
   and its verdict;
 * :mod:`~labkit.perfmodel.layouts` -- the layout search (every DP x TP x PP = N, ranked) and
@@ -24,7 +27,8 @@ A pure model: nothing here launches; this machine's numbers come from the run's 
 * :mod:`~labkit.perfmodel.published` -- the model beside published runs (Megatron-LM 1T,
   Llama 3 405B, nccl-tests on 8 H100), ``data/published_runs.yaml``;
 * :mod:`~labkit.perfmodel.mlsysim_engine` -- mlsysim 0.3.0 as an optional second engine, term
-  by term (the extra ``.[mlsysim]``; a recorded table without it);
+  by term (the extra ``.[mlsysim]``; a recorded table without it), and
+  :mod:`~labkit.perfmodel.mlsysim_experts` for expert parallelism;
 * :mod:`~labkit.perfmodel.plots`, :mod:`~labkit.perfmodel.widgets` (the layout explorer),
   :mod:`~labkit.perfmodel.cli` (``labkit model``, ``search``, ``catalog``, ``model-check``).
 

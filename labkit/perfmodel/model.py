@@ -32,10 +32,13 @@ Collective costs are the α–β model of :mod:`labkit.collectives.formulas` (th
 fits α and β on this machine; the catalog holds datasheet values for real fabrics), placed by
 :mod:`~labkit.perfmodel.topology`.
 
-Limits, stated: expert parallelism is not modelled (a mixture of experts computes with its
-active parameters and stores all of them, sharded by TP·PP only; no all-to-all is priced);
-sequence/context parallelism, SHARP in-network reductions, kernel launch and framework
-overheads, stragglers and congestion are not modelled; the compute efficiency is an input.
+Expert parallelism (EP, the experts' all-to-all and their sharded weights) and context
+parallelism (CP, the K/V ring, activations / CP) are two more terms, in
+:mod:`~labkit.perfmodel.ep_cp`: a ``Layout(..., cp=, ep=)`` with CP = EP = 1 is the 3-D model
+above, unchanged (a mixture of experts then computes with its active parameters and stores all
+of them, sharded by TP·PP). Limits, stated: SHARP in-network reductions, kernel launch and
+framework overheads, stragglers and congestion are not modelled; the compute efficiency is an
+input.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from dataclasses import dataclass
 
 from labkit.errors import UsageError
 from labkit.metrics import positive_count, service_units
-from labkit.perfmodel import topology
+from labkit.perfmodel import ep_cp, topology
 from labkit.perfmodel.catalog import Accelerator, Fabric, ModelSpec
 from labkit.perfmodel.prediction import Prediction
 from labkit.perfmodel.topology import link_time  # noqa: F401  (the model's collective over a link)
@@ -129,6 +132,12 @@ class Layout:
 
     ``placement`` orders the dimensions, innermost first (Megatron's ``tp,dp,pp`` by default);
     ``tp_across_nodes`` allows a TP group to span nodes (priced on the inter-node link).
+    ``cp`` context-parallel ranks share each sequence (DP × TP × PP × CP = N, the CP ranks
+    next to TP); ``ep`` of the DP ranks form an expert group (EP divides DP):
+    :mod:`~labkit.perfmodel.ep_cp`.
+
+    >>> Layout(4, 2, 1, cp=2, ep=2).strides()
+    {'tp': 1, 'dp': 2, 'pp': 16}
     """
 
     dp: int = 1
@@ -139,10 +148,15 @@ class Layout:
     virtual_stages: int = 1
     placement: str = topology.MEGATRON
     tp_across_nodes: bool = False
+    cp: int = 1
+    ep: int = 1
 
     def __post_init__(self):
-        for name in ("dp", "tp", "pp", "num_microbatches", "virtual_stages"):
+        for name in ("dp", "tp", "pp", "num_microbatches", "virtual_stages", "cp", "ep"):
             positive_count(name, getattr(self, name))
+        if self.dp % self.ep:
+            raise UsageError(f"ep {self.ep} must divide dp {self.dp}: an expert group is made of "
+                             "data-parallel ranks")
         if self.schedule not in SCHEDULES:
             raise UsageError(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.schedule == "interleaved" and self.virtual_stages < 2:
@@ -154,19 +168,28 @@ class Layout:
         object.__setattr__(self, "placement", ",".join(topology.parse_placement(self.placement)))
 
     def strides(self) -> dict[str, int]:
-        return topology.strides(dp=self.dp, tp=self.tp, pp=self.pp, placement=self.placement)
+        """Neighbour distances of the tp, dp and pp dimensions; ``dp`` is the DP·CP block."""
+        return topology.strides(dp=self.dp * self.cp, tp=self.tp, pp=self.pp,
+                                placement=self.placement)
 
     def shape(self, dim: str, gpus_per_node: int) -> topology.GroupShape:
-        """Where the ``dim`` group (tp, dp or pp) sits on nodes of ``gpus_per_node`` GPUs."""
-        return topology.group_shape(size=getattr(self, dim), stride=self.strides()[dim],
-                                    gpus_per_node=gpus_per_node)
+        """Where the ``dim`` group sits on nodes of ``gpus_per_node`` GPUs: tp, pp, dp (the
+        DP·CP ranks that all-reduce the gradients), or cp, ep, edp
+        (:func:`labkit.perfmodel.ep_cp.block_shape`)."""
+        stride = self.strides()["dp" if dim in ("cp", "ep", "edp") else dim]
+        if dim in ("cp", "ep", "edp"):
+            return ep_cp.block_shape(dim=dim, cp=self.cp, ep=self.ep, dp=self.dp, stride=stride,
+                                     gpus_per_node=gpus_per_node)
+        size = self.dp * self.cp if dim == "dp" else getattr(self, dim)
+        return topology.group_shape(size=size, stride=stride, gpus_per_node=gpus_per_node)
 
     def check(self, cluster: Cluster) -> None:
         """Refuse a layout that does not tile the cluster, or a TP group that leaves its node
         (unless ``tp_across_nodes``)."""
-        n = self.dp * self.tp * self.pp
+        n = self.dp * self.tp * self.pp * self.cp
         if n != cluster.world_size:
-            raise UsageError(f"dp {self.dp} x tp {self.tp} x pp {self.pp} = {n}, but "
+            cp = f" x cp {self.cp}" if self.cp > 1 else ""
+            raise UsageError(f"dp {self.dp} x tp {self.tp} x pp {self.pp}{cp} = {n}, but "
                              f"{cluster.name or 'the cluster'} has {cluster.world_size} GPUs "
                              "(world_size)")
         g = cluster.gpus_per_node
@@ -260,7 +283,9 @@ def memory_per_gpu(work: Workload, layout: Layout) -> dict:
     (Korthikanti et al. 2022, TP with sequence parallelism), per layer per microbatch:
     s·b·h·34 (+ 5·a·s²·b without flash attention) with no recomputation, s·b·h·34 selective,
     s·b·h·2 full (only the layer's input is kept); in flight: M (GPipe), min(M, P) (1F1B),
-    min(M, P)·(1 + (P−1)/(P·v)) (interleaved).
+    min(M, P)·(1 + (P−1)/(P·v)) (interleaved). With CP the states are those of DP·CP replicas
+    and the activations are divided by CP; with EP the experts are sharded over TP·PP·EP
+    (:func:`labkit.perfmodel.ep_cp.state_parts`).
     Llama-3-70B, TP = 8, PP = 4, b = 1, s = 8192, M = 32: 4 · 70.6e9 · 16 / 32 / 1e9 = 35.3 GB
     of states and 20 layers · 4 · 8192 · 8192 · 34 / 8 = 22.8 GB of activations.
 
@@ -268,10 +293,18 @@ def memory_per_gpu(work: Workload, layout: Layout) -> dict:
     >>> m = memory_per_gpu(Workload(model_preset("Llama-3-70B")), Layout(8, 8, 4, 32))
     >>> round((m["weights"] + m["gradients"] + m["optimizer"]) / 1e9, 1), round(m["activations"] / 1e9, 1)
     (35.3, 22.8)
+
+    CP 2 beside the same DP (twice the GPUs) halves the activations, 22.8 / 2 = 11.4 GB; in
+    place of half the DP ranks it doubles b and they stay at 22.8 GB.
+
+    >>> w = Workload(model_preset("Llama-3-70B"))
+    >>> [round(memory_per_gpu(w, Layout(d, 8, 4, 32, cp=2))["activations"] / 1e9, 1) for d in (8, 4)]
+    [11.4, 22.8]
     """
     mdl, tp, pp, m, dp = work.model, layout.tp, layout.pp, layout.num_microbatches, layout.dp
     b = work.global_batch_size / (dp * m)
-    shard = mdl.params / (tp * pp)
+    parts = [(count / shards, r) for count, shards, r in
+             ep_cp.state_parts(mdl, tp=tp, pp=pp, ep=layout.ep, replicas=dp * layout.cp)]
     sbh = work.seq_len * b * mdl.hidden_size
     if work.recompute == "full":
         per_layer = 2.0 * sbh
@@ -287,10 +320,11 @@ def memory_per_gpu(work: Workload, layout: Layout) -> dict:
             in_flight *= 1 + (pp - 1) / (pp * layout.virtual_stages)
     z = work.zero_stage
     out = {
-        "weights": shard * BYTES[work.precision] / (dp if z >= 3 else 1),
-        "gradients": shard * BYTES[work.precision] / (dp if z >= 2 else 1),
-        "optimizer": shard * work.optimizer_bytes_per_param / (dp if z >= 1 else 1),
-        "activations": mdl.num_layers / pp * in_flight * per_layer / tp,
+        "weights": sum(shard * BYTES[work.precision] / (r if z >= 3 else 1) for shard, r in parts),
+        "gradients": sum(shard * BYTES[work.precision] / (r if z >= 2 else 1) for shard, r in parts),
+        "optimizer": sum(shard * work.optimizer_bytes_per_param / (r if z >= 1 else 1)
+                         for shard, r in parts),
+        "activations": mdl.num_layers / pp * in_flight * per_layer / (tp * layout.cp),
     }
     out["total"] = sum(out.values())
     return out
@@ -319,6 +353,11 @@ def division_problem(work: Workload, layout: Layout) -> str | None:
                 f"split evenly into {pp * v} model chunks")
     if layout.schedule == "interleaved" and not interleavable(num_stages=pp, num_microbatches=m):
         return f"num_microbatches {m} must be a multiple of pp {pp} with schedule interleaved"
+    if work.seq_len % layout.cp:
+        return f"seq_len {work.seq_len} is not divisible by cp {layout.cp}"
+    if layout.ep > 1 and (not work.model.is_moe or work.model.num_experts % layout.ep):
+        return (f"ep {layout.ep} must divide the {work.model.num_experts} expert(s) of "
+                f"{work.model.key}")
     return None
 
 
@@ -347,8 +386,9 @@ def predict(work: Workload, cluster: Cluster, layout: Layout, *, algorithm: str 
     n = cluster.world_size
     peak = cluster.accelerator.peak(work.precision)
     nbytes = BYTES[work.precision]
+    cp, ep = layout.cp, layout.ep
     b = work.global_batch_size // (dp * m)
-    act_bytes = b * work.seq_len * mdl.hidden_size * nbytes
+    act_bytes = b * work.seq_len * mdl.hidden_size * nbytes / cp  # the rank's s/CP tokens
     flops, hw_flops = work.flops, work.hardware_flops
 
     compute = hw_flops / (n * peak * work.efficiency)
@@ -358,16 +398,22 @@ def predict(work: Workload, cluster: Cluster, layout: Layout, *, algorithm: str 
         return topology.collective(op=op, size_bytes=size, shape=shape, intra=cluster.intra,
                                    inter=cluster.inter, algorithm=algorithm)
 
-    dp_shape = layout.shape("dp", g)
-    grad_bytes = mdl.params * nbytes / (tp * pp)
+    dp_shape = layout.shape("dp", g)  # the DP·CP ranks that hold the same weights
     # ZeRO-1/2: reduce-scatter of the gradients + all-gather of the updated weights, the bytes
     # and the cost of one all-reduce; ZeRO-3 gathers the weights again for the forward and the
-    # backward of every microbatch.
-    dp_coll = priced("all_reduce", grad_bytes, dp_shape)
-    dp_total = dp_coll.time_s
-    if work.zero_stage == 3 and dp > 1:
-        gather = priced("all_gather", grad_bytes, dp_shape).time_s
-        dp_total = priced("reduce_scatter", grad_bytes, dp_shape).time_s + 2 * m * gather
+    # backward of every microbatch. With EP the expert shard has its own, smaller group.
+    parts = ep_cp.state_parts(mdl, tp=tp, pp=pp, ep=ep, replicas=dp * cp)
+    shapes = [dp_shape] + ([layout.shape("edp", g)] if ep > 1 else [])
+    dp_total, dp_coll = 0.0, None
+    for (count, shards, _), shape in zip(parts, shapes):
+        grad_bytes = count * nbytes / shards
+        coll = priced("all_reduce", grad_bytes, shape)
+        dp_coll = dp_coll or coll
+        part = coll.time_s
+        if work.zero_stage == 3 and shape.ranks > 1:
+            gather = priced("all_gather", grad_bytes, shape).time_s
+            part = priced("reduce_scatter", grad_bytes, shape).time_s + 2 * m * gather
+        dp_total += part
     # the all-reduce can hide behind the backward of the last microbatch only (DDP's no_sync
     # holds it back during accumulation); ZeRO-3's gathers prefetch during the whole step
     forward = flops / 3
@@ -382,8 +428,10 @@ def predict(work: Workload, cluster: Cluster, layout: Layout, *, algorithm: str 
     pp_shape = layout.shape("pp", g)
     pp_link = cluster.intra if pp_shape.inside_one_node else cluster.inter
     pp_comm = 2 * v * m * p2p_time(act_bytes, pp_link) if pp > 1 else 0.0
-    step = compute + bubble + dp_comm + tp_comm + pp_comm
-    return Prediction(
+    beyond = ep_cp.step_terms(work, layout, cluster, microbatch_size=b, nbytes=nbytes,
+                              priced=priced, send_time=p2p_time)  # EP and CP: 0 at 1
+    step = compute + bubble + dp_comm + tp_comm + pp_comm + beyond["ep_comm_s"] + beyond["cp_comm_s"]
+    return ep_cp.Prediction5D(
         dp=dp, tp=tp, pp=pp, num_microbatches=m, schedule=layout.schedule, virtual_stages=v,
         microbatch_size=b, compute_s=compute, bubble_s=bubble, dp_comm_s=dp_comm,
         tp_comm_s=tp_comm, pp_comm_s=pp_comm, step_time_s=step,
@@ -398,7 +446,7 @@ def predict(work: Workload, cluster: Cluster, layout: Layout, *, algorithm: str 
         tp_algorithm=tp_coll.algorithm if tp > 1 else "none", tp_link=tp_coll.link,
         pp_link=pp_link.key if pp > 1 else "", placement=layout.placement,
         zero_stage=work.zero_stage, recompute=work.recompute, model_flops=flops,
-        hardware_flops=hw_flops)
+        hardware_flops=hw_flops, cp=cp, ep=ep, **beyond)
 
 
 def assumptions(work: Workload, cluster: Cluster, *, placement: str = topology.MEGATRON,
@@ -412,7 +460,8 @@ def assumptions(work: Workload, cluster: Cluster, *, placement: str = topology.M
     """
     mdl, acc = work.model, cluster.accelerator
     moe = (f", mixture of {mdl.num_experts} experts ({mdl.experts_per_token} per token: "
-           f"{mdl.flop_params / 1e9:.1f} B active; expert parallelism not modelled)" if mdl.is_moe else "")
+           f"{mdl.flop_params / 1e9:.1f} B active; at ep 1 expert parallelism not modelled: "
+           "experts sharded by TP·PP like dense weights)" if mdl.is_moe else "")
     zero = {0: "off", 1: "1 (optimizer states over DP)", 2: "2 (+ gradients)",
             3: "3 (+ weights, re-gathered per microbatch)"}[work.zero_stage]
     return [

@@ -9,13 +9,16 @@ from labkit.figures import new_figure
 
 PARTS = [("compute_s", "compute", "#4c72b0"), ("bubble_s", "bubble", "#dd8452"),
          ("dp_comm_s", "DP all-reduce", "#55a868"), ("tp_comm_s", "TP all-reduce", "#c44e52"),
-         ("pp_comm_s", "PP send/recv", "#8172b3")]
+         ("pp_comm_s", "PP send/recv", "#8172b3"), ("ep_comm_s", "EP all-to-all", "#937860"),
+         ("cp_comm_s", "CP K/V ring", "#da8bc3")]
 
 
-def _legend():
+def _legend(df):
+    """The parts the rows have; EP and CP only where some row pays them."""
     from matplotlib.patches import Patch
 
-    return [Patch(color=color, label=name) for _, name, color in PARTS]
+    return [Patch(color=color, label=name) for col, name, color in PARTS
+            if col in df and (col not in ("ep_comm_s", "cp_comm_s") or (df[col] > 0).any())]
 
 
 def _stacked(ax, labels, df, horizontal=False):
@@ -23,6 +26,8 @@ def _stacked(ax, labels, df, horizontal=False):
     fits = list(df["fits"]) if "fits" in df else [True] * len(df)
     hatch = ["" if f else "//" for f in fits]
     for col, name, color in PARTS:
+        if col not in df:  # rows of a 3-D prediction made elsewhere: no EP or CP term
+            continue
         vals = list(df[col].fillna(0.0))
         if horizontal:
             bars = ax.barh(labels, vals, left=left, label=name, color=color)
@@ -35,7 +40,8 @@ def _stacked(ax, labels, df, horizontal=False):
 
 
 def breakdown_plot(rows, label_col: str = "fabric", title: str = "Predicted step time"):
-    """Stacked bars: compute, bubble, DP, TP and PP communication per row, efficiency on top."""
+    """Stacked bars: compute, bubble, DP, TP, PP, EP and CP communication per row, efficiency
+    on top."""
     fig, axes = new_figure(1, 1, width=6.0, height=3.8)
     ax = axes[0][0]
     labels = [str(x) for x in rows[label_col]]
@@ -47,7 +53,7 @@ def breakdown_plot(rows, label_col: str = "fabric", title: str = "Predicted step
     ax.set_ylabel("seconds per step")
     oom = "; hatched: out of memory" if not all(fits) else ""
     ax.set_title(f"{title}\n(label: scaling efficiency = compute / step{oom})", fontsize=10)
-    ax.legend(handles=_legend(), fontsize=8, loc="lower right")
+    ax.legend(handles=_legend(rows), fontsize=8, loc="lower right")
     return fig
 
 
@@ -61,7 +67,9 @@ def layout_search_plot(rows, top: int = 10):
     ok = rows[rows.fits].head(top).iloc[::-1]
     fig, axes = new_figure(1, 1, width=7.0, height=0.45 * max(len(ok), 3) + 1.4)
     ax = axes[0][0]
-    labels = [f"DP{r.dp} TP{r.tp} PP{r.pp} M{int(r.num_microbatches)}" for r in ok.itertuples()]
+    labels = [f"DP{r.dp} TP{r.tp} PP{r.pp}" + "".join(f" {d.upper()}{getattr(r, d)}"
+                                                      for d in ("cp", "ep") if getattr(r, d, 1) > 1)
+              + f" M{int(r.num_microbatches)}" for r in ok.itertuples()]
     tops = _stacked(ax, labels, ok, horizontal=True)
     for y, top, thr in zip(labels, tops, ok["samples_per_s"]):
         ax.annotate(f" {thr:.1f} samples/s", (top, y), va="center", fontsize=8)
@@ -69,7 +77,9 @@ def layout_search_plot(rows, top: int = 10):
     ax.set_xlim(0, max(tops + [1e-9]) * 1.3)
     n_bad = int((~rows.fits).sum())
     ax.set_title(f"{len(rows) - n_bad} of {len(rows)} layouts fit; {n_bad} rejected", fontsize=10)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=5)
+    handles = _legend(ok)
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+              ncol=len(handles))  # one row: a second one would run into the axis label
     return fig
 
 

@@ -17,7 +17,7 @@ from labkit.pipeline.config import PipelineConfig
 
 def register(sub) -> None:
     add_lab_command(sub, "pipeline", PipelineConfig, cmd_pipeline, launch_first=True,
-                    default_nproc=(2,),
+                    default_nproc=(2,), trace=True,
                     help="pipeline bubbles of GPipe / 1F1B / interleaved vs formula",
                     description="bubble = 1 − Σ busy / (P × step time) against (P−1)/(P−1+M)")
 

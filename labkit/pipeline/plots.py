@@ -2,7 +2,8 @@
 measures: :func:`bubble_vs_microbatches` (the fill/drain bubble read off the timeline against
 the formula, the step against (M + P − 1) × t_slot, and what more microbatches cost),
 :func:`schedule_diagram` (ranks x time: measured forward and backward blocks over the ideal
-schedule's)."""
+schedule's), :func:`activations_vs_microbatches` (stage 0's peak of saved activations against
+what its schedule implies)."""
 
 from __future__ import annotations
 
@@ -114,4 +115,39 @@ def schedule_diagram(blocks, *, ideal=None, title: str = "", ax=None, time_unit:
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(title or "schedule: forward and backward of each microbatch per rank")
     ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def activations_vs_microbatches(df, schedules=("gpipe", "1f1b")):
+    """Stage 0's peak of saved activations against M, per schedule and P: the measured points
+    (``peak_activation_bytes``) and what the schedule implies as a line over every M the batch
+    divides into and the schedule runs
+    (:func:`~labkit.pipeline.activations.peak_activation_formula`); where the rows carry a
+    device memory peak (CUDA), that too, faint (every rank's largest, weights and gradients
+    included)."""
+    from labkit.pipeline.activations import MIB, peak_activation_formula
+    from labkit.pipeline.config import combo_problem
+
+    fig, axes = new_figure(1, width=5.5)
+    ax = axes[0][0]
+    groups = df[df.schedule.isin(schedules)].groupby(["schedule", "num_stages"], sort=False)
+    for marker, ((s, p), part) in zip("osD^v<>" * 9, groups):  # hollow: one may hide another
+        part = part.sort_values("num_microbatches")
+        r, p = part.iloc[0], int(p)
+        grid = [m for m in range(1, int(part.num_microbatches.max()) + 1)
+                if r.batch % m == 0 and not combo_problem(s, p, m)]
+        line, = ax.plot(part.num_microbatches, part.peak_activation_bytes / MIB, marker, ms=8,
+                        mfc="none", mew=1.5, label=f"{s} P={p} measured")
+        ax.plot(grid, [peak_activation_formula(
+            s, num_stages=p, num_microbatches=m, layers=int(r.layers), hidden=int(r.hidden),
+            batch=int(r.batch), virtual_stages=int(r.virtual_stages)) / MIB for m in grid],
+            "--", color=line.get_color(), label=f"{s} P={p}: what its schedule holds")
+        if "device_memory_peak_bytes" in part and part.device_memory_peak_bytes.notna().any():
+            ax.plot(part.num_microbatches, part.device_memory_peak_bytes / MIB, "x:",
+                    color=line.get_color(), alpha=0.5, label=f"{s} P={p} device peak")
+    ax.set(xlabel="microbatches M", ylabel="MiB saved for backward", ylim=(0, None),
+           title="stage 0's peak of saved activations")
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
     return fig

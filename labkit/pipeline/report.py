@@ -10,7 +10,9 @@ verdicts of :mod:`labkit.pipeline.verdicts` under it; :func:`main_rows` and
 tables (:mod:`labkit.book.laws`, every row of kind ``model``); :func:`recv_ahead_table` GPipe and 1F1B with and without their
 receives posted ahead; :func:`schedule_blocks` and :func:`ideal_blocks` the measured and the
 ideal forward and backward blocks of one row, for
-:func:`labkit.pipeline.plots.schedule_diagram`.
+:func:`labkit.pipeline.plots.schedule_diagram`. The activations stage 0 holds (the
+``peak_activation_*`` columns) have their formula, laws and sentence in
+:mod:`labkit.pipeline.activations`.
 """
 
 from __future__ import annotations
@@ -95,6 +97,14 @@ COLUMNS = (
     Column("max_grad_diff", "", "largest |gradient - single-process gradient|"),
     Column("blocks", "", "the last timed step's F/B (and W) blocks on one clock from the step's "
                          "start: rank, stage, kind, microbatch, start_s, end_s"),
+    Column("peak_activation_bytes", "bytes",
+           "stage 0's (rank 0's) most saved-activation bytes alive at once in a timed step "
+           "(labkit.memory.SavedActivations: what autograd saves for backward, each storage once, "
+           "without the weights and the batch), the largest over the timed steps"),
+    Column("peak_activation_bytes_formula", "bytes",
+           "what the schedule makes stage 0 hold at once (activations.peak_activation_formula): "
+           "GPipe M microbatches, 1F1B min(P, M), interleaved and zero_bubble replayed from "
+           "their ideal schedule, each (layers of the stage) x b/M x hidden x 4 bytes"),
     *DEVICE_MEMORY_COLUMNS,
 )
 

@@ -5,6 +5,7 @@ and W for zero bubble; no communication cost)."""
 from __future__ import annotations
 
 from labkit.errors import UsageError
+from labkit.explorer import Control, Live, page_html, png_of
 from labkit.figures import png_outputs
 from labkit.pipeline.formulas import bubble_fraction, measured_bubble
 from labkit.pipeline.schedules import simulate
@@ -60,4 +61,36 @@ def bubbles_explorer(num_stages: int = 4, num_microbatches: int = 8, virtual_sta
     for c in (p, m, v, s):
         c.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([s, p]), w.HBox([m, v]), text, out])
+    return Live(w.VBox([w.HBox([s, p]), w.HBox([m, v]), text, out]),
+                page_explorer(num_stages, num_microbatches, virtual_stages, schedule,
+                              figure=png_of(out.outputs)))
+
+
+def _checked(schedule: str, num_stages: int, num_microbatches: int, virtual_stages: int) -> str:
+    if schedule in ("1f1b", "interleaved", "zero_bubble") and num_microbatches < num_stages:
+        raise UsageError(f"{schedule} needs M >= P (M={num_microbatches} < P={num_stages})")
+    return describe(schedule, num_stages, num_microbatches,
+                    virtual_stages if schedule == "interleaved" else 1)
+
+
+def page_explorer(num_stages: int = 4, num_microbatches: int = 8, virtual_stages: int = 2,
+                  schedule: str = "1f1b", figure=None) -> str:
+    """The explorer for a page without a kernel (:mod:`labkit.explorer`), on a coarser grid
+    (P up to 8, M in powers of two up to 32); V changes only the interleaved schedule."""
+    from functools import lru_cache
+
+    once = lru_cache(maxsize=None)(_checked)
+
+    def text(schedule, num_stages, num_microbatches, virtual_stages):
+        return once(schedule, num_stages, num_microbatches,
+                    virtual_stages if schedule == "interleaved" else 1)
+
+    return page_html(
+        [Control("schedule", "schedule", ("gpipe", "1f1b", "interleaved", "zero_bubble"),
+                 schedule),
+         Control("num_stages", "P stages", (1, 2, 3, 4, 6, 8), num_stages),
+         Control("num_microbatches", "M microbatches", (1, 2, 4, 8, 16, 32), num_microbatches),
+         Control("virtual_stages", "V chunks (interleaved)", (1, 2, 3, 4), virtual_stages)],
+        text, title="Pipeline bubbles explorer", figure=figure,
+        note="The schedule drawn is the one the notebook ran with; redrawing it for other "
+             "values needs Python (run the notebook in JupyterLab).")

@@ -19,7 +19,9 @@ records its start and end on this rank's clock, relative to the step's start (af
 barrier); ranks on one host are put on one clock (``time.perf_counter`` is the machine's
 monotonic clock). On CUDA the blocks are CUDA events read after the step, and the step's
 clock reads follow a synchronisation. Model, batch and reference live on the rank's device;
-rows carry the point's device memory peak (None on a CPU). Per step: busy = Σ (forward +
+rows carry the point's device memory peak (None on a CPU) and stage 0's peak of saved
+activations over the timed steps (:class:`labkit.memory.SavedActivations`, open during each
+timed step: a few microseconds per saved tensor). Per step: busy = Σ (forward +
 backward) on a rank, step time = the slowest rank's, bubble = 1 − Σ_ranks busy / (P × step
 time), and the timeline's split into compute, fill/drain bubble and the rest
 (:func:`labkit.pipeline.formulas.timeline_split`). Known: pipelining on gloo can hang; the
@@ -41,6 +43,7 @@ from torch import nn
 
 from labkit import runtime
 from labkit.harness import worker_main
+from labkit.memory import SavedActivations
 from labkit.pipeline.ahead import post_receives_ahead
 from labkit.pipeline.config import SCHEDULES_AHEAD, PipelineConfig, placements
 from labkit.pipeline.formulas import (
@@ -336,11 +339,16 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
         for runner, _ in runners:
             one_step(runner, mods, x, target)
     kinds = 3 if schedule == "zero_bubble" else 2  # F, B (and W)
-    recorded = [([], [], []) for _ in runners]  # per runner: step seconds, blocks, starts
+    # per runner: step seconds, blocks, starts, peak saved activations
+    recorded = [([], [], [], []) for _ in runners]
+    # activations only: the weights and the batch are held whatever the schedule
+    held = [*(prm for mod in mods for prm in mod.layers.parameters()), x, target]
     for k in range(cfg.steps):
-        turns = list(zip(runners, recorded))
-        for (runner, _), (steps, recs_per_step, starts) in turns[:: 1 if k % 2 == 0 else -1]:
-            t, _, recs, t0 = one_step(runner, mods, x, target)
+        turns = list(zip(runners, recorded))[:: 1 if k % 2 == 0 else -1]
+        for (runner, _), (steps, recs_per_step, starts, peaks) in turns:
+            with SavedActivations(exclude=held) as saved:
+                t, _, recs, t0 = one_step(runner, mods, x, target)
+            peaks.append(saved.peak_bytes)
             if len(recs) != kinds * m * len(mods):
                 raise RuntimeError(f"{schedule}: expected {kinds * m * len(mods)} block "
                                    f"records, got {len(recs)}")
@@ -355,9 +363,10 @@ def measure(schedule: str, m: int, model, rt, cfg: PipelineConfig, x, target,
 
 
 def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, steps,
-           recs_per_step, starts) -> dict | None:
+           recs_per_step, starts, peaks) -> dict | None:
     """The row of one (schedule, M, placement) from every rank's timed steps (rank 0; None on
-    the others): step times, the timeline's split, t_slot and the predicted step."""
+    the others): step times, the timeline's split, t_slot, the predicted step and rank 0's
+    largest peak of saved activations (``peaks``: one per timed step)."""
     p, rank = rt.world_size, rt.rank
     gathered = [None] * p
     dist.all_gather_object(gathered, (steps, recs_per_step, starts, socket.gethostname()))
@@ -411,6 +420,7 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
         "block_times": block_times([blocks for _, blocks in timeline]),
         "step_split_s": step_split,
         "blocks": last,
+        "peak_activation_bytes": int(max(peaks)),
     }
 
 

@@ -104,6 +104,8 @@ def crossover_figure(table, summary):
     """Speedup at P ranks against the problem size: measured (per iteration and per solve), the
     naive model (messages only) and the full one, t1 / (c_P + s (t1 − c) / P), through the
     measured 1-rank times, and both crossovers."""
+    from matplotlib.ticker import NullFormatter
+
     fig, axes = new_figure(1, 1, width=6)
     ax = axes[0][0]
     t = table.sort_values("dof_global")
@@ -126,6 +128,8 @@ def crossover_figure(table, summary):
         ax.axvline(meas, color="tab:blue", lw=0.8)
         ax.annotate(f"measured\n{meas:,.0f}", (meas, 1.0), fontsize=7, ha="left", va="top")
     ax.set_xscale("log")
+    # a range under a decade labels its minor ticks (3e3, 4e3, ...), which then collide
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set(xlabel="DOF (whole problem)", ylabel=f"speedup at {p} ranks",
            title="when do more ranks pay? (strong scaling at several sizes)")
     ax.legend(fontsize=7)

@@ -9,6 +9,7 @@ notebook (and the website made from it) shows it even without a running kernel.
 
 from __future__ import annotations
 
+from labkit.explorer import Control, Live, page_html, png_of
 from labkit.figures import png_outputs
 from labkit.metrics import amdahl_speedup, gustafson_speedup
 
@@ -51,4 +52,19 @@ def amdahl_explorer(measured=None, *, serial_fraction: float = 0.1, world_size: 
     f_slider.observe(redraw, names="value")
     n_slider.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([f_slider, n_slider]), text, plot])
+    return Live(w.VBox([w.HBox([f_slider, n_slider]), text, plot]),
+                page_explorer(serial_fraction, world_size, max_world_size,
+                              figure=png_of(plot.outputs)))
+
+
+def page_explorer(serial_fraction: float, world_size: int, max_world_size: int = 32,
+                  figure=None) -> str:
+    """The explorer for a page without a kernel (:mod:`labkit.explorer`): f in steps of 0.01,
+    N over 1..``max_world_size``, the same readout."""
+    fs = tuple(round(0.01 * k, 2) for k in range(51))
+    ns = tuple(range(1, max_world_size + 1))
+    return page_html([Control("serial_fraction", "serial f", fs, serial_fraction),
+                      Control("world_size", "N", ns, min(world_size, max_world_size))],
+                     readout, title="Amdahl and Gustafson explorer", figure=figure,
+                     note="The figure shows the values the notebook ran with; redrawing it "
+                          "needs Python (run the notebook in JupyterLab).")

@@ -39,7 +39,7 @@ def notebook_seconds(*, hidden: int, seq_len: int, num_layers: int, tp_batch: in
     >>> round(notebook_seconds(hidden=256, seq_len=32, num_layers=2, tp_batch=8, dp_batch=4,
     ...                        steps=4, tp_ranks=2, fsdp_ranks=2, matmul_flop_per_s=36e9,
     ...                        slowdown=1.25), 1)
-    23.8
+    24.6
     """
     rate = LAYER_EFFICIENCY * matmul_flop_per_s
 
@@ -59,9 +59,12 @@ def notebook_seconds(*, hidden: int, seq_len: int, num_layers: int, tp_batch: in
     if fsdp_ranks:
         slow = slowdown if fsdp_ranks > 1 else 1.0
         step = t(dp_batch) * slow
+        # four variants (DDP, ZeRO-1, ZeRO-2, FSDP; FSDP's one more sampled step), the plain
+        # model's steps, then with activation checkpointing (4/3 of them) and its forwards
         total += (LAUNCH_S + fsdp_ranks * t(dp_batch)
                   + fsdp_ranks * RATE_RUNS * t(dp_batch, layers=1)
-                  + 3 * (steps + 1) * step * WRAPPER_FACTOR + steps * step)
+                  + (4 * (steps + 1) + 1) * step * WRAPPER_FACTOR
+                  + steps * step * (1 + 4 / 3 + 1 / 3))
     return total
 
 
@@ -71,11 +74,11 @@ def check(budget_s: float, **params) -> float:
     >>> kw = dict(seq_len=32, num_layers=2, tp_batch=8, dp_batch=4, steps=4, tp_ranks=2,
     ...           fsdp_ranks=2, matmul_flop_per_s=36e9, slowdown=1.25)
     >>> round(check(28, hidden=256, **kw))
-    24
+    25
     >>> check(28, hidden=1024, **kw)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: these parameters would take about 87 s on this machine, over the notebook's budget of 28 s: lower hidden, seq_len, the batches, num_layers or steps (or raise budget_s)
+    labkit.errors.UsageError: these parameters would take about 101 s on this machine, over the notebook's budget of 28 s: lower hidden, seq_len, the batches, num_layers or steps (or raise budget_s)
     """
     est = notebook_seconds(**params)
     if est > budget_s:

@@ -213,3 +213,90 @@ def breakeven_hidden(*, batch_size: int, seq_len: int, ranks: int, compute_flop_
     qb = keep * 12 * b * s * s / r - 4 * 2 * (p - 1) / p * 4 * b * s / beta
     qc = 4 * 2 * (p - 1) * alpha_s
     return (-qb + math.sqrt(qb * qb + 4 * qa * qc)) / (2 * qa)
+
+
+# ---------------------------------------------------------------- activation memory
+
+def saved_activation_bytes(*, batch_size: int, seq_len: int, hidden: int, num_heads: int,
+                           num_layers: int, world_size: int = 1, checkpoint: bool = False,
+                           bytes_per_value: int = BYTES_PER_VALUE) -> float:
+    """Bytes autograd saves for backward in one training step of the lab's model on one rank
+    (the teaching version at P = ``world_size``, no sequence parallelism): every storage once,
+    the parameters left out (what :class:`labkit.memory.SavedActivations` counts). Per layer::
+
+        kept whole on every rank   LN1's input, LN1's output (q, k, v's input),
+                                   LN2's input, LN2's output (the MLP's input)      4 s b h
+                                   the two LayerNorms' mean and 1/std                4 b s
+        split over P               q, k, v (the attention's inputs)               3 s b h / P
+                                   the attention's output (o's input is a view)     s b h / P
+                                   its log-sum-exp (flash attention: no s x s)      a b s / P
+                                   the MLP's 4h pre-activation (GELU's input)     4 s b h / P
+                                   GELU's output (the second linear's input)      4 s b h / P
+
+    and once per step the loss's input and target, 2 s b h: ``L (s b h (4 + 12/P) + 4 b s +
+    a b s / P) + 2 s b h`` values. The residual adds, f and g save nothing. With
+    ``checkpoint`` each layer keeps only its input: ``L s b h + 2 s b h`` values (backward
+    runs the layer's forward again and holds one layer's activations at a time).
+
+    The lab's FSDP default (b = 4, s = 32, h = 256, 4 heads, 2 layers): 4.46 MB, 0.52 MB
+    checkpointed; one layer split over 2 ranks keeps 10 s b h instead of 16.
+
+    >>> kw = dict(batch_size=4, seq_len=32, hidden=256, num_heads=4, num_layers=2)
+    >>> saved_activation_bytes(**kw), saved_activation_bytes(**kw, checkpoint=True)
+    (4464640.0, 524288.0)
+    >>> saved_activation_bytes(batch_size=2, seq_len=8, hidden=32, num_heads=4, num_layers=1,
+    ...                        world_size=2)
+    24960.0
+    """
+    b, s, h = batch_size, seq_len, hidden
+    p = positive_int("world_size", world_size)
+    sbh = s * b * h
+    if checkpoint:
+        values = num_layers * sbh + 2 * sbh
+    else:
+        values = num_layers * (sbh * (4 + 12 / p) + 4 * b * s + num_heads * b * s / p) + 2 * sbh
+    return float(values * bytes_per_value)
+
+
+def korthikanti_activation_bytes(*, batch_size: int, seq_len: int, hidden: int, num_heads: int,
+                                 num_layers: int, tp: int = 1, sequence_parallel: bool = False,
+                                 bytes_per_value: float = 2, mask_bytes: float = 1,
+                                 flash: bool = False) -> float:
+    """Activation bytes of a transformer layer after Korthikanti et al. 2022 ("Reducing
+    Activation Recomputation in Large Transformer Models"), by its terms, per layer::
+
+        values kept whole: both LayerNorms' inputs, q/k/v's input, the MLP's input   4 s b h
+        dropout masks kept whole (after attention, after the MLP)                    2 s b h
+        values split over t: q, k, v; o's input; the MLP's 4h twice                 12 s b h / t
+        the s x s terms: softmax output, dropout output (values), dropout mask   a s² b / t each
+
+    At 2 bytes a value and 1 a mask that is the paper's ``s b h (34 + 5 a s / h)`` with
+    t = 1, ``s b h (10 + 24/t + 5 a s / (h t))`` for TP without sequence parallelism and
+    everything over t with it. Flash attention keeps no s x s term (:mod:`labkit.perfmodel`
+    uses ``34 s b h / t``: sequence parallelism, flash or selective recomputation).
+
+    What this means for this lab (:func:`saved_activation_bytes`): fp32 (4 bytes a value), no
+    dropout (no masks), flash attention (PyTorch's on the CPU): the paper's counts of s b h
+    are the lab's exactly, 16 values whole at t = 1 (64 bytes, not 34), 4 + 12/t split; the
+    lab adds what the paper leaves out: the attention's output kept by flash attention
+    (o's input is a view of it, so it is the paper's o input), its log-sum-exp (a b s / t),
+    the LayerNorms' statistics (4 b s) and the loss (2 s b h).
+
+    >>> kw = dict(batch_size=1, seq_len=2048, hidden=4096, num_heads=32, num_layers=1)
+    >>> sbh = 2048 * 4096
+    >>> korthikanti_activation_bytes(**kw) / sbh, korthikanti_activation_bytes(**kw, tp=8) / sbh
+    (114.0, 23.0)
+    >>> korthikanti_activation_bytes(**kw, tp=8, sequence_parallel=True, flash=True) / sbh
+    4.25
+    >>> korthikanti_activation_bytes(**kw, bytes_per_value=4, mask_bytes=0, flash=True) / sbh
+    64.0
+    """
+    b, s, h, a = batch_size, seq_len, hidden, num_heads
+    t = positive_int("tp", tp)
+    sbh = s * b * h
+    whole = 4 * sbh * bytes_per_value + 2 * sbh * mask_bytes
+    split = 12 * sbh * bytes_per_value
+    if not flash:
+        split += a * s * s * b * (2 * bytes_per_value + mask_bytes)
+    per_layer = (whole / t if sequence_parallel else whole) + split / t
+    return float(positive_int("num_layers", num_layers) * per_layer)

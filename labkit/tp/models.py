@@ -91,15 +91,20 @@ class Layer(nn.Module):
 
 
 class Stack(nn.Module):
-    """``num_layers`` layers, one after the other."""
+    """``num_layers`` layers, one after the other. ``checkpoint = True`` (activation
+    checkpointing): each layer keeps only its input for backward and runs its forward again
+    there (``torch.utils.checkpoint``, non-reentrant: FSDP2 and DDP compose with it)."""
 
     def __init__(self, layers):
         super().__init__()
         self.layers = nn.ModuleList(layers)
+        self.checkpoint = False
 
     def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
         for layer in self.layers:
-            x = layer(x)
+            x = checkpoint(layer, x, use_reentrant=False) if self.checkpoint else layer(x)
         return x
 
 

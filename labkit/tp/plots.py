@@ -73,6 +73,8 @@ def speedup_vs_hidden(hiddens, cases: dict, *, batch_size: int, seq_len: int, ra
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhline(ranks, color="gray", ls="--", lw=0.8, label=f"ideal: {ranks}")
     ax.set_xscale("log", base=2)
+    ax.set_xlim(min(hiddens), max(hiddens))
+    ax.set_ylim(bottom=0)  # a speedup is positive: no negative tick beside the first h
     ax.set_xlabel("hidden size h")
     ax.set_ylabel(f"T(1) / T({ranks}), predicted")
     ax.set_title(title or f"when {ranks}-way TP pays (b·s = {batch_size * seq_len} tokens)")

@@ -86,7 +86,40 @@ COLUMNS = (
     Column("speedup_vs_1_rank", "", "step_time_p50_s of the 1-rank run of the same variant / "
                                     "this one's (NaN without a 1-rank run)"),
     *DEVICE_MEMORY_COLUMNS,
+    Column("activation_bytes_measured", "bytes",
+           "what autograd saved for backward on this rank in one step, each storage once, "
+           "parameters left out (the teaching version; NaN for the library's DTensors)"),
+    Column("activation_bytes_formula", "bytes", "L (s b h (4 + 12/P) + 4 b s + a b s / P) + "
+                                                "2 s b h values x 4 bytes"),
+    Column("activation_korthikanti_bytes", "bytes", "Korthikanti et al. as published, no "
+                                                    "sequence parallelism: L s b h (10 + 24/P "
+                                                    "+ 5 a s / (h P)) bytes (16-bit)"),
+    Column("activation_korthikanti_fp32_bytes", "bytes", "the paper's terms in the lab's: 4 "
+                                                         "bytes a value, no dropout, flash "
+                                                         "attention: L s b h (16 + 48/P)"),
 )
+
+
+def activation_frame(row):
+    """The saved activations of one rank beside the formulas: the lab's exact count,
+    Korthikanti et al.'s terms in the lab's units and as published, each with its difference
+    from the measurement (%) and what it leaves out or adds."""
+    import pandas as pd
+
+    from labkit.book.laws import symmetric_error_pct
+
+    m = row["activation_bytes_measured"]
+    cases = (
+        ("the lab's count", row["activation_bytes_formula"],
+         "every saved tensor of the layer, the loss"),
+        ("Korthikanti, fp32, no dropout, flash", row["activation_korthikanti_fp32_bytes"],
+         "leaves out the LayerNorms' statistics, the log-sum-exp and the loss"),
+        ("Korthikanti as published (16-bit)", row["activation_korthikanti_bytes"],
+         "2 bytes a value, dropout masks, the s x s softmax kept"),
+    )
+    return pd.DataFrame([{"formula": name, "MB": v / 1e6, "measured_MB": m / 1e6,
+                          "error_pct": symmetric_error_pct(v, m), "difference": why}
+                         for name, v, why in cases])
 
 
 def select(df, variant: str | None = None, **equal):

@@ -274,3 +274,38 @@ def pays_sentence(label: str, *, ranks: int, breakeven: float, at: dict) -> str:
     first, *rest = [f"at h = {h}: {t}" for h, t in zip(at, parts)]
     return (f"{label}, P = {ranks}: pays above h = {breakeven:,.0f}; predicted speedup {first}"
             + "".join(f", {t}" for t in rest))
+
+
+# ---------------------------------------------------------------- activation memory
+
+def activation_law(row) -> dict:
+    """The bytes the teaching version saves for backward on one rank against the lab's exact
+    count (:func:`labkit.tp.formulas.saved_activation_bytes`), tolerance 10 %."""
+    return check(f"{row['variant']}, P = {int(row['world_size'])}: saved activations per rank "
+                 "= L (s b h (4 + 12/P) + 4 b s + a b s / P) + 2 s b h values",
+                 predicted=float(row["activation_bytes_formula"]) / 1e6,
+                 measured=float(row["activation_bytes_measured"]) / 1e6, unit="MB",
+                 tolerance_pct=10.0)
+
+
+def activation_sentence(row) -> str:
+    """How much of a rank's saved activations TP splits, from the row and the lab's count.
+
+    >>> activation_sentence({"variant": "naive", "world_size": 2, "batch_size": 8,
+    ...     "seq_len": 32, "hidden": 256, "num_heads": 8, "num_layers": 2,
+    ...     "activation_bytes_measured": 5783552.0})
+    "naive on 2 ranks: 5.78 MB saved for backward per rank (one rank alone: 8.94 MB); 2.63 MB of it (45%) is kept whole on every rank: the LayerNorms' inputs and outputs and statistics, and the loss, which sequence parallelism would split too"
+    """
+    from labkit.tp.formulas import saved_activation_bytes
+
+    p = int(row["world_size"])
+    kw = {k: int(row[k]) for k in ("batch_size", "seq_len", "hidden", "num_heads",
+                                   "num_layers")}
+    one, mine = saved_activation_bytes(**kw), saved_activation_bytes(**kw, world_size=p)
+    split = (one - mine) * p / (p - 1) if p > 1 else one
+    whole = one - split
+    m = float(row["activation_bytes_measured"])
+    return (f"{row['variant']} on {p} ranks: {m / 1e6:.2f} MB saved for backward per rank (one "
+            f"rank alone: {one / 1e6:.2f} MB); {whole / 1e6:.2f} MB of it ({whole / m:.0%}) is "
+            "kept whole on every rank: the LayerNorms' inputs and outputs and statistics, and "
+            "the loss, which sequence parallelism would split too")

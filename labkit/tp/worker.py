@@ -22,7 +22,8 @@ What one launch does, every rank on the same seeded batch (TP splits weights, no
    (:func:`labkit.timing.summarize`); the prediction of :mod:`labkit.tp.formulas` beside it;
    for the teaching version, every rank's entry and exit of every all-reduce, gathered, split
    the time inside them into the messages and the wait for the later rank
-   (:mod:`labkit.tp.timeline`);
+   (:mod:`labkit.tp.timeline`); the teaching version's counted step also counts the bytes
+   autograd saves for backward on the rank (:class:`labkit.memory.SavedActivations`);
 4. **compute only**, last: the teaching version with f and g switched off (each rank's
    slices, no all-reduce: the arithmetic of a TP step without its communication), timed.
 
@@ -36,6 +37,7 @@ import math
 
 from labkit import runtime, timing
 from labkit.harness import worker_main
+from labkit.memory import SavedActivations
 from labkit.tp import formulas, timeline
 from labkit.tp.config import TPConfig
 from labkit.tp.measure import (
@@ -159,9 +161,13 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
         err = worst_over_ranks(rt, check(model, ref, x, y, rt.rank, p))  # before any timing
         step = make_step(model, make_optimizer(model, cfg.lr), x, y)
         counter = CommCounter()
+        saved = math.nan
         if comm is not None:
             comm.reset()
-            step()
+            # what autograd saves in this rank's slice (the library's DTensors: not counted)
+            with SavedActivations(exclude=[local_tensor(q) for q in model.parameters()]) as meter:
+                step()
+            saved = float(meter.peak_bytes)
             calls, nbytes, others = comm.calls, comm.bytes, 0
         else:
             with counter:
@@ -193,6 +199,7 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
             "allreduce_wait_in_step_s": inside["wait"],
             "allreduce_message_in_step_s": inside["message"],
             "device_memory_peak_bytes": peak,
+            "activation_bytes_measured": saved,
             "prediction_error_pct": formulas.prediction_error_pct(
                 predicted_s=common["predicted_step_s"], measured_s=t),
         })
@@ -230,8 +237,23 @@ def _common(cfg: TPConfig, full, p: int, link: dict, rate: float) -> dict:
         "comm_bytes_formula": formulas.allreduce_bytes(batch_size=b, seq_len=s, hidden=h,
                                                        num_layers=cfg.num_layers, world_size=p),
         "bytes_per_allreduce": each,
+        **activation_fields(cfg, p),
         **prediction_fields(link=link, compute_flop_per_s=rate, flops_per_rank=flops,
                             predicted=pred),
+    }
+
+
+def activation_fields(cfg: TPConfig, p: int) -> dict:
+    """The saved activations of one rank at TP degree ``p`` by the lab's exact count and by
+    Korthikanti et al.'s terms, as published and in the lab's terms
+    (:mod:`labkit.tp.formulas`)."""
+    kw = dict(batch_size=cfg.batch_size, seq_len=cfg.seq_len, hidden=cfg.hidden,
+              num_heads=cfg.num_heads, num_layers=cfg.num_layers)
+    return {
+        "activation_bytes_formula": formulas.saved_activation_bytes(**kw, world_size=p),
+        "activation_korthikanti_bytes": formulas.korthikanti_activation_bytes(**kw, tp=p),
+        "activation_korthikanti_fp32_bytes": formulas.korthikanti_activation_bytes(
+            **kw, tp=p, bytes_per_value=formulas.BYTES_PER_VALUE, mask_bytes=0, flash=True),
     }
 
 

@@ -1,0 +1,185 @@
+"""The expert-parallel lab's laws and sentences, computed from a run's rows and this machine's
+profile (pure: no torch).
+
+The step model (:func:`context`) prices each phase from the machine profile
+(:mod:`labkit.machine`), nothing from the launch's own timings:
+
+* **expert compute**: the FLOPs of the busiest rank's experts (12 rows h f) at the rate of the
+  profile's miniature training step, measured alone (a two-layer MLP forward and backward: its
+  matrix products with the elementwise work and autograd's traffic around them, which is what
+  an expert does; the bare n x n product rate leaves those out), times the profile's co-run
+  slowdown of the matrix product at the expert product's size (n: the square product of the
+  same FLOPs, :func:`labkit.moe.formulas.matmul_size`), as the TP lab's model takes it: the
+  step waits for the rank with the most rows;
+* **routing**: the router's FLOPs (6 T h E) at the profile's n x n product rate at its size,
+  times the same slowdown;
+* **all-to-all**: from the profile's **message** sweep (one-way point-to-point, peers idle: in
+  an MoE step nothing computes while the rows travel): the exchanges with the P − 1 peers one
+  after another, each one message of the larger direction's bytes
+  (:func:`labkit.moe.formulas.alltoall_s`), for the rank that waits the longest; dispatch and
+  combine each run twice a step (forward, and their gradients backward), the dispatch also
+  exchanges the split sizes (one small message per peer).
+
+``prof`` below is a :class:`labkit.machine.Profile` or anything with its ``step_flop_per_s()``,
+``matmul_flop_per_s(n)``, ``compute_slowdown(ranks, n=...)`` and ``message_s(size_bytes)``. The
+step law's split is the measured phases of the slowest rank; they add up to its step.
+"""
+
+from __future__ import annotations
+
+from labkit.book.laws import check, symmetric_error_pct
+from labkit.moe import formulas
+from labkit.moe.formulas import PHASES
+
+#: the relative tolerance of every time law of the lab
+TOLERANCE_PCT = 25.0
+
+
+def _ms(x: float) -> float:
+    return float(x) * 1e3
+
+
+class FakeProfile:
+    """A stand-in machine profile for examples and tests: every product at ``flop_per_s``
+    alone, ``slowdown`` with two ranks or more, a message ``alpha_s`` + bytes / ``bytes_per_s``.
+    """
+
+    def __init__(self, flop_per_s: float = 3e10, slowdown: float = 1.25, alpha_s: float = 1e-4,
+                 bytes_per_s: float = 1e9):
+        self.rate, self.slowdown = flop_per_s, slowdown
+        self.alpha_s, self.bytes_per_s = alpha_s, bytes_per_s
+
+    def matmul_flop_per_s(self, n, *, together=False):
+        return self.rate / (self.slowdown if together else 1.0)
+
+    def step_flop_per_s(self, *, together=False):
+        return self.matmul_flop_per_s(0, together=together)
+
+    def compute_slowdown(self, ranks, *, n=None):
+        return 1.0 if ranks == 1 else self.slowdown
+
+    def message_s(self, size_bytes, *, busy=False):
+        return self.alpha_s + size_bytes / self.bytes_per_s
+
+
+def context(row, prof) -> dict:
+    """The model's phases and step (seconds) for one row:
+    :func:`labkit.moe.formulas.step_model`'s ``routing``, ``dispatch``, ``experts``,
+    ``combine``, ``step``, and the ``slowdown`` and ``alltoall_s`` (one all-to-all) it used.
+
+    >>> row = {"world_size": 2, "num_experts": 4, "hidden": 128, "ffn": 512,
+    ...        "tokens_per_rank": 256, "kept_by_rank": [[160, 100, 90, 120], [110, 130, 90, 120]]}
+    >>> ctx = context(row, FakeProfile())
+    >>> round(ctx["experts"] * 1e3, 2), round(ctx["alltoall_s"] * 1e3, 3), round(ctx["step"] * 1e3, 2)
+    (16.38, 0.223, 17.41)
+    """
+    p, e = int(row["world_size"]), int(row["num_experts"])
+    h, f, t = int(row["hidden"]), int(row["ffn"]), int(row["tokens_per_rank"])
+    kept = [list(map(int, r)) for r in row["kept_by_rank"]]
+    between = formulas.rows_between(kept, world_size=p)
+    rows = max(sum(between[s][d] for s in range(p)) for d in range(p))
+    n = formulas.matmul_size(rows=max(1, rows // (e // p)), hidden=h, ffn=f)
+    slow = prof.compute_slowdown(p, n=n) if p > 1 else 1.0
+    expert_s = formulas.expert_flops(rows=rows, hidden=h, ffn=f) / prof.step_flop_per_s() * slow
+    n_router = formulas.matmul_size(rows=t, hidden=h, ffn=e)
+    routing_s = (formulas.router_flops(tokens=t, hidden=h, num_experts=e)
+                 / prof.matmul_flop_per_s(n_router) * slow)
+    a2a = counts = 0.0
+    if p > 1:
+        row_bytes = h * formulas.BYTES_PER_VALUE
+        a2a = max(formulas.alltoall_s([max(between[r][d], between[d][r]) * row_bytes
+                                       for d in range(p) if d != r], prof.message_s)
+                  for r in range(p))
+        counts = formulas.alltoall_s([8 * (e // p)] * (p - 1), prof.message_s)
+    model = formulas.step_model(routing_s=routing_s, dispatch_s=2 * a2a + counts,
+                                expert_s=expert_s, combine_s=2 * a2a)
+    return {**model, "slowdown": slow, "alltoall_s": a2a}
+
+
+def measured_split(row) -> dict:
+    """The measured step's four phases (ms, p50, the slowest rank's), for the step law."""
+    return {ph: _ms(row[f"{ph}_time_s"]) for ph in PHASES}
+
+
+def laws(row, prof) -> list[dict]:
+    """The laws of one row: at P > 1 the all-to-alls counted and the bytes each one sent
+    (every rank's, exact) against the routing drawn; then the step against the model, with
+    the measured phases as its split."""
+    p = int(row["world_size"])
+    pre = f"MoE, P = {p}"
+    out = []
+    if p > 1:
+        measured = [b for r in row["a2a_bytes_by_call_measured"] for b in r]
+        formula = [b for r in row["a2a_bytes_by_call_formula"] for b in r]
+        exact = len(measured) == len(formula) and all(a == b for a, b in zip(measured, formula))
+        out += [check(f"{pre}: all-to-alls of rows per step = 4",
+                      predicted=row["a2a_calls_formula"], measured=row["a2a_calls_measured"],
+                      tolerance_pct=0),
+                check(f"{pre}: bytes sent per step = kept pairs elsewhere x h x 4 B, both ways, "
+                      "forward and backward", predicted=row["a2a_bytes_formula"],
+                      measured=row["a2a_bytes_measured"], unit="B", tolerance_pct=0,
+                      mechanism_observed=exact,
+                      mechanism="every all-to-all of every rank equal to its formula")]
+    ctx = context(row, prof)
+    out.append(check(f"{pre}: step = routing + 2 dispatches + busiest rank's experts x slowdown "
+                     "+ 2 combines", predicted=_ms(ctx["step"]),
+                     measured=_ms(row["step_time_p50_s"]), unit="ms",
+                     tolerance_pct=TOLERANCE_PCT, split=measured_split(row)))
+    return out
+
+
+def load_sentence(row) -> str:
+    """The load the routing drew: per expert and per rank, and what the capacity dropped.
+
+    >>> row = {"world_size": 2, "expert_load_routed": [140, 118, 130, 124], "top_k": 2,
+    ...        "tokens_per_rank": 128, "expert_imbalance": 1.09, "rank_load_rows": [250, 254],
+    ...        "rank_imbalance": 1.008, "tokens_dropped": 8, "dropped_fraction": 8 / 512,
+    ...        "capacity": 80, "capacity_factor": 1.25}
+    >>> print(load_sentence(row))
+    the router sent 512 (token, expert) pairs: 118 to 140 per expert (max/mean 1.09), 250 and 254 rows per rank (max/mean 1.01); the capacity (80 pairs per expert from each rank, factor 1.25) dropped 8 of them (1.6%).
+    """
+    load = row["expert_load_routed"]
+    ranks = [int(x) for x in row["rank_load_rows"]]
+    per_rank = (" and ".join(map(str, ranks)) if len(ranks) <= 2
+                else f"{min(ranks)} to {max(ranks)}")
+    return (f"the router sent {sum(load)} (token, expert) pairs: {min(load)} to {max(load)} per "
+            f"expert (max/mean {row['expert_imbalance']:.2f}), {per_rank} rows per rank "
+            f"(max/mean {row['rank_imbalance']:.2f}); the capacity ({int(row['capacity'])} pairs "
+            f"per expert from each rank, factor {row['capacity_factor']:g}) dropped "
+            f"{int(row['tokens_dropped'])} of them ({row['dropped_fraction']:.1%}).")
+
+
+def bytes_sentence(row) -> str:
+    """The bytes the all-to-alls sent, counted, against the routing's formula and an even
+    routing's.
+
+    >>> print(bytes_sentence({"world_size": 2, "a2a_bytes_measured": 520192,
+    ...                       "a2a_bytes_formula": 520192, "a2a_bytes_uniform": 524288}))
+    the 2 ranks' all-to-alls sent 520.2 kB per step, counted on the collective: the routing's formula gives 520.2 kB (equal); an even routing without drops would send 524.3 kB.
+    """
+    got, want = row["a2a_bytes_measured"], row["a2a_bytes_formula"]
+    same = "equal" if got == want else f"{got - want:+,.0f} bytes off"
+    return (f"the {int(row['world_size'])} ranks' all-to-alls sent {got / 1e3:.1f} kB per step, "
+            f"counted on the collective: the routing's formula gives {want / 1e3:.1f} kB "
+            f"({same}); an even routing without drops would send "
+            f"{row['a2a_bytes_uniform'] / 1e3:.1f} kB.")
+
+
+def step_sentence(row, prof) -> str:
+    """Where the step went, measured, beside the model's phases.
+
+    >>> row = {"world_size": 2, "num_experts": 4, "hidden": 128, "ffn": 512,
+    ...        "tokens_per_rank": 256, "kept_by_rank": [[160, 100, 90, 120], [110, 130, 90, 120]],
+    ...        "step_time_p50_s": 0.0205, "routing_time_s": 0.001, "dispatch_time_s": 0.001,
+    ...        "experts_time_s": 0.017, "combine_time_s": 0.0015}
+    >>> print(step_sentence(row, FakeProfile()))
+    step on 2 ranks: 20.5 ms measured (routing 1.0, dispatch 1.0, experts 17.0, combine 1.5 ms on the slowest rank); the model 17.4 ms (routing 0.0, dispatch 0.5, experts 16.4, combine 0.4 ms): -18%, within 25%.
+    """
+    ctx = context(row, prof)
+    got = ", ".join(f"{ph} {_ms(row[f'{ph}_time_s']):.1f}" for ph in PHASES)
+    model = ", ".join(f"{ph} {_ms(ctx[ph]):.1f}" for ph in PHASES)
+    err = symmetric_error_pct(ctx["step"], row["step_time_p50_s"])
+    word = "within" if abs(err) <= TOLERANCE_PCT else "more than"
+    return (f"step on {int(row['world_size'])} ranks: {_ms(row['step_time_p50_s']):.1f} ms "
+            f"measured ({got} ms on the slowest rank); the model {_ms(ctx['step']):.1f} ms "
+            f"({model} ms): {err:+.0f}%, {word} {TOLERANCE_PCT:g}%.")

@@ -1,0 +1,204 @@
+"""Expert-parallel lab, rank side: one launch of P ranks, E/P experts on each.
+
+Run by hand (``labkit moe`` / :func:`labkit.moe.run.run` build the same command, one launch per
+world size)::
+
+    torchrun --standalone --nproc-per-node=2 -m labkit.moe.worker \\
+        --config '{"num_experts": 4, "top_k": 2, "hidden": 128, "tokens": 256}' --out moe.json
+
+What one launch does, every rank on its own seeded tokens:
+
+1. **the one-process reference**: every rank builds the whole layer and every rank's tokens
+   from the seed and runs each expert on every token (:func:`labkit.moe.layer.reference`), in
+   float64, forward and backward;
+2. **correctness first**: the expert-parallel layer in float64, one forward and backward,
+   compared with it: this rank's output and input gradient, the router's gradient (summed over
+   the ranks: each holds the router whole and sees its own tokens) and the gradients of this
+   rank's experts (``matches_single_process``, ``max_rel_error``: the worst rank's);
+3. in float32: one step with every all-to-all **counted** (bytes leaving this rank, per call),
+   beside the counts of the routing it drew (routed and kept per expert, on every rank); then
+   ``steps`` steps, the first ``warmup`` untimed, each timed on every rank with its four phases
+   (routing, dispatch, expert compute, combine: each forward and backward), the slowest rank's
+   step taken (:func:`labkit.timing.summarize`).
+
+Every tensor handed to torch.distributed lives on the rank's device; the row carries its
+device memory peak (None on a CPU).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+import torch.distributed as dist
+
+from labkit import runtime, timing
+from labkit.harness import worker_main
+from labkit.moe import formulas
+from labkit.moe.config import MoEConfig
+from labkit.moe.formulas import PHASES
+from labkit.moe.layer import ExpertLayer, init_weights, reference
+
+
+class CountedAllToAll:
+    """``dist.all_to_all_single`` of rows, wrapped: every call's tag and the bytes that leave
+    this rank (the rows for other ranks; those for itself stay), and the split-size exchanges
+    apart. :meth:`reset` clears them."""
+
+    def __init__(self, rank: int, world_size: int):
+        self.rank, self.world_size = rank, world_size
+        self.reset()
+
+    def reset(self) -> None:
+        self.calls: list[tuple[str, int]] = []  # (tag, bytes leaving this rank)
+        self.count_calls = 0
+
+    def __call__(self, x: torch.Tensor, send: list, recv: list, tag: str) -> torch.Tensor:
+        x = x.contiguous()
+        out = x.new_empty((sum(recv), *x.shape[1:]))
+        dist.all_to_all_single(out, x, output_split_sizes=recv, input_split_sizes=send)
+        row = math.prod(x.shape[1:]) * x.element_size()  # a rank may send no rows at all
+        self.calls.append((tag, (sum(send) - send[self.rank]) * row))
+        return out
+
+    def counts(self, counts: torch.Tensor) -> torch.Tensor:
+        """Rows for each expert of each rank out, what each rank sends this one's back."""
+        out = torch.empty_like(counts)
+        dist.all_to_all_single(out, counts.contiguous())
+        self.count_calls += 1
+        return out
+
+
+def _gather(rt, t: torch.Tensor) -> torch.Tensor:
+    """Every rank's ``t`` stacked (P, ...), on every rank (on the host afterwards)."""
+    if rt.world_size == 1:
+        return t[None].cpu()
+    every = [torch.empty_like(t) for _ in range(rt.world_size)]
+    dist.all_gather(every, t.contiguous())
+    return torch.stack(every).cpu()
+
+
+def _rel_error(pairs, scale: float | None = None) -> float:
+    """Largest max|got - want| / scale (default: each want's max|want|)."""
+    worst = 0.0
+    for got, want in pairs:
+        if not want.numel():
+            continue
+        norm = float(want.abs().max()) if scale is None else scale
+        err = float((got.double() - want.double()).abs().max())
+        worst = max(worst, err / norm if norm > 0 else err)
+    return worst
+
+
+def _check(rt, cfg: MoEConfig, weights: dict, x_all, grad_all, cap: int, comm) -> float:
+    """The expert-parallel layer in float64 against :func:`reference`: the worst rank's
+    largest relative difference. Collective."""
+    ref = reference(weights, x_all, grad_all, top_k=cfg.top_k, capacity=cap,
+                    renormalize=cfg.renormalize)
+    layer = ExpertLayer(weights, rank=rt.rank, world_size=rt.world_size, top_k=cfg.top_k,
+                        capacity=cap, renormalize=cfg.renormalize, device=rt.device,
+                        dtype=torch.float64, **comm)
+    x = x_all[rt.rank].clone().requires_grad_(True)
+    out = layer.step(x, grad_all[rt.rank])
+    router = layer.params["router"].grad
+    if rt.world_size > 1:
+        dist.all_reduce(router)
+    part = slice(layer.first, layer.first + layer.local)
+    grads = [(router, ref["grads"]["router"])] + [
+        (layer.params[k].grad, ref["grads"][k][part]) for k in ("w1", "b1", "w2", "b2")]
+    scale = max(float(g.abs().max()) for g in ref["grads"].values())
+    err = max(_rel_error([(out, ref["out"][rt.rank]), (x.grad, ref["x_grad"][rt.rank])]),
+              _rel_error(grads, scale=scale))
+    worst = torch.tensor([err], dtype=torch.float64, device=rt.device)
+    if rt.world_size > 1:
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    return float(worst.item())
+
+
+def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
+    p, dev = rt.world_size, rt.device
+    e, h, f, t = cfg.num_experts, cfg.hidden, cfg.expert_width, cfg.tokens
+    cap = formulas.capacity(tokens=t, top_k=cfg.top_k, num_experts=e,
+                            capacity_factor=cfg.capacity_factor)
+    weights = {k: v.to(dev) for k, v in init_weights(num_experts=e, hidden=h, ffn=f,
+                                                     seed=cfg.seed).items()}
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    x_all = torch.randn(p, t, h, generator=g, dtype=torch.float64).to(dev)
+    grad_all = torch.randn(p, t, h, generator=g, dtype=torch.float64).to(dev)
+    counter = CountedAllToAll(rt.rank, p)
+    comm = {"exchange": counter, "exchange_counts": counter.counts} if p > 1 else {}
+    runtime.reset_device_peak(dev)
+    err = _check(rt, cfg, weights, x_all, grad_all, cap, comm)  # before any timing
+
+    layer = ExpertLayer(weights, rank=rt.rank, world_size=p, top_k=cfg.top_k, capacity=cap,
+                        renormalize=cfg.renormalize, device=dev, dtype=torch.float32, **comm)
+    x = x_all[rt.rank].float().requires_grad_(True)
+    go = grad_all[rt.rank].float()
+    phases: list[dict] = []
+
+    def step(clock=None):
+        layer.zero_grad()
+        x.grad = None
+        layer.step(x, go, clock)
+
+    counter.reset()
+    step()  # counted: the first warm-up step
+    calls, count_calls = list(counter.calls), counter.count_calls
+    routing = layer.last
+    for _ in range(max(0, cfg.warmup - 1)):
+        step()
+
+    def timed():
+        sw = timing.Stopwatch(dev)
+        step(sw)
+        phases.append(dict(sw.totals))
+
+    local = timing.repeat_timed(timed, warmup=0, repeat=cfg.measured_steps, device=dev)
+    stats = timing.summarize(local)
+    slowest, _ = timing.slowest_step_times(local)
+    medians = torch.tensor([statistics.median(s.get(ph, 0.0) for s in phases) for ph in PHASES],
+                           dtype=torch.float64, device=dev)
+    by_rank = _gather(rt, medians).tolist()
+    counts = _gather(rt, torch.stack([routing.routed, routing.kept])).tolist()
+    sent = _gather(rt, torch.tensor([b for _, b in calls] or [0], dtype=torch.int64,
+                                    device=dev)).tolist()
+    peak = runtime.max_device_peak_bytes(dev)
+    if rt.rank != 0:
+        return {}
+    kept = [c[1] for c in counts]
+    formula = [formulas.alltoall_bytes(kept, rank=r, hidden=h) for r in range(p)]
+    by_call = [[fm["dispatch"], fm["combine"], fm["dispatch"], fm["combine"]] if p > 1 else []
+               for fm in formula]
+    slow_rank = max(range(p), key=lambda r: sum(by_rank[r]))
+    row = {
+        **cfg.describe(),
+        "world_size": p,
+        "experts_per_rank": e // p,
+        "capacity": cap,
+        "num_params": sum(v.numel() for v in weights.values()),
+        "params_per_rank": sum(v.numel() for v in layer.params.values()),
+        "matches_single_process": bool(err <= cfg.tolerance),
+        "max_rel_error": err,
+        "routed_by_rank": [c[0] for c in counts],
+        "kept_by_rank": kept,
+        "a2a_calls_measured": len(calls),
+        "a2a_calls_formula": formulas.PAYLOAD_ALLTOALLS if p > 1 else 0,
+        "a2a_tags": [tag for tag, _ in calls],
+        "count_exchange_calls": count_calls,
+        "a2a_bytes_by_call_measured": [s[:len(calls)] for s in sent],
+        "a2a_bytes_by_call_formula": by_call,
+        **stats,
+        "step_times_s": [float(v) for v in slowest],
+        "phase_times_by_rank": [dict(zip(PHASES, r)) for r in by_rank],
+        "phase_rank": slow_rank,
+        **{f"{ph}_time_s": by_rank[slow_rank][i] for i, ph in enumerate(PHASES)},
+        "device_memory_peak_bytes": peak,
+    }
+    from labkit.moe.report import derived_fields
+
+    return {"rows": [{**row, **derived_fields(row)}]}
+
+
+if __name__ == "__main__":
+    worker_main(on_rank, MoEConfig)
