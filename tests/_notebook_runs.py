@@ -46,7 +46,9 @@ def run(path: Path) -> dict:
     if path.name not in _runs:
         run_dir = executed_dir() / path.stem  # labkit lab's layout: the site gathers the laws
         run_dir.mkdir(parents=True, exist_ok=True)
-        params = {**load_test_params().get(path.name, {}), "results_dir": str(run_dir / "results")}
+        # results_dir relative to the run's folder, as labkit lab runs it (no absolute path of
+        # this machine on the pages the site tests open)
+        params = {**load_test_params().get(path.name, {}), "results_dir": "results"}
         _runs[path.name] = execute(path, executed_dir() / path.name, params, cwd=run_dir,
                                    cell_timeout_s=600)
     return _runs[path.name]

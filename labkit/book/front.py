@@ -50,16 +50,34 @@ def _held_line(df) -> str:
             f"{c['laws'] - c['held']} that missed, each with what its measurement was made of:")
 
 
+def _plain(text: str) -> str:
+    """``text`` as Markdown shows it as written (a law named "N*" is not emphasis).
+
+    >>> print(_plain("speedup at N*: S* = 2 [x]"))
+    speedup at N\\*: S\\* = 2 \\[x\\]
+    """
+    for ch in "\\`*_[]<>":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _table(df) -> str:
+    """The full law table as Markdown whose cells read as written (law names hold * and _)."""
+    from labkit.book.reportdoc import md_table, parse_md_table
+
+    return md_table(*parse_md_table(laws.markdown(df)))
+
+
 def quarto_markdown(df) -> str:
     """The section for the Quarto front page ('' without rows)."""
     if df.empty:
         return ""
     out = ["## What this run measured", "", laws.counts_markdown(df), "", _held_line(df), ""]
     for m in misses(df):
-        out.append(f"- [{m['notebook']}](notebooks/{m['notebook']}.ipynb): **{m['law']}**: "
-                   f"{m['reason']}")
+        out.append(f"- [{m['notebook']}](notebooks/{m['notebook']}.ipynb): "
+                   f"**{_plain(m['law'])}**: {_plain(m['reason'])}")
     out += ["", f"<details><summary>Every law of this run ({len(df)} rows)</summary>", "",
-            laws.markdown(df), "", "</details>", ""]
+            _table(df), "", "</details>", ""]
     return "\n".join(out)
 
 
