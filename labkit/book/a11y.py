@@ -1,5 +1,5 @@
 """What every page of both websites runs once it has loaded, so a reader with a screen reader
-or a keyboard can use it: Quarto's search box and button get names (Quarto 1.7 renders them
+or a keyboard can use it (and a wide formula scrolls inside its column): Quarto's search box and button get names (Quarto 1.7 renders them
 without), and an output that scrolls sideways becomes a focusable, named region, so the
 keyboard can scroll it (axe-core's scrollable-region-focusable). The browser tests run axe-core
 over every page to hold this."""
@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SCRIPT = """<script>
+SCRIPT = """<style>
+/* a display formula wider than the column scrolls inside it, not the whole page */
+mjx-container[display="true"], .MathJax_Display { overflow-x: auto; overflow-y: hidden;
+  max-width: 100%; }
+</style>
+<script>
 (function () {
   var queued = false;
   function name(sel, label) {
@@ -21,7 +26,8 @@ SCRIPT = """<script>
     name(".aa-DetachedSearchButton, #quarto-search button", "Search the site");
     name(".aa-Autocomplete, input.aa-Input", "Search the site");
     document.querySelectorAll("main pre, .cell-output-display, .jp-OutputArea-output, " +
-                              ".labkit-table").forEach(function (el) {
+                              ".labkit-table, mjx-container[display='true'], .MathJax_Display"
+                              ).forEach(function (el) {
       if (el.scrollWidth > el.clientWidth + 1 && !el.hasAttribute("tabindex")) {
         el.setAttribute("tabindex", "0");
         el.setAttribute("role", "region");
@@ -50,10 +56,10 @@ def quarto(stage: Path, config: dict) -> None:
 
 
 def page(text: str) -> str:
-    """A preview page with the script before its ``</body>``.
+    """A preview page with the style and script before its ``</body>``.
 
     >>> out = page("<html><body><p>hi</p></body></html>")
-    >>> out.startswith("<html><body><p>hi</p><script>"), out.endswith("</script></body></html>")
+    >>> out.startswith("<html><body><p>hi</p><style>"), out.endswith("</script></body></html>")
     (True, True)
     """
     return text.replace("</body>", SCRIPT + "</body>", 1)
