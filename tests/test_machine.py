@@ -146,7 +146,9 @@ def test_calibrate_measures_and_a_notebook_reads_it(tmp_path, monkeypatch, capsy
     assert main(["calibrate", "--json", str(path), "--iters", "3", "--max-bytes", "4096",
                  "--matmul-sizes", "32", "64"]) == 0
     out = capsys.readouterr().out
-    assert "training step runs" in out and "alpha-beta fit" in out
+    # a 4 KiB sweep on busy gloo may find no bandwidth term: the sentence then says so
+    assert "training step runs" in out
+    assert "alpha-beta fit" in out or "no line with a bandwidth term" in out
     doc = json.loads(path.read_text())
     assert {r["measurement"] for r in doc["rows"]} == {"matmul", "step", "copy", "allreduce",
                                                        "message"}

@@ -269,14 +269,14 @@ def weighted(table: str) -> str:
 
     >>> print(weighted("| a | bbbbbb |\\n|---|---|\\n| 1 | 2 |"))
     | a | bbbbbb |
-    |---|------|
+    |---|--------|
     | 1 | 2 |
     """
     head, rows = parse_md_table(table)
     cells = [[head[i], *(r[i] for r in rows if i < len(r))] for i in range(len(head))]
     # room for the longest cell (capped: a long one wraps), never less than its longest word:
     # a word cannot wrap, and in a narrower column the PDF draws it over its neighbour
-    widths = [max(3, min(max(map(len, col)), 30), *(len(w) for c in col for w in c.split()))
+    widths = [max(3, min(max(map(len, col)), 30), *(len(w) + 2 for c in col for w in c.split()))
               for col in cells]
     lines = table.strip().splitlines()
     lines[1] = "|" + "|".join("-" * w for w in widths) + "|"

@@ -60,6 +60,8 @@ _STYLE = """
 .highlight .c, .highlight .c1, .highlight .cm, .highlight .ch { color: #2f5f5f !important; }
 .highlight .mf, .highlight .mi, .highlight .m, .highlight .il { color: #006100 !important; }
 .highlight .ow, .highlight .o { color: #7a1fb8 !important; }
+/* a link in running text is told apart by more than its colour */
+.jp-RenderedHTMLCommon a, .jp-RenderedMarkdown a, .jp-OutputArea a { text-decoration: underline !important; }
 """
 
 # MathJax 2 on the preview's index page, with the inline delimiters of nbconvert's pages
