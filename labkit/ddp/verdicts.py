@@ -57,6 +57,8 @@ def model_sentence(batches, errors_pct, *, tolerance_pct: float = 25.0) -> str:
     "The model's speedup errs by at most 12% (batch 64, -12%): within 25% at every batch."
     >>> model_sentence([16, 64, 1024], [31.0, -12.0, 3.0])
     "The model's speedup errs by more than 25% at 1 of 3 batches: batch 16 (+31%)."
+    >>> model_sentence([16, 64], [25.3, 2.0])
+    "The model's speedup errs by more than 25% at 1 of 2 batches: batch 16 (+25.3%)."
     """
     pairs = [(int(b), float(e)) for b, e in zip(batches, errors_pct)]
     miss = [(b, e) for b, e in pairs if not abs(e) <= tolerance_pct]
@@ -64,8 +66,10 @@ def model_sentence(batches, errors_pct, *, tolerance_pct: float = 25.0) -> str:
         b, e = max(pairs, key=lambda p: abs(p[1]))
         return (f"The model's speedup errs by at most {abs(e):.0f}% (batch {b}, {e:+.0f}%): "
                 f"within {tolerance_pct:g}% at every batch.")
+    # one decimal where the whole percent would read as the tolerance itself (25.3% as "25%")
+    shown = [(b, f"{e:+.0f}" if round(abs(e)) > tolerance_pct else f"{e:+.1f}") for b, e in miss]
     return (f"The model's speedup errs by more than {tolerance_pct:g}% at {len(miss)} of "
-            f"{len(pairs)} batches: " + ", ".join(f"batch {b} ({e:+.0f}%)" for b, e in miss)
+            f"{len(pairs)} batches: " + ", ".join(f"batch {b} ({e}%)" for b, e in shown)
             + ".")
 
 
