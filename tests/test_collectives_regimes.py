@@ -160,6 +160,19 @@ def test_sweep_laws_kinds_and_the_naive_reason():
     assert not worse[3]["holds"]
 
 
+def test_a_line_with_no_latency_term_has_no_s_star_and_every_size_on_the_plateau():
+    """A bandwidth line fitted with α = 0 (noisy small sizes) puts S* at 0: the sentence says
+    there is none, the time-at-S* law has no mechanism, busbw is judged at its plateau."""
+    r = _reg(floor_then_line())
+    flat = Regimes(r.op, 2, r.sizes, r.times, r.bandwidth_from_bytes, 0.0, r.beta_bytes_per_s,
+                   r.naive_alpha_s, r.naive_beta_bytes_per_s)
+    assert flat.crossover_bytes == 0
+    assert "no latency term" in verdicts.crossover_sentence(flat)
+    rows = verdicts.sweep_laws(flat, busbw_gb_per_s=flat.beta_bytes_per_s / 1e9)
+    assert rows[1]["holds"] and "no latency term" in rows[1]["note"]
+    assert not rows[2]["holds"] and "mechanism not observed" in rows[2]["note"]
+
+
 def test_time_at_s_star_flips_when_the_measurement_there_moves():
     times = floor_then_line()
     r = _reg(times)

@@ -116,10 +116,17 @@ def crossover_sentence(reg: Regimes) -> str:
     ...              1.2e9)
     >>> print(crossover_sentence(r2))
     S* = N α β = 586 KiB lies above the largest size swept (64 KiB): no measured time there; the largest size is 0.11 S*.
+    >>> r3 = Regimes("all_reduce", 2, (8, 64 << 10, 1 << 20), (4e-4, 6e-4, 1.2e-3), 64 << 10,
+    ...              0.0, 1.2e9, 2.5e-4, 1.2e9)
+    >>> print(crossover_sentence(r3))
+    the bandwidth regime's line has no latency term (α = 0 µs), so no S* to place.
     """
     if not reg.has_bandwidth:
         return "no bandwidth regime, so no S* to place."
     s_star = reg.crossover_bytes
+    if not s_star > 0:  # the bandwidth regime's line met the axis at or below zero
+        return (f"the bandwidth regime's line has no latency term (α = "
+                f"{reg.alpha_s * 1e6:.3g} µs), so no S* to place.")
     lo, hi = reg.sizes[0], reg.sizes[-1]
     head = f"S* = N α β = {size_text(s_star)} lies "
     tail = f"; the largest size is {hi / s_star:.2g} S*."
@@ -243,22 +250,26 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float, profile_floor_s: float | 
     """
     s_max = reg.sizes[-1]
     s_star = reg.crossover_bytes
+    # S* = 0 where the line has no latency term (α fitted at 0): no S* to read the sweep at
+    has_star = reg.has_bandwidth and s_star > 0
     rows = [line_law(reg)]
-    ratio = s_max / s_star if reg.has_bandwidth else math.nan
+    # no latency term: every size is on the plateau (busbw = β at every size)
+    ratio = (s_max / s_star if has_star else math.inf) if reg.has_bandwidth else math.nan
     rows.append(laws.check(
         f"busbw -> beta at the largest size ({size_text(s_max)}, N = {reg.ranks})",
         predicted=reg.beta_bytes_per_s / 1e9, measured=busbw_gb_per_s, unit="GB/s",
         tolerance_pct=25, mechanism_observed=bool(ratio >= PLATEAU_S_STAR),
         mechanism=f"the largest size at least {PLATEAU_S_STAR:g} S* (busbw near its plateau)",
-        note=f"S = {ratio:.2g} S*"))
-    at_star = time_at(s_star, sizes=reg.sizes, times=reg.times) if reg.has_bandwidth else math.nan
-    where = f"S* = {size_text(s_star)}; " if reg.has_bandwidth else ""
+        note=f"S = {ratio:.2g} S*" if math.isfinite(ratio) or math.isnan(ratio)
+        else "S* = 0: the line has no latency term"))
+    at_star = time_at(s_star, sizes=reg.sizes, times=reg.times) if has_star else math.nan
+    where = f"S* = {size_text(s_star)}; " if has_star else ""
     rows.append(laws.check(
         f"time at the predicted S* = N alpha beta (N = {reg.ranks})",
-        predicted=reg.time_s(s_star) * 1e3 if reg.has_bandwidth else math.nan,
+        predicted=reg.time_s(s_star) * 1e3 if has_star else math.nan,
         measured=at_star * 1e3, unit="ms", tolerance_pct=25,
         mechanism_observed=not math.isnan(at_star), mechanism="S* inside the sweep",
-        split=reg.split(s_star, at_star) if reg.has_bandwidth else None, note=where + "measured: the sweep read at S* between its two neighbouring sizes "
+        split=reg.split(s_star, at_star) if has_star else None, note=where + "measured: the sweep read at S* between its two neighbouring sizes "
                      "(log-log)"))
     if reg.latency_sizes and profile_floor_s is not None:
         lo, hi = reg.floor_range_s

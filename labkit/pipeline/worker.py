@@ -22,8 +22,9 @@ clock reads follow a synchronisation. Model, batch and reference live on the ran
 rows carry the point's device memory peak (None on a CPU) and stage 0's peak of saved
 activations over the timed steps (:class:`labkit.memory.SavedActivations`, open during each
 timed step: a few microseconds per saved tensor). Per step: busy = Σ (forward +
-backward) on a rank, step time = the slowest rank's, bubble = 1 − Σ_ranks busy / (P × step
-time), and the timeline's split into compute, fill/drain bubble and the rest
+backward) on a rank, step time = the step's span on one clock (the first rank's start to the
+last rank's end; across hosts, the slowest rank's own step), bubble = 1 − Σ_ranks busy / (P ×
+step time), and the timeline's split into compute, fill/drain bubble and the rest
 (:func:`labkit.pipeline.formulas.timeline_split`). Known: pipelining on gloo can hang; the
 launcher's timeout ends such a run.
 """
@@ -374,11 +375,13 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
         return None
     timeline = one_clock(gathered, same_host=len({g[3] for g in gathered}) == 1)
     splits = [timeline_split(blocks, step_start_s=0.0, step_end_s=end) for end, blocks in timeline]
-    step_all = np.array([g[0] for g in gathered])  # (P, steps)
     busy_all = np.array([[sum(b["end_s"] - b["start_s"] for b in recs) for recs in g[1]]
                          for g in gathered])
-    slowest = step_all.max(axis=0)
-    bubbles = [measured_bubble(busy_all[:, k], slowest[k]) for k in range(cfg.steps)]
+    # each step's span on one clock: what its split sums to, so the row's step is the span of
+    # one real step (the middle one; the lower middle for an even count), never an average
+    # of two that no split adds up to
+    spans = np.array([end for end, _ in timeline])
+    bubbles = [measured_bubble(busy_all[:, k], spans[k]) for k in range(cfg.steps)]
     last = timeline[-1][1]
 
     def median_of(kind):
@@ -386,9 +389,8 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
                  if b["kind"] == kind]
         return float(np.median(times)) if times else None
 
-    # the split of the median step (the step the row's step time is), per rank: its terms
-    # sum to that step, where medians of each share taken apart need not
-    mid = splits[int(np.argsort(slowest)[len(slowest) // 2])]
+    middle = int(np.argsort(spans, kind="stable")[(len(spans) - 1) // 2])
+    mid = splits[middle]
     step_split = {"compute": mid["compute_s"] / p, "fill/drain bubble": mid["bubble_s"] / p,
                   "messages and other waits": mid["other_s"] / p}
     # t_slot(M): one stage's forward + backward (+ W) of one microbatch, averaged over the
@@ -400,9 +402,9 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
         "virtual_stages": v, "recv_ahead": recv_ahead, "layers": cfg.layers,
         "hidden": cfg.hidden, "batch": cfg.batch,
         "microbatch_size": cfg.batch // m, "steps": cfg.steps,
-        "step_time_s": float(np.median(slowest)),
-        "step_time_p10_s": float(np.percentile(slowest, 10)),
-        "step_time_p90_s": float(np.percentile(slowest, 90)),
+        "step_time_s": float(spans[middle]),
+        "step_time_p10_s": float(np.percentile(spans, 10)),
+        "step_time_p90_s": float(np.percentile(spans, 90)),
         "busy_time_s": float(np.median(busy_all.sum(axis=0))),
         "busy_per_microbatch_s": float(np.median(busy_all.sum(axis=0))) / (p * m),
         "forward_time_s": median_of("F"), "backward_time_s": median_of("B"),
