@@ -181,44 +181,66 @@ def save(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
     return path
 
 
-def trace_timeline(trace, *, thread: str | None = None, width: float = 9.0):
-    """One thread of a trace (:mod:`labkit.trace`: a document or a ``.trace.json`` path) as a
-    static figure: one row of bars per rank (``broken_barh``), one colour per category, idle
-    slices hatched grey, names written in the bars wide enough to hold them. ``thread``: its
-    name (a lab's row, e.g. ``gpipe M=4``; default the trace's first). Returns (figure, alt
-    text computed from the slices: :func:`labkit.trace.describe`)."""
+def trace_timeline(trace, *, thread=None, title: str | None = None, width: float = 9.0):
+    """Threads of a trace (:mod:`labkit.trace`: a document or a ``.trace.json`` path) as a
+    static figure: a row of bars per (rank, thread) (``broken_barh``), one colour per category,
+    idle slices hatched grey, a slice's name written in its bar where it fits (the text is
+    measured once drawn). ``thread``: a name (a lab's row, e.g. ``gpipe M=4``), or several
+    drawn in that order for every rank (the FSDP lab's compute and collectives of one step);
+    default the trace's first. Returns (figure, alt text computed from the slices:
+    :func:`labkit.trace.describe` of each thread)."""
     from labkit import trace as tr
 
     doc = trace if isinstance(trace, dict) else tr.load(trace)
-    name, by_pid = tr.timeline(doc, thread)
-    every = [e for mine in by_pid.values() for e in mine]
-    t0 = min(e["ts"] for e in every)
-    span_ms = (max(e["ts"] + e["dur"] for e in every) - t0) / 1e3
-    fig, axes = new_figure(width=width, height=0.9 + 0.45 * len(by_pid))
+    threads = [thread] if thread is None or isinstance(thread, str) else list(thread)
+    if not threads:
+        from labkit.errors import UsageError
+
+        raise UsageError("trace_timeline needs at least one thread")
+    names = [tr.timeline(doc, t)[0] for t in threads]  # a missing one: UsageError naming them
+    every = tr.threads(doc)
+    rows = [(pid, name, every[name][pid])
+            for pid in sorted({p for t in names for p in every[t]})
+            for name in names if pid in every[name]]
+    spans = [e for _, _, mine in rows for e in mine]
+    t0 = min(e["ts"] for e in spans)
+    span_ms = (max(e["ts"] + e["dur"] for e in spans) - t0) / 1e3
+    fig, axes = new_figure(width=width, height=0.9 + 0.45 * len(rows))
     ax = axes[0][0]
-    cats = list(dict.fromkeys(e["cat"] for e in every if e["cat"] != tr.IDLE))
+    cats = list(dict.fromkeys(e["cat"] for e in spans if e["cat"] != tr.IDLE))
     colors = {c: f"C{k % 10}" for k, c in enumerate(cats)}
-    for row, mine in enumerate(by_pid.values()):
+    labels = []
+    for row, (_, _, mine) in enumerate(rows):
         for cat in [*cats, tr.IDLE]:
-            spans = [((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e in mine if e["cat"] == cat]
-            if not spans:
+            bars = [((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e in mine if e["cat"] == cat]
+            if not bars:
                 continue
             idle = cat == tr.IDLE
-            ax.broken_barh(spans, (row - 0.4, 0.8), facecolors="0.92" if idle else colors[cat],
+            ax.broken_barh(bars, (row - 0.4, 0.8), facecolors="0.92" if idle else colors[cat],
                            edgecolors="0.6" if idle else "white", hatch="//" if idle else None,
                            linewidth=0.5, label=cat)
-        for e in mine:
-            if e["cat"] != tr.IDLE and e["dur"] / 1e3 > span_ms / 40:
-                ax.text((e["ts"] - t0 + e["dur"] / 2) / 1e3, row, e["name"], ha="center",
-                        va="center", fontsize=6, color="white")
-    ax.set_yticks(range(len(by_pid)), [f"rank {p}" for p in by_pid])
-    ax.set_ylim(len(by_pid) - 0.5, -0.5)
-    ax.set(xlabel="ms from the first slice", xlim=(0, span_ms), title=name)
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))  # one entry per category, not per rank
-    ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper left",
+        labels += [(ax.text((e["ts"] - t0 + e["dur"] / 2) / 1e3, row, e["name"], ha="center",
+                            va="center", fontsize=7, color="white"), e)
+                   for e in mine if e["cat"] != tr.IDLE]
+    many = len(names) > 1
+    ax.set_yticks(range(len(rows)), [f"rank {pid}" + (f": {name.rpartition(': ')[2]}"
+                                                     if many and ": " in name else "")
+                                     for pid, name, _ in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set(xlabel="ms from the first slice", xlim=(0, span_ms), title=title or names[0])
+    handles, cat_names = ax.get_legend_handles_labels()
+    unique = dict(zip(cat_names, handles))  # one entry per category, not per rank
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="upper left",
               bbox_to_anchor=(1.0, 1.0))
-    return fig, tr.describe(doc, name)
+    # a name stays only where it fits inside its bar
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    for text, e in labels:
+        x0, _ = ax.transData.transform(((e["ts"] - t0) / 1e3, 0))
+        x1, _ = ax.transData.transform(((e["ts"] - t0 + e["dur"]) / 1e3, 0))
+        if text.get_window_extent(renderer).width > 0.85 * (x1 - x0):
+            text.remove()
+    return fig, " ".join(tr.describe(doc, t) for t in names)
 
 
 def alt_outputs(nb) -> int:

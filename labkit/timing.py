@@ -82,6 +82,30 @@ def summarize(local: list[float], prefix: str = "step_time") -> dict:
     return out
 
 
+def stamp(device) -> float | torch.cuda.Event:
+    """Now, on ``device``'s clock, without waiting for it: a host clock reading
+    (``time.perf_counter``) on a CPU; on CUDA an event recorded on the current stream, which
+    marks when the device gets there (a host reading would mark only when the work was queued).
+    Read two of them with :func:`seconds_between` once the device has finished."""
+    if torch.device(device).type != "cuda":
+        return time.perf_counter()
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def seconds_between(origin, later) -> float:
+    """Seconds from ``origin`` to ``later``, two :func:`stamp` readings of one device (on CUDA
+    only after a synchronisation: an event not yet reached has no time).
+
+    >>> seconds_between(1.25, 1.75)
+    0.5
+    """
+    if isinstance(later, float):
+        return later - origin
+    return origin.elapsed_time(later) / 1e3
+
+
 class Stopwatch:
     """Accumulates time into named buckets, synchronising CUDA around each read (``device``,
     default the rank's).

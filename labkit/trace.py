@@ -14,9 +14,19 @@ of a lab's rows, ``DIR/<lab>-<P>ranks-<timestamp>.trace.json``.
 Each lab builds its events from the rows it already returns, in ``labkit.<lab>.trace`` (pure):
 a trace shows what was measured and never a time the rows do not hold. The pipeline lab's rows
 hold a timeline (each rank's forward and backward blocks of a step on one clock), the DDP lab's
-rank 0's (each timed step's backward and its buckets' all-reduces); the other labs' rows (solve,
-collectives, TP, FSDP, speedup, machine) hold durations (phase totals, per-step times,
+rank 0's (each timed step's backward and its buckets' all-reduces), the collectives lab's
+every rank's timed calls of each (op, size) on one clock, the solve lab's every rank's phases
+of the first and last iterations of each point's last timed solve, the speedup lab's every
+rank's timed runs of the workshare job (serial part, share, waits); the other labs' rows (machine)
+hold durations (phase totals, per-step times,
 percentiles) without the moments they started, so they have no trace.
+
+The TP lab's rows hold the hand-written versions' timed step of median length, every rank's
+compute, waits and messages on one clock; the FSDP lab's that step of ZeRO-1, ZeRO-2 and FSDP,
+every rank's layers (forward, backward) and collectives (DDP's run in its C++ reducer).
+
+The MoE lab's rows hold the median timed step of every rank, its phases on one clock; the
+CP lab's the median timed pass of every rank, its ring steps (blocks, waits, messages).
 """
 
 from __future__ import annotations
@@ -109,6 +119,42 @@ def names(ranks: Iterable[int], threads: dict | None = None) -> list[dict]:
                     {"name": "thread_sort_index", "ph": "M", "pid": r, "tid": int(tid),
                      "args": {"sort_index": int(tid)}}]
     return out
+
+
+def start_offsets(starts, hosts) -> list[float]:
+    """Where each rank's start lies on one clock whose 0 is the first rank's start: add it to
+    a rank's readings counted from its own start to put every rank on that clock. ``starts``:
+    each rank's start on its own monotonic clock, ``hosts``: its host. On one host the ranks
+    read one clock (``time.perf_counter`` is the machine's monotonic clock, the same in every
+    process), so the offset is how much later the rank started; across hosts no clock is
+    shared, and the barrier that starts the step is the one moment the ranks share: 0 each.
+
+    >>> start_offsets([10.5, 10.25], ["a", "a"])
+    [0.25, 0.0]
+    >>> start_offsets([10.5, 3.0], ["a", "b"])
+    [0.0, 0.0]
+    """
+    starts = [float(s) for s in starts]
+    if len(set(hosts)) != 1:
+        return [0.0] * len(starts)
+    first = min(starts)
+    return [s - first for s in starts]
+
+
+def on_one_clock(slices_per_rank, *, starts, hosts) -> list[dict]:
+    """Every rank's slices (dicts whose ``start_s`` and ``end_s`` count from that rank's own
+    start) on one clock from the first rank's start (:func:`start_offsets`), each with its
+    ``rank`` first.
+
+    >>> on_one_clock([[{"name": "F", "start_s": 0.0, "end_s": 1.0}],
+    ...               [{"name": "F", "start_s": 0.5, "end_s": 1.5}]],
+    ...              starts=[10.0, 10.25], hosts=["h", "h"])
+    [{'rank': 0, 'name': 'F', 'start_s': 0.0, 'end_s': 1.0}, {'rank': 1, 'name': 'F', 'start_s': 0.75, 'end_s': 1.75}]
+    """
+    offsets = start_offsets(starts, hosts)
+    return [{"rank": rank, **s, "start_s": s["start_s"] + offsets[rank],
+             "end_s": s["end_s"] + offsets[rank]}
+            for rank, mine in enumerate(slices_per_rank) for s in mine]
 
 
 def lanes(spans) -> list[int]:

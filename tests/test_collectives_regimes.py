@@ -339,3 +339,47 @@ def test_experts_sentence_prices_four_all_to_alls_per_layer():
 def test_new_default_ops_have_their_line_law(op):
     row = verdicts.line_law(_line(op))
     assert row["kind"] == "model" and row["holds"] and op in row["law"]
+
+
+# -- the figures ----------------------------------------------------------------------------
+
+def _swept_rows():
+    """Rows of the notebook's default sweep for every op, fitted, with busy all-reduces."""
+    rows = []
+    for k, op in enumerate(formulas.OPS):
+        for s, t in zip(SIZES, floor_then_line(alpha=(1 + k) * 1e-4)):
+            rows.append({"op": op, "world_size": 2, "dtype": "float32", "size_bytes": s,
+                         "time_p50_s": t, "time_p10_s": 0.8 * t, "time_p90_s": 2 * t,
+                         "algbw_gb_per_s": s / t / 1e9,
+                         "busbw_gb_per_s": formulas.busbw_gb_per_s(op=op, ranks=2, size_bytes=s,
+                                                                   time_s=t),
+                         "busy_time_p50_s": 3 * t if op == "all_reduce" else None})
+    return regimes.add_fit(rows)
+
+
+@pytest.mark.parametrize("panels", [("busbw",), ("time",), ("busbw", "time")])
+def test_the_figure_fits_the_page_column_with_readable_legends(panels):
+    """A panel is the website's column wide (780 px at the 120 dpi it is saved at), so its
+    text is shown at its own size: legends of at least 8 pt, one entry per op and per line
+    style (not per pair), and no text over another."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from labkit.collectives import plots
+    from labkit.figures import text_overlaps
+
+    fig = plots.busbw_vs_size(pd.DataFrame(_swept_rows()), panels=panels)
+    try:
+        assert fig.get_size_inches()[0] * 120 <= 780
+        axes = [ax for ax in fig.axes if ax.has_data()]
+        assert len(axes) == len(panels)
+        for ax in axes:
+            texts = ax.get_legend().get_texts()
+            assert all(t.get_fontsize() >= 8 for t in texts)
+            assert len(texts) <= len(formulas.OPS) + 6
+            assert sum(t.get_text().startswith("all_reduce N=2") for t in texts) == 1
+        assert text_overlaps(fig) == []
+    finally:
+        plt.close(fig)
+    with pytest.raises(UsageError, match="panels must be some of busbw, time"):
+        plots.busbw_vs_size(pd.DataFrame(_swept_rows()), panels=("legend",))

@@ -122,3 +122,87 @@ def test_compare_needs_mlsysim_or_says_how(capsys, monkeypatch):
     monkeypatch.setattr(mlsysim_engine.importlib.util, "find_spec", lambda name: None)
     err = _err(capsys, ["model", "--tp", "8", "--compare", "mlsysim"])
     assert "mlsysim is not installed" in err and ".[mlsysim]" in err
+
+
+def test_model_takes_cp_and_ep(tmp_path, capsys):
+    path = tmp_path / "m.json"
+    assert main(["model", "--model", "Mixtral-8x7B", "--nodes", "4", "--seq-len", "2048",
+                 "--tp", "2", "--pp", "4", "--microbatches", "64", "--cp", "2", "--ep", "2",
+                 "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "# layout: DP 2 x TP 2 x PP 4 x CP 2, EP 2 (expert groups of 2 DP ranks)" in out
+    assert "EP 2: experts sharded over TP·PP·EP" in out and "at ep 1" not in out
+    assert "ep_comm_s" in out and "cp_comm_s" in out and "CP K/V ring (" in out
+    from labkit import results
+    from labkit.perfmodel.model import Cluster, Layout, Workload, predict
+
+    (row,) = results.read_rows(path)
+    want = predict(Workload(catalog.model_preset("Mixtral-8x7B"), seq_len=2048),
+                   Cluster.from_catalog("DGX_H100", 4), Layout(2, 2, 4, 64, cp=2, ep=2))
+    assert (row["dp"], row["cp"], row["ep"]) == (2, 2, 2)
+    assert want.ep_comm_s > 0 and row["ep_comm_s"] == pytest.approx(want.ep_comm_s)
+    assert want.cp_comm_s > 0 and row["cp_comm_s"] == pytest.approx(want.cp_comm_s)
+    assert row["step_time_s"] == pytest.approx(want.step_time_s)
+
+
+def test_cp_and_ep_of_one_print_the_3d_table(capsys):
+    argv = ["model", "--tp", "8", "--pp", "4", "--microbatches", "32"]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    assert main(argv + ["--cp", "1", "--ep", "1"]) == 0
+    assert capsys.readouterr().out == plain
+    assert " cp " not in plain and "ep_comm_s" not in plain
+
+
+def test_dp_default_counts_cp(capsys):
+    assert main(["model", "--tp", "8", "--pp", "4", "--microbatches", "8", "--cp", "4"]) == 0
+    assert "# layout: DP 2 x TP 8 x PP 4 x CP 4," in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["model", "--tp", "8", "--ep", "3"], "--ep 3 must divide --dp 32"),
+    (["model", "--tp", "8", "--ep", "2"], "--ep 2 must divide the 1 expert(s) of Llama-3-70B"),
+    (["model", "--tp", "8", "--pp", "4", "--cp", "3"], "--tp 8 x --pp 4 x --cp 3 = 96 does not divide"),
+    (["model", "--dp", "8", "--tp", "8", "--pp", "4", "--cp", "2"], "--dp 8 x --tp 8 x --pp 4 x --cp 2 = 512"),
+    (["model", "--nodes", "3", "--dp", "1", "--tp", "8", "--cp", "3"], "--seq-len 8192 is not divisible by --cp 3"),
+    (["model", "--tp", "8", "--cp", "2", "--compare", "mlsysim"], "--compare mlsysim prices DP x TP x PP"),
+])
+def test_bad_cp_ep_is_one_line_naming_the_flag(capsys, argv, msg):
+    err = _err(capsys, argv)
+    assert msg in err, err
+    assert not any(f" {w} " in err for w in ("cp", "ep", "dp", "seq_len")), err
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two"])
+@pytest.mark.parametrize("cmd,flag", [("model", "--cp"), ("model", "--ep"), ("search", "--cp"),
+                                      ("search", "--ep")])
+def test_cp_ep_must_be_positive_integers(capsys, cmd, flag, value):
+    with pytest.raises(SystemExit) as e:
+        main([cmd, flag, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"argument {flag}" in err, err
+
+
+def test_search_takes_cp_and_ep_sizes(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    assert main(["search", "--model", "Mixtral-8x7B", "--nodes", "4", "--seq-len", "2048",
+                 "--microbatches", "8", "64", "--cp", "1", "2", "--ep", "1", "2", "4", "8",
+                 "--top", "3", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "EP 1, 2, 4, 8: experts sharded" in out
+    head = next(ln for ln in out.splitlines() if ln.startswith("rank"))
+    assert head.split()[:6] == ["rank", "dp", "tp", "pp", "cp", "ep"]
+    from labkit import results
+    from labkit.perfmodel import layouts
+    from labkit.perfmodel.model import Cluster, Workload
+
+    rows = results.read_rows(path)
+    want = layouts.search(Workload(catalog.model_preset("Mixtral-8x7B"), seq_len=2048),
+                          Cluster.from_catalog("DGX_H100", 4), (8, 64), cp_sizes=(1, 2),
+                          ep_sizes=(1, 2, 4, 8))
+    assert len(rows) == len(want)  # every (dp, tp, pp, cp, ep) kept: none overwrites another
+    assert {(r["cp"], r["ep"]) for r in rows} == set(zip(want.cp, want.ep))
+    best = min((r for r in rows if r["fits"]), key=lambda r: r["rank"])
+    assert (best["dp"], best["tp"], best["pp"], best["cp"], best["ep"]) == tuple(
+        int(want.iloc[0][c]) for c in ("dp", "tp", "pp", "cp", "ep"))

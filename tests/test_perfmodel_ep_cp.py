@@ -10,6 +10,7 @@ import pytest
 from labkit.errors import UsageError
 from labkit.perfmodel import catalog, ep_cp, layouts, mlsysim_experts, topology
 from labkit.perfmodel.model import BYTES, Cluster, Layout, Workload, memory_per_gpu, predict
+from labkit.perfmodel.prediction import Prediction
 
 
 def _mixtral(**kw):
@@ -22,9 +23,20 @@ def test_cp_and_ep_of_one_are_the_3d_model():
                       (_mixtral(zero_stage=3), Layout(32, 8, 1, 4))):
         plain, explicit = predict(work, cl, lay), predict(work, cl, dataclasses.replace(lay, cp=1, ep=1))
         assert plain.row() == explicit.row()
+        assert type(plain) is Prediction  # one class for every dimension
         assert plain.ep_comm_s == plain.cp_comm_s == 0.0 and plain.ep_algorithm == "none"
         assert plain.step_time_s == (plain.compute_s + plain.bubble_s + plain.dp_comm_s
                                      + plain.tp_comm_s + plain.pp_comm_s)
+
+
+def test_one_prediction_class_holds_every_dimension():
+    fields = list(Prediction.__dataclass_fields__)
+    beyond = ["cp", "ep", "cp_comm_s", "ep_comm_s", "cp_link", "ep_algorithm", "ep_link",
+              "ep_all_to_all_bytes"]
+    assert fields[-len(beyond):] == beyond  # after the 3-D fields: a row's columns keep their order
+    p = predict(_mixtral(), Cluster.from_catalog("DGX_H100", 4), Layout(16, 1, 1, 1, cp=2, ep=8))
+    assert type(p) is Prediction and (p.cp, p.ep) == (2, 8)
+    assert list(p.row())[list(p.row()).index("hardware_flops") + 1:][:len(beyond)] == beyond
 
 
 def test_expert_all_to_all_by_hand():

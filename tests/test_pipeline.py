@@ -10,7 +10,7 @@ import pytest
 from labkit import pipeline, results
 from labkit.errors import UsageError
 from labkit.launch import LaunchOptions
-from labkit.pipeline import activations, formulas, report, schedules, verdicts
+from labkit.pipeline import activations, formulas, rates, report, schedules, verdicts
 from labkit.pipeline.config import PipelineConfig
 
 from .conftest import LAUNCH_TIMEOUT_S
@@ -524,7 +524,9 @@ def test_every_schedule_on_two_ranks():
     assert "posting every receive" in verdicts.recv_ahead_sentence(table.iloc[0])
     for r in df[df.num_microbatches == 1].itertuples():  # (P−1)/P = 0.5 at M = 1
         assert r.bubble_formula == 0.5
-        assert abs(r.bubble_measured - 0.5) < 0.1, (r.schedule, r.bubble_measured)
+        # one microbatch: no two ranks ever compute at once, so at least half of 2 x the step
+        # is idle whatever the machine's load (messages only add to it; the lab judges how much)
+        assert r.bubble_measured >= 0.5 - 0.01, (r.schedule, r.bubble_measured)
     blocks = report.schedule_blocks(df, "interleaved", 2, 2)
     assert sorted(blocks.stage.unique()) == [0, 1, 2, 3]
     with pytest.raises(UsageError):
@@ -593,6 +595,19 @@ def test_zero_bubble_and_timeline_on_two_ranks():
 
     assert all(laws.split_sums(row) for row in report.step_laws(modelled))
     assert results.undeclared(modelled.to_dict("records"), report.COLUMNS) == []
+
+    class Products:  # a profile's matrix products: 1 GFLOP/s per n, measured at 64 and 256
+        rows = tuple({"measurement": "matmul", "context": "alone", "n": n} for n in (64, 256))
+
+        def matmul_flop_per_s(self, n, *, together=False):
+            return 1e9 * min(max(n, 64), 256)
+
+    rated = rates.add_rates(modelled, Products())
+    assert (rated.block_flop_per_s > 0).all()
+    assert (rated.block_flop == 6 * 8 / 2 * rated.microbatch_size * 128 ** 2).all()
+    assert results.undeclared(rated.to_dict("records"), report.COLUMNS) == []
+    assert rates.rate_sentence(rated, "1f1b").startswith(
+        "1f1b, P = 2, from microbatches of 16 to 8 samples (M = 2 to 4)")
 
 
 def test_skip_invalid_keeps_gpipe_m1():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import http.server
 import re
-import subprocess
 import threading
 from pathlib import Path
 
@@ -30,16 +29,6 @@ from ._notebook_runs import NOTEBOOKS, executed_dir, run
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-
-
-def chromium(url: str, user_data_dir: Path, *extra: str) -> str:
-    cmd = [browser_executable(), "--headless", *CHROMIUM_ARGS, "--disable-quic",
-           f"--user-data-dir={user_data_dir}",
-           # let require.js, the widget manager and MathJax finish before the DOM is read
-           "--virtual-time-budget=20000", *extra, url]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
 
 
 def classes(dom: str, name: str) -> int:
@@ -92,6 +81,7 @@ def test_site_without_executed_notebooks(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.browser
 def test_preview_site_in_chromium(tmp_path, server):
+    pytest.importorskip("playwright", reason="Playwright is in the dev extra (make setup)")
     runs = {p.name: run(p) for p in NOTEBOOKS}  # executed once per session (test_notebooks)
     made = tmp_path / "made.html"
     made.write_text("<html><body>the run's report</body></html>")
@@ -103,11 +93,13 @@ def test_preview_site_in_chromium(tmp_path, server):
     for page in site.glob("*.html"):  # offline: no script, style or font from a CDN
         text = page.read_text()
         assert not re.search(r'(src|href)="https?://', text.split("<body", 1)[0]), page.name
-    base = server(site)
-    ARTIFACTS.mkdir(exist_ok=True)
-    profile = tmp_path / "chromium-profile"
+    pages = ["index.html"] + [f"{p.stem}.html" for p in NOTEBOOKS if runs[p.name]["ok"]]
+    # one browser for every page: each page is read as rendered (its DOM once MathJax and the
+    # widget manager are done), photographed and audited as a reader meets it
+    doms, report = open_pages(server(site), pages, views={
+        f"{p.stem}.html": _views(executed_dir() / p.name) for p in NOTEBOOKS if runs[p.name]["ok"]})
 
-    dom = chromium(f"{base}/index.html", profile, "--dump-dom")
+    dom = doms["index.html"]
     for p in NOTEBOOKS:
         assert f'href="{p.stem}.html"' in dom, f"index does not link {p.stem}"
     # each summary is Markdown rendered (bold, code, typeset math), cut only between sentences
@@ -139,11 +131,9 @@ def test_preview_site_in_chromium(tmp_path, server):
         nb = nbformat.read(executed_dir() / p.name, as_version=4)
         outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
         n_png = sum("image/png" in o.get("data", {}) for o in outputs)
-        # an explorer's widget gives way to its page version (labkit.explorer)
-        n_views = sum(WIDGET_VIEW in o.get("data", {})
-                      and MARK not in "".join(o["data"].get("text/html", "")) for o in outputs)
+        n_views = _views(executed_dir() / p.name)
         has_math = any("$" in c.source for c in nb.cells if c.cell_type == "markdown")
-        dom = chromium(f"{base}/{p.stem}.html", profile, "--dump-dom")
+        dom = doms[f"{p.stem}.html"]
         assert 'class="labkit-nav"' in dom and "jp-Notebook" in dom, f"{p.stem}: page did not load"
         assert n_png >= 1, f"{p.stem}: the executed notebook has no figure"
         assert len(re.findall(r'<img[^>]+src="data:image/png', dom)) >= n_png, f"{p.stem}: figures missing"
@@ -163,31 +153,38 @@ def test_preview_site_in_chromium(tmp_path, server):
                 assert classes(dom, "widget-dropdown") >= 1, f"{p.stem}: dropdowns did not render"
         if has_math:
             assert classes(dom, "mjx-chtml") >= 1, f"{p.stem}: MathJax did not typeset"
-        chromium(f"{base}/{p.stem}.html", profile, "--window-size=1280,2400",
-                 f"--screenshot={ARTIFACTS / (p.stem + '.png')}")
         assert (ARTIFACTS / f"{p.stem}.png").stat().st_size > 10_000
 
-    audit_pages(base, ["index.html"] + [f"{p.stem}.html" for p in NOTEBOOKS
-                                        if runs[p.name]["ok"]])
+    from .test_quarto import check_audit
+
+    assert not report["blocked"], f"pages asked the network for {sorted(set(report['blocked']))}"
+    check_audit(report)
     failed = [r["error"] for r in runs.values() if not r["ok"]]
     assert not failed, "notebooks failed to execute:\n" + "\n".join(failed)
 
 
-def audit_pages(base: str, pages: list[str]) -> None:
-    """Every page as a reader meets it (:func:`tests._browser.page_audit`) with every request
-    off the site refused; the explorers move."""
-    pytest.importorskip("playwright", reason="Playwright is in the dev extra (make setup)")
+def _views(notebook: Path) -> int:
+    """Widget views the page must render: every view output but an explorer's, which gives way
+    to its page version (:mod:`labkit.explorer`)."""
+    nb = nbformat.read(notebook, as_version=4)
+    return sum(WIDGET_VIEW in o.get("data", {}) and MARK not in "".join(o["data"].get("text/html", ""))
+               for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def open_pages(base: str, pages: list[str], *, views: dict) -> tuple[dict, dict]:
+    """Every page as a reader meets it, in one browser with every request off the site refused:
+    ({page: its DOM once MathJax has typeset and ``views[page]`` widgets have rendered},
+    {"audit": :func:`tests._browser.page_audit` per page, "explorers": each explorer moved,
+    "blocked": requests refused}). A screenshot of each notebook page goes to test-artifacts/."""
     from playwright.sync_api import sync_playwright
 
-    from .test_quarto import check_audit
-
-    report = {"audit": {}, "explorers": {}}
-    blocked = []
+    ARTIFACTS.mkdir(exist_ok=True)
+    doms, report = {}, {"audit": {}, "explorers": {}, "blocked": []}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=browser_executable(), args=CHROMIUM_ARGS)
         try:
-            ctx = browser.new_context(viewport={"width": 1280, "height": 1000})
-            block_offsite(ctx, base, blocked)
+            ctx = browser.new_context(viewport={"width": 1280, "height": 2400})
+            block_offsite(ctx, base, report["blocked"])
             page = ctx.new_page()
             for rel in pages:
                 page.goto(f"{base}/{rel}", wait_until="load")
@@ -195,12 +192,18 @@ def audit_pages(base: str, pages: list[str]) -> None:
                 page.wait_for_function("() => !window.MathJax || (MathJax.isReady && "
                                        "!(MathJax.Hub.queue && MathJax.Hub.queue.running))",
                                        timeout=30_000)
+                if views.get(rel):  # the html-manager renders each view after the page loads
+                    page.wait_for_function(
+                        "n => document.querySelectorAll('.lm-Widget').length >= n",
+                        arg=views[rel], timeout=30_000)
+                doms[rel] = page.content()
+                if rel != "index.html":
+                    page.screenshot(path=str(ARTIFACTS / rel.replace(".html", ".png")))
                 report["audit"][rel] = page_audit(page)
                 report["explorers"][rel] = move_explorers(page)
         finally:
             browser.close()
-    assert not blocked, f"pages asked the network for {sorted(set(blocked))}"
-    check_audit(report)
+    return doms, report
 
 
 FAKE_QUARTO = """#!/usr/bin/env python3

@@ -28,6 +28,7 @@ TINY = {"hidden": 32, "num_heads": 4, "seq_len": 8, "batch_size": 2, "num_layers
     ({"variants": ("megatron",)}, "unknown variant"),
     ({"variants": ()}, "empty"),
     ({"variants": ("naive", "naive")}, "repeat"),
+    ({"variants": ("sp", "megatron")}, "unknown variant"),
     ({"hidden": 30, "num_heads": 4}, "not divisible by num_heads"),
     ({"hidden": 0}, "hidden"),
     ({"steps": 3, "warmup": 3}, "warmup"),
@@ -46,6 +47,13 @@ def test_check_world_size(world_size, message):
     with pytest.raises(UsageError, match=message):
         TPConfig(**TINY).check_world_size(world_size)
     TPConfig(**TINY).check_world_size(2)
+
+
+def test_sequence_parallelism_needs_a_sequence_that_splits():
+    odd = {**TINY, "seq_len": 9, "num_heads": 2, "hidden": 32}
+    with pytest.raises(UsageError, match="seq_len 9 is not divisible by 2 ranks"):
+        TPConfig(**odd).check_world_size(2)
+    TPConfig(**odd, variants=("naive", "library")).check_world_size(2)  # only sp needs it
 
 
 @pytest.mark.parametrize("module", [formulas, tp_config, report,
@@ -96,9 +104,10 @@ def test_run_checks_before_launching(tmp_path):
 
 @pytest.mark.slow
 def test_two_ranks_match_one_process_and_count_the_formula(tmp_path):
-    store = tmp_path / "tp.json"
-    df = tp.run(TPConfig(**TINY), launch=LaunchOptions(nprocs=(2,), timeout_s=LAUNCH_TIMEOUT_S,
-                                                       progress=False), store=str(store))
+    store = tmp_path / "tp.json"  # the sequence-parallel variant: tests/test_tp_sp.py
+    df = tp.run(TPConfig(**TINY, variants=("naive", "library")),
+                launch=LaunchOptions(nprocs=(2,), timeout_s=LAUNCH_TIMEOUT_S, progress=False),
+                store=str(store))
     two, one = df[df.world_size == 2], df[df.world_size == 1]
     assert sorted(two.variant) == ["library", "naive"] == sorted(one.variant)
     assert one.baseline_in_launch.all()  # rank 0 alone, in the same launch
@@ -293,6 +302,7 @@ def test_summary_frame_shows_the_model_the_laws_judge():
 
     rows = [_tp_row(variant=v, world_size=p, matches_single_process=True, comm_time_s=0.01,
                     predicted_step_s=0.05, allreduce_calls_formula=8 if p > 1 else 0,
+                    allreduce_calls_measured=8 if p > 1 else 0,
                     step_time_p50_s=t)
             for v, p, t in (("naive", 1, 0.09), ("library", 1, 0.12), ("naive", 2, 0.08),
                             ("library", 2, 0.11))]
@@ -305,3 +315,54 @@ def test_summary_frame_shows_the_model_the_laws_judge():
     assert got.loc[("library", 2), "predicted_ms"] == pytest.approx(
         verdicts.context(rows[3], prof, extra_s=0.03)["step_s"] * 1e3)
     assert (report.summary_frame(df).predicted_ms == 50.0).all()  # the launch's own, α–β
+    assert list(report.summary_frame(df).collectives) == ["0/0", "8/8", "0/0", "8/8"]
+
+
+def test_sequence_parallel_rows_are_priced_by_their_collectives():
+    from labkit.tp import verdicts
+
+    prof = verdicts.FakeProfile(slowdown=1.25, allreduce_s=8e-4)
+    sp = _tp_row(allreduce_calls_formula=1, allreduce_bytes_formula=12288,
+                 allgather_calls_formula=12, reduce_scatter_calls_formula=8, backend="gloo")
+    ctx = verdicts.context(sp, prof)
+    # gloo: an all-gather or a reduce-scatter priced as a whole all-reduce of its size
+    assert ctx["comm_s"] == pytest.approx((1 + 12 + 8) * 8e-4)
+    assert verdicts.context({**sp, "backend": "nccl"}, prof)["comm_s"] == \
+        pytest.approx((1 + 0.5 * 20) * 8e-4)
+    # a row without the gather columns (stored before them) prices its all-reduces as before
+    assert verdicts.context(_tp_row(), prof)["comm_s"] == pytest.approx(8 * 8e-4)
+
+
+def test_each_ranks_compute_rate_is_set_beside_the_profiles_products():
+    """A rank's rate is its FLOPs over its own median compute-only step; the profile's is its
+    n x n rate at each product's equivalent cube, time-weighted over the layer's products."""
+    from labkit.tp import verdicts
+
+    shape = dict(batch_size=8, seq_len=32, hidden=256, num_heads=8, num_layers=2)
+    one = {**shape, "world_size": 1, "compute_time_p50_s": 0.09, "compute_flop_per_s": 3e10}
+    two = {**shape, "world_size": 2, "compute_time_rank_p50_s": [0.04, 0.05],
+           "compute_flop_per_s": 3.2e10}
+    prof = verdicts.FakeProfile()
+    rows = verdicts.rate_rows(one, two, prof)
+    assert [r["ranks"] for r in rows] == [1, 2, 2, 2]
+    flops2 = formulas.flops_per_rank(**{k: v for k, v in shape.items() if k != "num_heads"},
+                                     world_size=2)
+    assert rows[1]["measured_flop_per_s"] == pytest.approx(flops2 / 0.04)
+    assert rows[2]["measured_flop_per_s"] == pytest.approx(flops2 / 0.05)
+    assert rows[3]["measured_flop_per_s"] == 3.2e10
+    want = formulas.products_rate(
+        formulas.layer_products(**{k: v for k, v in shape.items() if k != "num_layers"},
+                                world_size=2),
+        lambda n: prof.matmul_flop_per_s(n, together=True))
+    assert rows[1]["profile_flop_per_s"] == pytest.approx(want["flop_per_s"])
+    assert rows[0]["matrix_n"] > rows[1]["matrix_n"]  # a rank's share: smaller products
+    # a layer's products add up to the FLOP count of the step model
+    fwd = sum(2 * m * k * n * c for m, k, n, c in formulas.layer_products(
+        batch_size=8, seq_len=32, hidden=256, num_heads=8, world_size=2))
+    assert 3 * 2 * fwd == pytest.approx(flops2)
+    # the slower rank's 0.05 s of the whole's 0.09 s: more than half the time
+    slow = verdicts.rate_sentence(one, two, prof)
+    assert "the slower rank took 0.56 of the whole's time, above 1/2" in slow
+    fast = {**two, "compute_time_rank_p50_s": [0.03, 0.04]}
+    assert "took 0.44 of the whole's time, below 1/2" in verdicts.rate_sentence(one, fast, prof)
+    assert list(report.rate_frame(one, two, prof).columns)[0] == "compute"

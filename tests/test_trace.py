@@ -118,7 +118,7 @@ def test_trace_folders_are_checked_before_anything_is_written(tmp_path):
         LaunchOptions(trace_dir=str(afile))
     # a lab whose rows hold no timeline refuses it before it launches anything
     with pytest.raises(UsageError, match="rows hold no timeline"):
-        launch_lab("tp", None, LaunchOptions(trace_dir=str(tmp_path)))
+        launch_lab("machine", None, LaunchOptions(trace_dir=str(tmp_path)))
 
 
 def test_launch_paths_never_overwrite(tmp_path):
@@ -254,9 +254,11 @@ def test_ddp_steps_are_threads_of_rank_0_at_the_rows_times():
 # --- the command line ----------------------------------------------------------------------
 
 def test_trace_is_a_flag_of_the_labs_with_a_timeline_only(labkit_cmd, tmp_path):
-    p = subprocess.run([*labkit_cmd, "tp", "--trace", str(tmp_path)], capture_output=True,
-                       text=True, timeout=60)
-    assert p.returncode == 2 and "unrecognized arguments: --trace" in p.stderr
+    # the machine profile and the placement check time no steps: no timeline, no flag
+    for command in ("calibrate", "placement"):
+        p = subprocess.run([*labkit_cmd, command, "--trace", str(tmp_path)],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "unrecognized arguments: --trace" in p.stderr, command
     afile = tmp_path / "file"
     afile.write_text("")
     p = subprocess.run([*labkit_cmd, "pipeline", "--trace", str(afile / "t")],

@@ -31,7 +31,7 @@ def _config(args) -> CollectivesConfig:
 
 def register(sub) -> None:
     add_lab_command(sub, "collectives", CollectivesConfig, cmd_collectives, flags=_config_flags,
-                    validate=_config, launch_first=True, default_nproc=(2,),
+                    validate=_config, launch_first=True, default_nproc=(2,), trace=True,
                     help="nccl-tests-style sweep of a collective, with an α–β fit",
                     description="busbw per size; algbw = S/t, busbw = algbw × factor(op, N)")
 

@@ -34,6 +34,9 @@ COLUMNS = (
     Column("busy_time_p10_s", "s", "10th percentile of the busy call times"),
     Column("busy_time_p90_s", "s", "90th percentile of the busy call times"),
     Column("busy_matmuls", "", "matrix products rank 0's busy thread finished while timed"),
+    Column("timeline_s", "s", "the first timed calls of every rank: {rank, call, start_s, "
+                              "end_s}, on one clock from the sweep's start (the trace)"),
+    Column("busy_timeline_s", "s", "the same for the busy calls (None: not measured)"),
     Column("regime", "", "bandwidth (on the α–β line) or latency (below it: the floor)"),
     Column("alpha_s", "s", "per-message latency α fitted to the op's bandwidth regime"),
     Column("beta_gb_per_s", "GB/s", "link bandwidth β fitted to the op's bandwidth regime"),

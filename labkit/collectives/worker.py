@@ -8,11 +8,13 @@ Run by hand (``labkit collectives`` builds the same command, one launch per worl
 Per size: ``warmup`` untimed calls, one barrier, then ``iters`` calls back to back, each rank
 stamping the clock after every call (no barrier in between, so what is timed is the collective
 in steady state, as in a plain loop). A call's time is the slowest rank's; rows carry its
-median and p10/p90. ``check`` runs the op once more on known inputs and counts the elements
-that differ from the exact answer, summed over ranks (``wrong``). With ``busy`` every all-reduce
-size is then timed once more, on the same buffer, while a thread in every rank keeps its core
-computing matrix products (the machine profile's busy context: what backward does to an
-all-reduce it overlaps). Buffers live on the rank's device; each row carries the size's device
+median and p10/p90, and every rank's first calls on one clock (``timeline_s``, seconds from
+the sweep's start, :mod:`labkit.collectives.trace`): the readings the times are made of,
+gathered in place of the times, so no clock read is added. ``check`` runs the op once more on
+known inputs and counts the elements that differ from the exact answer, summed over ranks
+(``wrong``). With ``busy`` every all-reduce size is then timed once more, on the same buffer,
+while a thread in every rank keeps its core computing matrix products (the machine profile's
+busy context: what backward does to an all-reduce it overlaps). Buffers live on the rank's device; each row carries the size's device
 memory peak (None on a CPU).
 """
 
@@ -27,9 +29,11 @@ import torch.distributed as dist
 from labkit import runtime, timing
 from labkit.collectives.config import CollectivesConfig
 from labkit.collectives.formulas import algbw_gb_per_s, busbw_gb_per_s, size_sweep
+from labkit.collectives.trace import call_timeline, one_clock
 from labkit.harness import worker_main
 from labkit.machine.config import MachineConfig
 from labkit.machine.worker import Busy
+from labkit.metrics import slowest_rank
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
           "int64": torch.int64}
@@ -86,8 +90,9 @@ def count_wrong(op: str, count: int, rt: runtime.Runtime, dtype) -> int:
 
 
 def time_op(op: str, inp, out, cfg: CollectivesConfig, device) -> list[float]:
-    """This rank's seconds per call: ``iters`` calls back to back after one barrier, the
-    device synchronised before every clock read (nothing to do on a CPU)."""
+    """This rank's clock readings: at the exit of one barrier, then after each of ``iters``
+    calls back to back (call k takes reading k - reading k-1), the device synchronised before
+    every clock read (nothing to do on a CPU)."""
     for _ in range(cfg.warmup):
         call(op, inp, out)
     runtime.sync(device)
@@ -98,32 +103,58 @@ def time_op(op: str, inp, out, cfg: CollectivesConfig, device) -> list[float]:
         call(op, inp, out)
         runtime.sync(device)
         stamps.append(time.perf_counter())
-    return list(np.diff(stamps))
+    return stamps
+
+
+def one_host(rt: runtime.Runtime) -> bool:
+    """Every rank on this host: their ``time.perf_counter`` readings are one clock."""
+    return rt.local_world_size == rt.world_size
+
+
+def sweep_origin(rt: runtime.Runtime) -> float:
+    """The sweep's start, where every timeline's seconds count from: a barrier's exit, the
+    first rank's on one clock (:func:`labkit.collectives.trace.one_clock`)."""
+    runtime.sync(rt.device)
+    dist.barrier()
+    runtime.sync(rt.device)
+    readings = timing.gather_samples([time.perf_counter()])
+    return float(one_clock(readings, same_host=one_host(rt))[:, 0].min())
+
+
+def timed_calls(op: str, inp, out, cfg: CollectivesConfig, rt: runtime.Runtime,
+                origin_s: float) -> tuple[np.ndarray, list[dict]]:
+    """(each timed call's seconds, the slowest rank's; the calls' timeline): every rank's
+    readings (:func:`time_op`) gathered once, their differences the calls' times and, on one
+    clock from ``origin_s``, the timeline (:func:`labkit.collectives.trace.call_timeline`)."""
+    stamps = timing.gather_samples(time_op(op, inp, out, cfg, rt.device))
+    timeline = call_timeline(one_clock(stamps, same_host=one_host(rt)), origin_s=origin_s)
+    return slowest_rank(np.diff(stamps, axis=1)), timeline
 
 
 def on_rank(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
     dtype = DTYPES[cfg.dtype]
+    origin = sweep_origin(rt)
     rows = []
     for op in cfg.ops:
         for size, count in size_sweep(op, rt.world_size, cfg.min_bytes, cfg.max_bytes,
                                       cfg.factor, cfg.dtype):
             runtime.reset_device_peak(rt.device)
             inp, out = buffers(op, count, rt.world_size, dtype, rt.device)
-            steps, _ = timing.slowest_step_times(time_op(op, inp, out, cfg, rt.device))
+            steps, timeline = timed_calls(op, inp, out, cfg, rt, origin)
             wrong = count_wrong(op, count, rt, dtype) if cfg.check else None
             peak = runtime.max_device_peak_bytes(rt.device)
             p10, p50, p90 = (float(np.percentile(steps, q)) for q in (10, 50, 90))
             busy = {"busy_time_p50_s": None, "busy_time_p10_s": None, "busy_time_p90_s": None,
-                    "busy_matmuls": None}
+                    "busy_matmuls": None, "busy_timeline_s": None}
             if cfg.busy and op == "all_reduce":
                 with Busy(MachineConfig().busy_n, rt.device) as spin:
                     done = spin.count
-                    busy_steps, _ = timing.slowest_step_times(time_op(op, inp, out, cfg,
-                                                                      rt.device))
+                    busy_steps, busy_timeline = timed_calls(op, inp, out, cfg, rt, origin)
                     done = spin.count - done
                 busy = {f"busy_time_p{q}_s": float(np.percentile(busy_steps, q))
                         for q in (50, 10, 90)}
                 busy["busy_matmuls"] = int(done)
+                busy["busy_timeline_s"] = busy_timeline
             rows.append({
                 "op": op, "world_size": rt.world_size, "size_bytes": size, "count": count,
                 "dtype": cfg.dtype, "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none",
@@ -133,7 +164,7 @@ def on_rank(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
                 "algbw_gb_per_s": algbw_gb_per_s(size_bytes=size, time_s=p50),
                 "busbw_gb_per_s": busbw_gb_per_s(op=op, ranks=rt.world_size, size_bytes=size,
                                                   time_s=p50),
-                "wrong": wrong, **busy,
+                "wrong": wrong, "timeline_s": timeline, **busy,
                 "device_memory_peak_bytes": peak,
             })
             runtime.print0(f"{op} {size} B: {p50 * 1e6:.1f} us")

@@ -14,16 +14,19 @@ Read in this order:
 * :mod:`~labkit.cp.ring` (rank side, no torch.distributed) -- the arithmetic: block attention,
   the online-softmax merge, the ring loop, and every rank simulated in one process;
 * :mod:`~labkit.cp.comm` (rank side) -- the ring over torch.distributed, sends counted;
+* :mod:`~labkit.cp.timeline` (rank side) -- each ring step's moments on the rank's clock;
 * :mod:`~labkit.cp.worker` (rank side) -- one launch: check, counts, memory, timings;
 * :mod:`~labkit.cp.run` (host side) -- :func:`run`, what the notebook and ``labkit cp`` call;
-* :mod:`~labkit.cp.verdicts` (pure) -- laws and sentences; :mod:`~labkit.cp.report`,
+* :mod:`~labkit.cp.verdicts` (pure) -- laws and sentences; :mod:`~labkit.cp.trace` (pure) --
+  the median timed pass of every rank as a Chrome trace; :mod:`~labkit.cp.budget` (pure) --
+  how long a launch runs, estimated before it; :mod:`~labkit.cp.report`,
   :mod:`~labkit.cp.plots`, :mod:`~labkit.cp.cli`.
 
 Importing this package imports nothing heavy (no torch).
 """
 
-from labkit.cp import formulas, plots, report, verdicts
+from labkit.cp import budget, formulas, plots, report, trace, verdicts
 from labkit.cp.config import CPConfig
 from labkit.cp.run import run
 
-__all__ = ["CPConfig", "formulas", "plots", "report", "run", "verdicts"]
+__all__ = ["CPConfig", "budget", "formulas", "plots", "report", "run", "trace", "verdicts"]

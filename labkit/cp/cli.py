@@ -14,7 +14,7 @@ from labkit.tables import print_table
 
 def register(sub) -> None:
     add_lab_command(
-        sub, "cp", CPConfig, cmd_cp,
+        sub, "cp", CPConfig, cmd_cp, trace=True,
         help="context parallelism: ring attention over a sequence split across ranks",
         description="One torchrun launch per --nproc value, one thread per rank; every "
                     "variant is checked against one process's attention, its sends counted "

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from labkit.cp.timeline import NO_CLOCK
+
 
 class _Pending:
     def __init__(self, ring, reqs, kv):
@@ -29,8 +31,8 @@ class _Pass(torch.autograd.Function):
     in (filled once the caller waits). Backward: send their gradients back, receive ours."""
 
     @staticmethod
-    def forward(ctx, ring, k, v):
-        ctx.ring = ring
+    def forward(ctx, ring, k, v, step):
+        ctx.ring, ctx.step = ring, step
         reqs, out = ring.start((k, v), to=ring.next, frm=ring.prev, phase="forward")
         ring.pending = reqs
         return tuple(out)  # a tuple: autograd takes a list for one non-tensor output
@@ -38,20 +40,24 @@ class _Pass(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gk, gv):
         ring = ctx.ring
+        t0 = ring.clock.stamp()
         reqs, out = ring.start((gk.contiguous(), gv.contiguous()), to=ring.prev, frm=ring.next,
                                phase="backward")
         for req in reqs:
             req.wait()
-        return None, *out
+        ring.clock.gradient_exchange(ctx.step, t0, ring.clock.stamp())
+        return None, *out, None
 
 
 class Ring:
     """The ring of this rank: ``next`` and ``prev`` neighbours, the counts of what it sent
-    (``bytes`` and ``sends``, per phase) and, as an ``exchange``, a differentiable pass."""
+    (``bytes`` and ``sends``, per phase) and, as an ``exchange``, a differentiable pass;
+    ``clock`` (a :class:`labkit.cp.timeline.RingClock`) records the backward's exchanges."""
 
     def __init__(self, rank: int, world_size: int):
         self.next, self.prev = (rank + 1) % world_size, (rank - 1) % world_size
         self.pending = None
+        self.clock = NO_CLOCK
         self.reset()
 
     def reset(self) -> None:
@@ -73,7 +79,7 @@ class Ring:
         return dist.batch_isend_irecv(ops), out
 
     def __call__(self, k, v, step: int):
-        kv = _Pass.apply(self, k.contiguous(), v.contiguous())
+        kv = _Pass.apply(self, k.contiguous(), v.contiguous(), step)
         return _Pending(self, self.pending, kv)
 
     def exchange_alone(self, k, v) -> None:

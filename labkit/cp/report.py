@@ -64,6 +64,13 @@ COLUMNS = (
                                    "else, p50 of the slowest rank"),
     Column("message_time_s", "s", "the 2 (P-1) exchanges of a forward + backward alone, "
                                   "p50 of the slowest rank"),
+    Column("timeline_s", "s",
+           "the median timed pass (timeline_step) of every rank, on one clock from the first "
+           "rank's start: per ring step the K/V exchange posted, the blocks, the wait, and in "
+           "the backward the blocks and the gradients' exchange, {rank, thread, name, cat, "
+           "ring_step, direction, start_s, end_s} (a list; its trace: labkit.cp.trace)"),
+    Column("timeline_step", "", "which timed pass timeline_s shows (1: the first): the "
+                                "median of the slowest rank's"),
     *DEVICE_MEMORY_COLUMNS,
 )
 

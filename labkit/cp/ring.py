@@ -22,6 +22,7 @@ import math
 import torch
 
 from labkit.cp.formulas import chunk_count, chunks_of, kv_source, work_items
+from labkit.cp.timeline import NO_CLOCK
 
 
 def local_chunks(x: torch.Tensor, rank: int, world_size: int, variant: str) -> torch.Tensor:
@@ -85,24 +86,36 @@ class _Join(torch.autograd.Function):
         return grad, None, None
 
 
-def ring_attention(q, k, v, *, rank: int, world_size: int, variant: str, exchange):
+def ring_attention(q, k, v, *, rank: int, world_size: int, variant: str, exchange,
+                   clock=NO_CLOCK):
     """This rank's attention output for its chunks ``q`` (b, H, n, d) against the whole
     sequence's keys and values, which arrive block by block: ``k``, ``v`` are this rank's,
     ``exchange(k, v, step)`` passes the block held at ``step`` on and returns a handle whose
     ``wait()`` gives the block of the next step (started before this step's blocks are
-    computed, so the message can hide behind them)."""
+    computed, so the message can hide behind them). ``clock``: a
+    :class:`labkit.cp.timeline.RingClock` that records each ring step's moments (its trace)."""
     q = q * (q.shape[-1] ** -0.5)
     nq = len(chunks_of(rank, world_size, variant))
     qs = q.chunk(nq, dim=2)
     acc = [None] * nq
     for step in range(world_size):
+        t0 = clock.stamp()
         pending = exchange(k, v, step) if step < world_size - 1 else None
+        t1 = clock.stamp()
         nk = len(chunks_of(kv_source(rank, step, world_size), world_size, variant))
         ks, vs = k.chunk(nk, dim=2), v.chunk(nk, dim=2)
-        for i, j, kind in work_items(rank, step, world_size, variant):
+        items = work_items(rank, step, world_size, variant)
+        for i, j, kind in items:
             acc[i] = merge(acc[i], *block_attention(qs[i], ks[j], vs[j], causal=kind == "causal"))
+        t2 = clock.stamp()
+        # a block's backward ends with its scores' product, whose gradient reaches q and k
+        clock.backward_marks(step, outputs=[acc[i][0] for i in {i for i, _, _ in items}],
+                             inputs=[ks[j] for j in {j for _, j, _ in items}])
         if pending is not None:
             k, v = pending.wait()
+            clock.forward_step(step, t0, (t1, t2), clock.stamp())
+        else:
+            clock.forward_step(step, t0, (t1, t2))
     out = torch.cat([a[0] for a in acc], dim=2)
     return _Join.apply(out, k, v) if world_size > 1 else out
 

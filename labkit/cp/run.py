@@ -25,13 +25,17 @@ def run(config: CPConfig, launch: LaunchOptions | None = None, store=None):
     unset gets 1 (every rank one core, as every GPU rank one GPU). Everything is checked
     before the first launch: the config at every world size (the sequence cut into P equal
     blocks, 2P for the balanced split), the memory, the launch options and the results file.
-    A run whose ring does not match one process warns (:class:`MismatchWarning`).
+    A run whose ring does not match one process warns (:class:`MismatchWarning`). With
+    ``launch.trace_dir``, each launch's median timed pass of every variant (every rank's ring
+    steps, compute and messages) as a Chrome trace there (:mod:`labkit.cp.trace`; the paths in
+    ``df.attrs["trace_paths"]``).
     """
     import pandas as pd
 
-    from labkit import results
+    from labkit import results, trace
     from labkit.config import expect_config
     from labkit.cp.report import KEY
+    from labkit.cp.trace import trace_events
     from labkit.launch import launch_lab
     from labkit.tp.run import warn_mismatches
 
@@ -40,7 +44,12 @@ def run(config: CPConfig, launch: LaunchOptions | None = None, store=None):
         launch = dataclasses.replace(launch, threads_per_rank=1)
     elif launch is None:
         launch = LaunchOptions(threads_per_rank=1)
-    rows = [row for res in launch_lab("cp", config, launch, store) for row in res.rows()]
+    rows = [row for res in launch_lab("cp", config, launch, store, traced=True)
+            for row in res.rows()]
     warn_mismatches(rows, MismatchWarning)
     results.store_rows(store, rows, KEY)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    # each launch's median pass of every variant as a Chrome trace (launch.trace_dir)
+    df.attrs["trace_paths"] = [str(p) for p in trace.write_launches(
+        launch.trace_dir, "cp", rows, trace_events)]
+    return df

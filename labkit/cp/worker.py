@@ -14,7 +14,9 @@ Per variant, every rank on the same seeded Q, K, V (b, H, S, d) and output gradi
 2. one forward + backward in float32 with every send counted (:class:`labkit.cp.comm.Ring`)
    and what autograd saves measured (:class:`labkit.memory.SavedActivations`), with rank 0
    measuring the same code on one rank, the whole sequence, beside it;
-3. ``steps`` timed passes (the first ``warmup`` untimed), the slowest rank's; the same with
+3. ``steps`` timed passes (the first ``warmup`` untimed), the slowest rank's, each ring
+   step's moments recorded (:class:`labkit.cp.timeline.RingClock`) and those of the median
+   pass gathered to rank 0 on one clock (its trace, :mod:`labkit.cp.trace`); the same with
    the messages replaced by a loopback (the compute, ranks together); each rank's compute
    **alone** (the ranks taking turns: the work of each rank, forward + backward and forward
    only); one K/V exchange alone, and the 2(P-1) exchanges of a pass alone (the messages).
@@ -24,16 +26,19 @@ Everything lives on the rank's device.
 
 from __future__ import annotations
 
+import socket
 import statistics
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
-from labkit import runtime, timing
+from labkit import runtime, timing, trace
 from labkit.cp import formulas
 from labkit.cp.comm import Ring
 from labkit.cp.config import CPConfig
 from labkit.cp.ring import local_chunks, loopback, reference, ring_attention
+from labkit.cp.timeline import NO_CLOCK, RingClock
 from labkit.harness import worker_main
 from labkit.memory import SavedActivations
 
@@ -86,10 +91,12 @@ def _every_rank(value: float) -> list[float]:
     return [float(x) for x in timing.gather_samples([value])[:, 0]]
 
 
-def _pass(rt, cfg, variant, leaves, go, exchange, *, backward: bool = True):
+def _pass(rt, cfg, variant, leaves, go, exchange, *, backward: bool = True, clock=None):
     ql, kl, vl = leaves
+    if clock is not None:
+        clock.start()
     out = ring_attention(ql, kl, vl, rank=rt.rank, world_size=rt.world_size, variant=variant,
-                         exchange=exchange)
+                         exchange=exchange, clock=clock or NO_CLOCK)
     if backward:
         out.backward(go)
         for t in leaves:
@@ -113,6 +120,31 @@ def _timed(rt, cfg, fn, prefix: str) -> dict:
     local = timing.repeat_timed(fn, warmup=cfg.warmup, repeat=cfg.measured_steps,
                                 device=rt.device)
     return timing.summarize(local, prefix=prefix)
+
+
+def _traced(rt, cfg, fn, clock: RingClock) -> dict:
+    """:func:`_timed` of the ring pass ``fn`` (which starts a pass of ``clock`` each call), and
+    the timeline of its median timed pass (the slowest rank's median; the lower one of an even
+    count): ``timeline_s``, every rank's slices on one clock from the first rank's start, on
+    rank 0 (None on the others), and ``timeline_step``, which timed pass it is (1: the
+    first). Collective."""
+    local = timing.repeat_timed(fn, warmup=cfg.warmup, repeat=cfg.measured_steps,
+                                device=rt.device)
+    slowest, _ = timing.slowest_step_times(local)
+    k = int(np.argsort(slowest, kind="stable")[(len(slowest) - 1) // 2])
+    origin, spans = clock.spans(len(clock.passes) - cfg.measured_steps + k)
+    mine = (local[k], spans, origin, socket.gethostname())
+    gathered = [mine]
+    if rt.world_size > 1:
+        gathered = [None] * rt.world_size
+        dist.all_gather_object(gathered, mine)
+    timeline = None
+    if rt.rank == 0:  # the ranks of one host share its monotonic clock
+        timeline = trace.on_one_clock([sp for _, sp, _, _ in gathered],
+                                       starts=[o for _, _, o, _ in gathered],
+                                       hosts=[host for _, _, _, host in gathered])
+    return {**timing.summarize(local, prefix="step_time"), "timeline_s": timeline,
+            "timeline_step": k + 1}
 
 
 def _saved_one_rank(cfg, variant, device) -> int:
@@ -146,7 +178,11 @@ def measure(rt, cfg: CPConfig, variant: str) -> dict:
                              "ring_sends_forward_measured", "ring_sends_backward_measured"), 0))
     for t in leaves:
         t.grad = None
-    steps = _timed(rt, cfg, lambda: _pass(rt, cfg, variant, leaves, gol, ring), "step_time")
+    clock = RingClock(rt.device)
+    if p > 1:
+        ring.clock = clock  # the backward's exchanges
+    steps = _traced(rt, cfg, lambda: _pass(rt, cfg, variant, leaves, gol, ring, clock=clock),
+                    clock)
     compute = _timed(rt, cfg, lambda: _pass(rt, cfg, variant, leaves, gol, loopback),
                      "compute_time")
     alone = _alone(rt, cfg, lambda: _pass(rt, cfg, variant, leaves, gol, loopback))

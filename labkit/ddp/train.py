@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import time
 from collections.abc import Callable
 
 import torch
@@ -20,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from labkit import timing
 from labkit.ddp.config import DDPConfig
 
 
@@ -76,11 +76,7 @@ class CommTimeline:
                 p.register_post_accumulate_grad_hook(self._grad_ready)
 
     def _mark(self):
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
+        return timing.stamp("cuda" if self.cuda else "cpu")
 
     def begin(self, *, nosync: bool) -> None:
         self._now = {"nosync": nosync, "start": self._mark(), "comm": {}}
@@ -119,9 +115,7 @@ class CommTimeline:
         t0 = s["start"]
 
         def since(mark) -> float:
-            if self.cuda:
-                return t0.elapsed_time(mark) / 1e3
-            return mark - t0
+            return timing.seconds_between(t0, mark)
 
         return {"backward_start_s": since(s["backward_start"]),
                 "backward_end_s": since(s["backward_end"]),

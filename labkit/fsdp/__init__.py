@@ -15,6 +15,9 @@ Read in this order:
 * :mod:`~labkit.fsdp.shard` (rank side) -- DDP, the ZeRO-1 and ZeRO-2 optimizers, FSDP2, held
   bytes;
 * :mod:`~labkit.fsdp.peak` (rank side) -- what a rank holds over one step, sampled;
+* :mod:`~labkit.fsdp.record` (rank side) -- when each layer's forward and backward and each
+  collective of a timed step ran, stamped; :mod:`~labkit.fsdp.trace` (pure) -- that step on
+  one clock, and as a Chrome trace;
 * :mod:`~labkit.fsdp.worker` (rank side) -- one launch: reference, checks, counts, timings;
 * :mod:`~labkit.fsdp.run` (host side) -- :func:`run`, what notebook 09 and ``labkit fsdp`` call;
 * :mod:`~labkit.fsdp.verdicts` (pure) -- notebook 09's laws and sentences, the step model in

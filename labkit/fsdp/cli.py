@@ -15,7 +15,7 @@ from labkit.tables import print_table
 
 def register(sub) -> None:
     add_lab_command(
-        sub, "fsdp", FSDPConfig, cmd_fsdp,
+        sub, "fsdp", FSDPConfig, cmd_fsdp, trace=True,
         help="sharded data parallelism: DDP, ZeRO-1 by hand and FSDP2, bytes and time",
         description="One torchrun launch per --nproc value; every variant is checked against "
                     "one process, the bytes each rank holds and moves are counted against the "

@@ -143,3 +143,21 @@ def peak_memory(df, title: str | None = None):
     if title:
         fig.suptitle(title)
     return fig
+
+
+def step_trace(trace, variant: str = "fsdp"):
+    """One recorded step of ``variant`` from the lab's Chrome trace (a document or a
+    ``.trace.json`` path, :mod:`labkit.fsdp.trace`): for every rank a row of compute and its
+    row(s) of collectives (:func:`labkit.figures.trace_timeline`). Returns (figure, alt text
+    computed from the slices)."""
+    from labkit import trace as tr
+    from labkit.figures import trace_timeline
+
+    doc = trace if isinstance(trace, dict) else tr.load(trace)
+    names = [t for t in tr.threads(doc) if t.startswith(f"{variant} N=")]
+    if not names:
+        from labkit.errors import UsageError
+
+        raise UsageError(f"no recorded step of {variant} in the trace (threads: "
+                         f"{', '.join(tr.threads(doc))})")
+    return trace_timeline(doc, thread=names, title=names[0])

@@ -105,6 +105,12 @@ COLUMNS = (
                                     "zero3)"),
     *timed_columns("step_time", "training step"),
     Column("step_times_s", "s", "every timed step's time, slowest rank (a list)"),
+    Column("timeline_s", "s", "zero1, zero2, fsdp at N > 1 (no checkpointing): the timed step "
+                              "of median length, every rank's layers' forward and backward "
+                              "compute and each collective as rank, name, cat, start_s, end_s "
+                              "on one clock (a list; the Chrome trace's slices)"),
+    Column("timeline_step", "", "which timed step timeline_s shows (1 = the first)"),
+    Column("timeline_step_time_s", "s", "that step's time, slowest rank"),
     Column("collectives_time_alone_s", "s", "the step's collectives (its sizes, in its order) "
                                             "with nothing around them, p50 of the slowest rank "
                                             "(NaN on one rank)"),

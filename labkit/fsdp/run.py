@@ -24,19 +24,28 @@ def run(config: FSDPConfig, launch: LaunchOptions | None = None, store=None):
     ``store``: a results file to upsert into. Everything is checked before the first launch:
     the config at every world size (a model big enough to give every rank a share, tensors that
     split evenly), the memory it needs, the launch options and the results file. A run that does
-    not match one process warns (:class:`MismatchWarning`); its row says so.
+    not match one process warns (:class:`MismatchWarning`); its row says so. With
+    ``launch.trace_dir``, each launch's recorded steps (ZeRO-1, ZeRO-2, FSDP: layers and
+    collectives, every rank) as a Chrome trace there (:mod:`labkit.fsdp.trace`; the paths in
+    ``df.attrs["trace_paths"]``).
     """
     import pandas as pd
 
-    from labkit import results
+    from labkit import results, trace
     from labkit.errors import UsageError
     from labkit.fsdp.report import KEY
+    from labkit.fsdp.trace import trace_events
     from labkit.launch import launch_lab
 
     if not isinstance(config, FSDPConfig):
         raise UsageError(f"config must be an FSDPConfig, got {type(config).__name__}")
-    launches = launch_lab("fsdp", config, launch, store)
+    launch = launch if launch is not None else LaunchOptions()
+    launches = launch_lab("fsdp", config, launch, store, traced=True)
     rows = [row for res in launches for row in res.rows()]
     warn_mismatches(rows, MismatchWarning)
     results.store_rows(store, rows, KEY)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    # each launch's recorded steps as a Chrome trace, from the rows as stored
+    df.attrs["trace_paths"] = [str(p) for p in trace.write_launches(
+        launch.trace_dir, "fsdp", rows, trace_events)]
+    return df

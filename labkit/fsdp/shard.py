@@ -21,17 +21,25 @@ under FSDP2; and the bytes each rank really holds.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from labkit.tp.comm import all_gather_tensor as _all_gather
+from labkit.tp.comm import reduce_scatter_tensor as _reduce_scatter
 from labkit.tp.models import local_tensor
 
-# torch 2.13 renamed the tensor forms (the old names warn); the same operators underneath
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+def _collective(opt, name: str, op: str, run) -> None:
+    """``run()``, a collective of a hand-written ZeRO optimizer, through its ``recorder``
+    (:class:`labkit.fsdp.record.StepRecorder`: stamped for the trace) where it has one."""
+    if opt.recorder is None:
+        run()
+    else:
+        opt.recorder.collective(name, op, run)
 
 
 def wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
@@ -99,6 +107,8 @@ class ZeRO1:
         #: called as ``probe(label, tensors)`` with the transient buffers of a reduce-scatter,
         #: at the moment they are all alive (:class:`labkit.fsdp.peak.StepMemory` counts them)
         self.probe = None
+        #: stamps each collective for the trace (:class:`labkit.fsdp.record.StepRecorder`)
+        self.recorder = None
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -120,7 +130,8 @@ class ZeRO1:
                 self.probe("zero1 reduce-scatter", (flat,))
             return flat
         out = torch.empty(self.shard_size, dtype=flat.dtype, device=flat.device)
-        _reduce_scatter(out, flat, op=dist.ReduceOp.SUM, group=self.group)
+        _collective(self, "RS all layers", "reduce_scatter", functools.partial(
+            _reduce_scatter, out, flat, op=dist.ReduceOp.SUM, group=self.group))
         if self.probe is not None:
             self.probe("zero1 reduce-scatter", (flat, out))
         return out.div_(self.world_size)
@@ -134,7 +145,8 @@ class ZeRO1:
         adam_update(self.shard, g, self.exp_avg, self.exp_avg_sq, step=self.steps, lr=self.lr,
                     betas=self.betas, eps=self.eps)
         if self.world_size > 1:  # every rank gets every updated slice: the parameters again
-            _all_gather(self.flat, self.shard.clone(), group=self.group)
+            _collective(self, "AG all layers", "all_gather", functools.partial(
+                _all_gather, self.flat, self.shard.clone(), group=self.group))
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state this rank holds: its slice of m and v."""
@@ -179,6 +191,7 @@ class ZeRO2:
         self.exp_avg_sq = [torch.zeros_like(s) for s in self.shards]
         self.steps = 0
         self.probe = None  # as ZeRO1's: the transient buffers of each reduce-scatter
+        self.recorder = None  # as ZeRO1's: stamps each collective for the trace
         self._bucket_of = {id(p): i for i, bucket in enumerate(self.buckets) for p in bucket}
         self.zero_grad()
         for p in self.params:
@@ -207,7 +220,8 @@ class ZeRO2:
         out = flat
         if self.world_size > 1:
             out = torch.empty(k, dtype=flat.dtype, device=flat.device)
-            _reduce_scatter(out, flat, op=dist.ReduceOp.SUM, group=self.group)
+            _collective(self, f"RS L{i}", "reduce_scatter", functools.partial(
+                _reduce_scatter, out, flat, op=dist.ReduceOp.SUM, group=self.group))
             out.div_(self.world_size)
         if self.probe is not None:
             self.probe(f"zero2 reduce-scatter {i}", (flat, out))
@@ -223,7 +237,8 @@ class ZeRO2:
             adam_update(shard, self.grad_shards[i], self.exp_avg[i], self.exp_avg_sq[i],
                         step=self.steps, lr=self.lr, betas=self.betas, eps=self.eps)
             if self.world_size > 1:
-                _all_gather(self.flats[i], shard.clone(), group=self.group)
+                _collective(self, f"AG L{i}", "all_gather", functools.partial(
+                    _all_gather, self.flats[i], shard.clone(), group=self.group))
 
     def grad_shard(self) -> torch.Tensor:
         """This rank's averaged gradient slices, bucket after bucket."""

@@ -5,7 +5,8 @@ The step model: a rank's compute measured alone in the launch (``predicted_compu
 the profile's co-run slowdown at N ranks, plus each collective of the variant
 (:func:`labkit.fsdp.formulas.collectives_per_step`) priced by the profile's all-reduce in
 context (:meth:`labkit.machine.Profile.allreduce_s`): an all-reduce of S as measured, an
-all-gather or a reduce-scatter of S as :data:`GATHER_SCATTER` of it (NCCL: half, a ring
+all-gather or a reduce-scatter of S as
+:data:`labkit.tp.verdicts.GATHER_SCATTER` of it (NCCL: half, a ring
 all-reduce being one of each; gloo: a whole one). Busy
 where the collective runs beside compute (DDP's all-reduce during backward, FSDP's gathers
 ahead of the layer that needs them), idle where the ranks wait for it (ZeRO-1's, after
@@ -18,12 +19,8 @@ from __future__ import annotations
 from labkit.book.laws import check
 from labkit.fsdp.formulas import collectives_per_step
 from labkit.tp.formulas import BYTES_PER_VALUE, param_count
-from labkit.tp.verdicts import TOLERANCE_PCT
+from labkit.tp.verdicts import GATHER_SCATTER, TOLERANCE_PCT
 
-#: an all-gather or a reduce-scatter of S against an all-reduce of S, per backend: NCCL's ring
-#: all-reduce is one of each; gloo reduce-scatters by all-reducing the whole buffer, and its
-#: all-gather into one tensor costs about as much (the rows' collectives_time_alone_s)
-GATHER_SCATTER = {"nccl": 0.5, "gloo": 1.0}
 #: whether each stage's collectives run while the cores compute (the profile's busy sweep)
 BUSY = {"ddp": True, "zero1": False, "zero2": False, "zero3": True}
 #: the state and the bytes moved are counts, exact but for Adam's step counters and DDP's few
@@ -333,3 +330,52 @@ def reshard_sentence(r) -> str:
     if abs(a - b) < 0.005:
         return head + f"the same with {int(r['num_layers'])} layers"
     return head + f"keeping the weights costs {b - a:.2f} MB {'more' if b > a else 'less'} here"
+
+
+def timeline_sentence(row) -> str:
+    """What a recorded step (``timeline_s``, :mod:`labkit.fsdp.trace`) shows, rank by rank:
+    the time in collectives and in compute and how much of it ran at once, the backward
+    all-gathers issued while the layer above still ran its backward (prefetched), and the
+    reduce-scatters issued before backward was over.
+
+    >>> row = {"variant": "fsdp", "world_size": 1, "timeline_step": 2,
+    ...        "timeline_step_time_s": 0.01, "timeline_s": [
+    ...     dict(rank=0, name="B L1", cat="backward", start_s=0.000, end_s=0.004),
+    ...     dict(rank=0, name="AG L0 (bwd)", cat="all-gather", start_s=0.002, end_s=0.003),
+    ...     dict(rank=0, name="B L0", cat="backward", start_s=0.004, end_s=0.006),
+    ...     dict(rank=0, name="RS L1", cat="reduce-scatter", start_s=0.005, end_s=0.007)]}
+    >>> print(timeline_sentence(row))
+    fsdp, timed step 2 (10.0 ms): rank 0 spent 3.0 ms in 2 collectives and 6.0 ms computing, 2.0 ms (67% of the collectives) at once; 1 of 1 backward all-gathers were issued while the layer above still ran its backward (prefetched), 1 of 1 reduce-scatters before backward was over.
+    """
+    from labkit.fsdp.trace import OP_CAT, overlap
+
+    slices = row["timeline_s"]
+    parts = []
+    for rank, (comm, work, both) in overlap(slices).items():
+        mine = [s for s in slices if int(s["rank"]) == rank]
+        n = sum(1 for s in mine if s["cat"] in OP_CAT.values())
+        ends = {}
+        for s in mine:
+            if s["cat"] == "backward":
+                ends[s["name"]] = max(ends.get(s["name"], 0.0), s["end_s"])
+        gathers = [s for s in mine if s["name"].startswith("AG L") and s["name"].endswith("(bwd)")]
+        gathers = [s for s in gathers if f"B L{int(s['name'][4:].split()[0]) + 1}" in ends]
+        ahead = sum(1 for s in gathers
+                    if s["start_s"] < ends[f"B L{int(s['name'][4:].split()[0]) + 1}"])
+        last = max(ends.values(), default=None)
+        scatters = [s for s in mine if s["cat"] == "reduce-scatter"]
+        early = sum(1 for s in scatters if last is not None and s["start_s"] < last)
+        at_once = (f"{_ms(both):.1f} ms ({both / comm:.0%} of the collectives) at once"
+                   if both > 0 else "none of it at once")
+        text = (f"rank {rank} spent {_ms(comm):.1f} ms in {n} collectives and {_ms(work):.1f} ms "
+                f"computing, {at_once}")
+        if gathers:
+            text += (f"; {ahead} of {len(gathers)} backward all-gathers were issued while the "
+                     "layer above still ran its backward (prefetched)")
+        if scatters:
+            text += (f", {early} of {len(scatters)} reduce-scatters before backward was over"
+                     if gathers else f"; {early} of {len(scatters)} reduce-scatters before "
+                     "backward was over")
+        parts.append(text)
+    return (f"{row['variant']}, timed step {int(row['timeline_step'])} "
+            f"({_ms(row['timeline_step_time_s']):.1f} ms): " + "; ".join(parts) + ".")

@@ -26,7 +26,11 @@ What one launch does (data parallelism: rank r trains on its own seeded batch r)
    ``warmup`` untimed, the slowest rank's time per step, the prediction of
    :mod:`labkit.fsdp.formulas` beside it; then the step's collectives alone, on buffers of
    their sizes, timed (:func:`labkit.fsdp.shard.collectives_alone`: the step's split). DDP's
-   bytes, held and moved, are put on every row;
+   bytes, held and moved, are put on every row. The timed steps of ZeRO-1, ZeRO-2 and FSDP
+   (more than one rank, no checkpointing) are recorded (:class:`labkit.fsdp.record.StepRecorder`:
+   each layer's forward and backward and each collective, stamped): the one of median length,
+   every rank's on one clock, is the row's ``timeline_s`` (the lab's Chrome trace,
+   :mod:`labkit.fsdp.trace`);
 4. **compute only**, last: the plain model on this rank's batch, no wrapper, no
    communication, timed; then with activation checkpointing (timed, and the bytes saved for
    backward both ways counted) and its forward alone.
@@ -46,6 +50,7 @@ from labkit import runtime, timing
 from labkit.fsdp import formulas
 from labkit.fsdp.config import STAGE, FSDPConfig
 from labkit.fsdp.peak import StepMemory
+from labkit.fsdp.record import StepRecorder
 from labkit.fsdp.shard import ZeRO1, ZeRO2, collectives_alone, held_bytes, wrap_ddp, wrap_fsdp
 from labkit.harness import worker_main
 from labkit.memory import device_peak_bytes, reset_device_peak
@@ -61,6 +66,10 @@ from labkit.tp.models import (
 )
 from labkit.tp.report import add_compute_time, prediction_fields
 from labkit.tp.worker import split_dim, timed_after_warmup
+
+#: the variants whose timed steps are recorded for the trace (:mod:`labkit.fsdp.record`: DDP's
+#: all-reduces run in its C++ reducer, beyond a stamp)
+TRACED = ("zero1", "zero2", "fsdp")
 
 
 def _reference(cfg: FSDPConfig, full, batches, device) -> dict:
@@ -186,7 +195,14 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
                                          beta_bytes_per_s=link["beta_bytes_per_s"])
         else:  # the sweep gave no α–β fit: no prediction of the communication
             pred = {"compute_s": flops / rate, "comm_s": math.nan, "step_s": math.nan}
-        stats, slowest = timed_after_warmup(step, cfg, rt)
+        traced = {}
+        if variant in TRACED and n > 1 and not cfg.checkpoint:
+            recorder = StepRecorder(model, opt, variant, dev)
+            stats, slowest = timed_after_warmup(recorder.timed(step), cfg, rt)
+            recorder.close()
+            traced = _timeline(rt, recorder, slowest)
+        else:
+            stats, slowest = timed_after_warmup(step, cfg, rt)
         peak = runtime.max_device_peak_bytes(dev)
         alone = math.nan
         if n > 1:  # the same collectives, nothing around them: the step's split
@@ -226,6 +242,7 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
                                    else 0.0),
             **stats,
             "step_times_s": slowest,
+            **traced,
             "collectives_time_alone_s": alone,
             **prediction_fields(link=link, compute_flop_per_s=rate, flops_per_rank=flops,
                                 predicted=pred),
@@ -241,6 +258,26 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
     add_compute_time(rows, compute)
     add_checkpoint_fields(rows, cfg, rt, full, x, y)
     return {"rows": against_ddp(rows)} if rt.rank == 0 else {}
+
+
+def _timeline(rt, recorder: StepRecorder, slowest: list) -> dict:
+    """The timed step of median length, every rank's layers and collectives on one clock
+    (:func:`labkit.fsdp.trace.step_slices`): the row's ``timeline_s``. Collective."""
+    import socket
+
+    import torch.distributed as dist
+
+    from labkit.fsdp.trace import step_slices
+    from labkit.tp.worker import middle_step
+
+    k = middle_step(slowest)
+    # the recorder also saw the warm-up steps: the timed ones are the last
+    mine = (socket.gethostname(), rt.device.type, recorder.record(k - len(slowest)))
+    every = [None] * rt.world_size
+    dist.all_gather_object(every, mine)
+    shared = len({(host, dev) for host, dev, _ in every}) == 1 and every[0][1] == "cpu"
+    return {"timeline_s": step_slices([rec for *_, rec in every], shared_clock=shared),
+            "timeline_step": k + 1, "timeline_step_time_s": slowest[k]}
 
 
 def _sampled_step(step, mem: StepMemory) -> None:

@@ -15,14 +15,16 @@ Read in this order:
 * :mod:`~labkit.moe.run` (host side) -- :func:`run`, what the notebook and ``labkit moe`` call;
 * :mod:`~labkit.moe.verdicts` (pure) -- the step model from the machine profile, the laws and
   sentences;
+* :mod:`~labkit.moe.trace` (pure) -- the median timed step of every rank as a Chrome trace;
+* :mod:`~labkit.moe.budget` (pure) -- how long notebook 10 runs, estimated before launch;
 * :mod:`~labkit.moe.report`, :mod:`~labkit.moe.plots`, :mod:`~labkit.moe.cli`.
 
 ``from labkit import moe; moe.run(moe.MoEConfig(num_experts=4, top_k=2), ...)``. Importing this
 package imports nothing heavy (no torch).
 """
 
-from labkit.moe import formulas, plots, report, verdicts
+from labkit.moe import budget, formulas, plots, report, trace, verdicts
 from labkit.moe.config import MoEConfig
 from labkit.moe.run import run
 
-__all__ = ["MoEConfig", "formulas", "plots", "report", "run", "verdicts"]
+__all__ = ["MoEConfig", "budget", "formulas", "plots", "report", "run", "trace", "verdicts"]

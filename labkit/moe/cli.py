@@ -14,7 +14,7 @@ from labkit.tables import print_table
 
 def register(sub) -> None:
     add_lab_command(
-        sub, "moe", MoEConfig, cmd_moe,
+        sub, "moe", MoEConfig, cmd_moe, trace=True,
         help="expert parallelism: an MoE layer's experts over ranks, tokens by all-to-all",
         description="One torchrun launch per --nproc value, one thread per rank unless "
                     "--threads-per-rank says otherwise; the layer is checked against one "

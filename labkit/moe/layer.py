@@ -130,6 +130,13 @@ def local_exchange(x, send, recv, tag):
     return x
 
 
+#: the phases :meth:`ExpertLayer.step` times, in the order it runs them: each phase forward,
+#: then (the combine's backward run inside its own phase) the others' backward in reverse
+STEP_ORDER = (("routing", "forward"), ("dispatch", "forward"), ("experts", "forward"),
+              ("combine", "forward + backward"), ("experts", "backward"),
+              ("dispatch", "backward"), ("routing", "backward"))
+
+
 class ExpertLayer:
     """Rank ``rank`` of ``world_size``: the router whole and experts ``rank·E/P ..`` of
     ``weights`` (:func:`init_weights`), as leaf tensors of ``dtype`` on ``device``.
@@ -182,8 +189,9 @@ class ExpertLayer:
         """One forward and backward of the layer on this rank's tokens ``x`` (T, h), backward
         from ``grad_out``: phase by phase, each phase's backward run by hand after the next
         one's, so that ``clock(phase)`` (a context manager, e.g. a
-        :class:`labkit.timing.Stopwatch`) times each phase forward and backward. The gradients
-        land in ``x.grad`` (when ``x`` requires it) and :attr:`params`; the output is returned.
+        :class:`labkit.timing.Stopwatch`) times each phase forward and backward, in the order of
+        :data:`STEP_ORDER`. The gradients land in ``x.grad`` (when ``x`` requires it) and
+        :attr:`params`; the output is returned.
         """
         clock = clock or (lambda name: contextlib.nullcontext())
         p = self.params

@@ -85,6 +85,12 @@ COLUMNS = (
                                   "and backward: p50, phase_rank"),
     Column("phase_times_by_rank", "s", "each rank's four phase times (p50 over steps)"),
     Column("phase_rank", "", "the rank whose phases sum to the most: the *_time_s fields"),
+    Column("timeline_s", "s",
+           "the median timed step (timeline_step) of every rank, on one clock from the first "
+           "rank's start: each phase span the layer times, {rank, phase, direction, start_s, "
+           "end_s} (a list; its trace: labkit.moe.trace)"),
+    Column("timeline_step", "", "which timed step timeline_s shows (1: the first): the "
+                                "median of the slowest rank's"),
     *DEVICE_MEMORY_COLUMNS,
 )
 

@@ -19,7 +19,9 @@ What one launch does, every rank on its own seeded tokens:
    beside the counts of the routing it drew (routed and kept per expert, on every rank); then
    ``steps`` steps, the first ``warmup`` untimed, each timed on every rank with its four phases
    (routing, dispatch, expert compute, combine: each forward and backward), the slowest rank's
-   step taken (:func:`labkit.timing.summarize`).
+   step taken (:func:`labkit.timing.summarize`); each phase's start and end in every timed
+   step too (:class:`SpanWatch`), those of the median step gathered to rank 0 on one clock
+   (its trace, :mod:`labkit.moe.trace`).
 
 Every tensor handed to torch.distributed lives on the rank's device; the row carries its
 device memory peak (None on a CPU).
@@ -28,17 +30,64 @@ device memory peak (None on a CPU).
 from __future__ import annotations
 
 import math
+import socket
 import statistics
+import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
-from labkit import runtime, timing
+from labkit import runtime, timing, trace
 from labkit.harness import worker_main
 from labkit.moe import formulas
 from labkit.moe.config import MoEConfig
 from labkit.moe.formulas import PHASES
-from labkit.moe.layer import ExpertLayer, init_weights, reference
+from labkit.moe.layer import STEP_ORDER, ExpertLayer, init_weights, reference
+
+
+class SpanWatch(timing.Stopwatch):
+    """A :class:`labkit.timing.Stopwatch` (the same totals, the same synchronisations around
+    each clock read) that also keeps every span it timed: ``spans``, (name, start_s, end_s) in
+    seconds since it was made, and ``origin_s``, that moment on this machine's monotonic clock.
+    """
+
+    def __init__(self, device):
+        super().__init__(device)
+        runtime.sync(self._device())
+        self.origin_s = time.perf_counter()
+        self.spans: list[tuple[str, float, float]] = []
+
+    def __exit__(self, *exc) -> None:
+        runtime.sync(self._device())
+        now = time.perf_counter()
+        name = self._name or "total"
+        self.totals[name] = self.totals.get(name, 0.0) + now - self._t0
+        self.spans.append((name, self._t0 - self.origin_s, now - self.origin_s))
+
+
+def _timeline(rt, seconds: float, watch: SpanWatch) -> list[dict] | None:
+    """One timed step's phases of every rank (``watch``: this rank's, ``seconds`` its step) on
+    one clock from the first rank's start, on rank 0 (None on the others): each a dict of
+    ``rank, phase, direction`` (:data:`labkit.moe.layer.STEP_ORDER`), ``start_s, end_s``.
+    Collective."""
+    names = [name for name, _, _ in watch.spans]
+    if names != [phase for phase, _ in STEP_ORDER]:
+        raise RuntimeError(f"the layer timed its phases in the order {names}, not STEP_ORDER's")
+    spans = [{"phase": phase, "direction": direction, "start_s": a, "end_s": b}
+             for (_, a, b), (phase, direction) in zip(watch.spans, STEP_ORDER)]
+    mine = (seconds, spans, watch.origin_s, socket.gethostname())
+    gathered = [mine]
+    if rt.world_size > 1:
+        gathered = [None] * rt.world_size
+        dist.all_gather_object(gathered, mine)
+    if rt.rank != 0:
+        return None
+    # the ranks of one host share its monotonic clock: the first rank's start is the origin
+    timeline = trace.on_one_clock([sp for _, sp, _, _ in gathered],
+                                   starts=[o for _, _, o, _ in gathered],
+                                   hosts=[host for _, _, _, host in gathered])
+    return timeline
 
 
 class CountedAllToAll:
@@ -136,6 +185,7 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
     x = x_all[rt.rank].float().requires_grad_(True)
     go = grad_all[rt.rank].float()
     phases: list[dict] = []
+    watches: list[SpanWatch] = []
 
     def step(clock=None):
         layer.zero_grad()
@@ -150,13 +200,16 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
         step()
 
     def timed():
-        sw = timing.Stopwatch(dev)
+        sw = SpanWatch(dev)
         step(sw)
         phases.append(dict(sw.totals))
+        watches.append(sw)
 
     local = timing.repeat_timed(timed, warmup=0, repeat=cfg.measured_steps, device=dev)
     stats = timing.summarize(local)
     slowest, _ = timing.slowest_step_times(local)
+    middle = int(np.argsort(slowest, kind="stable")[(len(slowest) - 1) // 2])
+    timeline = _timeline(rt, local[middle], watches[middle])
     medians = torch.tensor([statistics.median(s.get(ph, 0.0) for s in phases) for ph in PHASES],
                            dtype=torch.float64, device=dev)
     by_rank = _gather(rt, medians).tolist()
@@ -192,6 +245,8 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
         "step_times_s": [float(v) for v in slowest],
         "phase_times_by_rank": [dict(zip(PHASES, r)) for r in by_rank],
         "phase_rank": slow_rank,
+        "timeline_s": timeline,
+        "timeline_step": middle + 1,
         **{f"{ph}_time_s": by_rank[slow_rank][i] for i, ph in enumerate(PHASES)},
         "device_memory_peak_bytes": peak,
     }

@@ -1,4 +1,5 @@
-"""labkit model | search | catalog | model-check: the 3-D parallelism model and its clusters."""
+"""labkit model | search | catalog | model-check: the parallelism model (DP x TP x PP, with CP
+and EP) and its clusters."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from labkit.tables import print_frame
 BREAKDOWN = ["fabric", "dp", "tp", "pp", "num_microbatches", "compute_s", "bubble_s", "dp_comm_s",
              "tp_comm_s", "pp_comm_s", "step_time_s", "scaling_efficiency", "samples_per_s", "mfu",
              "hfu", "memory_total_gb", "memory"]
+#: shown beside the 3-D ones where a row has CP or EP > 1: column -> the column it follows
+BEYOND_3D = {"cp": "pp", "ep": "cp", "ep_comm_s": "pp_comm_s", "cp_comm_s": "ep_comm_s"}
 RANKED = ["rank", "dp", "tp", "pp", "num_microbatches", "step_time_s", "scaling_efficiency",
           "samples_per_s", "mfu", "memory_total_gb", "reason"]
 COMPARED = ["term", "unit", "labkit", "mlsysim", "diff_pct", "same_formula", "cause"]
@@ -22,7 +25,8 @@ FLAGS = {"global_batch_size": "--global-batch-size", "num_microbatches": "--micr
          "virtual_stages": "--virtual-stages", "seq_len": "--seq-len", "zero_stage": "--zero",
          "dp_overlap": "--dp-overlap", "recompute": "--recompute", "efficiency": "--efficiency",
          "precision": "--precision", "placement": "--placement", "schedule": "--schedule",
-         "tp_across_nodes": "--tp-across-nodes", "dp": "--dp", "tp": "--tp", "pp": "--pp"}
+         "tp_across_nodes": "--tp-across-nodes", "dp": "--dp", "tp": "--tp", "pp": "--pp",
+         "cp": "--cp", "ep": "--ep"}
 
 
 def _dp_overlap(text: str):
@@ -80,27 +84,43 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("model", help="predict one training step of a DP x TP x PP layout",
+    p = sub.add_parser("model", help="predict one training step of a DP x TP x PP (x CP, EP) "
+                       "layout",
                        description="labkit model --model Llama-3-70B --nodes 32 --tp 8 --pp 4 "
-                                   "--microbatches 32 --fabric 100GbE IB_HDR IB_NDR")
+                                   "--microbatches 32 --fabric 100GbE IB_HDR IB_NDR; "
+                                   "labkit model --model Mixtral-8x7B --nodes 4 --seq-len 2048 "
+                                   "--ep 8")
     _add_workload_args(p)
     g = p.add_argument_group("layout")
-    g.add_argument("--dp", type=positive_int_arg, help="default: GPUs / (tp x pp)")
+    g.add_argument("--dp", type=positive_int_arg, help="default: GPUs / (tp x pp x cp)")
     g.add_argument("--tp", type=positive_int_arg, default=1)
     g.add_argument("--pp", type=positive_int_arg, default=1)
     g.add_argument("--microbatches", type=positive_int_arg, default=1, metavar="M",
                    help="per DP replica per step (gradient accumulation when --pp 1)")
     g.add_argument("--virtual-stages", type=positive_int_arg, default=1, metavar="V",
                    help="model chunks per GPU, >= 2 with --schedule interleaved")
+    g.add_argument("--cp", type=positive_int_arg, default=1, help="context parallelism: ranks "
+                   "that share each sequence (DP x TP x PP x CP = GPUs; must divide --seq-len) "
+                   "(default: %(default)s)")
+    g.add_argument("--ep", type=positive_int_arg, default=1, help="expert parallelism: DP ranks "
+                   "that share a mixture's experts (must divide --dp and the model's experts) "
+                   "(default: %(default)s)")
     p.add_argument("--steps", type=positive_int_arg, default=1000, help="for the cost (default: %(default)s)")
     p.add_argument("--compare", choices=("mlsysim",), help="also run mlsysim 0.3.0 on the same "
                    "scenario and print each term beside ours (pip install -e '.[mlsysim]')")
     p.add_argument("--json", metavar="PATH", help="also store the rows in this results file")
     p.set_defaults(func=cmd_model)
 
-    p = sub.add_parser("search", help="rank every DP x TP x PP layout of a cluster, explain the rest")
+    p = sub.add_parser("search", help="rank every DP x TP x PP (x CP, EP) layout of a cluster, "
+                       "explain the rest")
     _add_workload_args(p)
     p.add_argument("--microbatches", type=positive_int_arg, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument("--cp", type=positive_int_arg, nargs="+", default=[1], metavar="CP",
+                   help="context-parallel sizes tried, each skipped where it does not divide the "
+                        "GPUs left by TP x PP or the sequence (default: %(default)s)")
+    p.add_argument("--ep", type=positive_int_arg, nargs="+", default=[1], metavar="EP",
+                   help="expert-parallel sizes tried, each skipped where it does not divide DP "
+                        "or the model's experts (default: %(default)s)")
     p.add_argument("--top", type=positive_int_arg, default=10, help="feasible layouts shown")
     p.add_argument("--rejected", action="store_true", help="also list the rejected layouts")
     p.add_argument("--json", metavar="PATH", help="also store all rows in this results file")
@@ -205,23 +225,38 @@ def _layout(args, cluster):
     from labkit.perfmodel import topology
     from labkit.perfmodel.model import Layout
 
-    n = cluster.world_size
-    if args.dp is None and n % (args.tp * args.pp):  # --dp's default: GPUs / (tp x pp)
-        raise UsageError(f"--tp {args.tp} x --pp {args.pp} = {args.tp * args.pp} does not divide "
+    n, block = cluster.world_size, args.tp * args.pp * args.cp
+    if args.dp is None and n % block:  # --dp's default: GPUs / (tp x pp x cp)
+        cp = f" x --cp {args.cp}" if args.cp > 1 else ""
+        raise UsageError(f"--tp {args.tp} x --pp {args.pp}{cp} = {block} does not divide "
                          f"the {n} GPUs of {cluster.name}")
     placement = ",".join(_named("--placement", topology.parse_placement, args.placement))
     try:
-        return Layout(args.dp or n // (args.tp * args.pp), args.tp, args.pp, args.microbatches,
-                      args.schedule, args.virtual_stages, placement, args.tp_across_nodes)
+        return Layout(args.dp or n // block, args.tp, args.pp, args.microbatches,
+                      args.schedule, args.virtual_stages, placement, args.tp_across_nodes,
+                      cp=args.cp, ep=args.ep)
     except UsageError as e:
         raise UsageError(_flag_words(str(e))) from None
+
+
+def _columns(df, columns: list[str]) -> list[str]:
+    """``columns``, with the CP and EP ones (:data:`BEYOND_3D`) where a row has CP or EP > 1:
+    a 3-D table stays as it was."""
+    if not any(c in df and (df[c].fillna(1) > 1).any() for c in ("cp", "ep")):
+        return columns
+    out = list(columns)
+    for col, after in BEYOND_3D.items():
+        if col in df and col not in out and after in out:
+            out.insert(out.index(after) + 1, col)
+    return out
 
 
 def _header(work, cluster, args) -> None:
     from labkit.perfmodel.model import assumptions
 
+    eps = tuple(args.ep) if isinstance(args.ep, list) else (args.ep,)  # search's, or model's
     for line in assumptions(work, cluster, placement=args.placement, schedule=args.schedule,
-                            algorithm=args.algorithm):
+                            algorithm=args.algorithm, ep=eps):
         print(f"# {line}")
     if args.dp_overlap == "measured":
         print(f"# DP overlap {work.dp_overlap:g}: measured by the DDP lab on the reference 2-core "
@@ -256,23 +291,35 @@ def cmd_model(args) -> int:
     if args.json:
         check_writable(args.json)
     if args.compare:
+        from labkit.errors import UsageError
         from labkit.perfmodel import mlsysim_engine
 
+        if args.cp > 1 or args.ep > 1:
+            raise UsageError("--compare mlsysim prices DP x TP x PP layouts: drop --cp and --ep "
+                             "(mlsysim has no context parallelism; notebook 90 compares its "
+                             "expert parallelism)")
         mlsysim_engine.require()
     work, clusters = _workload(args), _clusters(args)
     df = model_rows(args, work, clusters)
     _header(work, clusters[0], args)
     r0 = df.iloc[0]
-    given = args.dp or args.tp > 1 or args.pp > 1
-    print(f"# layout: DP {r0.dp} x TP {r0.tp} x PP {r0.pp}, {r0.num_microbatches} microbatch(es) "
-          f"of {r0.microbatch_size:g} per replica"
-          + ("" if given else " (no --dp/--tp/--pp given: pure data parallelism)"))
-    print_frame(df, BREAKDOWN)
+    given = args.dp or args.tp > 1 or args.pp > 1 or args.cp > 1 or args.ep > 1
+    beyond = (f" x CP {r0.cp}" if r0.cp > 1 else "") + (
+        f", EP {r0.ep} (expert groups of {r0.ep} DP ranks)" if r0.ep > 1 else "")
+    print(f"# layout: DP {r0.dp} x TP {r0.tp} x PP {r0.pp}{beyond}, {r0.num_microbatches} "
+          f"microbatch(es) of {r0.microbatch_size:g} per replica"
+          + ("" if given else " (no --dp/--tp/--pp/--cp/--ep given: pure data parallelism)"))
+    print_frame(df, _columns(df, BREAKDOWN))
     for r in df.itertuples():
         coll = (f"DP {r.dp_algorithm} ({r.dp_ranks_per_node} per node on {r.dp_nodes} node(s), "
                 f"{r.dp_link})" if r.dp > 1 else "no DP")
         if r.tp > 1:
             coll += f", TP {r.tp_algorithm} ({r.tp_link})"
+        if r.ep > 1:
+            coll += (f", EP {r.ep_algorithm} all-to-all of {r.ep_all_to_all_bytes / 1e6:.3g} MB "
+                     f"({r.ep_link})")
+        if r.cp > 1:
+            coll += f", CP K/V ring ({r.cp_link})"
         if r.fits:
             print(f"{r.fabric}: {coll}; {r.verdict}; {r.steps} steps: {r.gpu_hours:.1f} "
                   f"GPU-hours, {r.su:.1f} SU")
@@ -281,7 +328,8 @@ def cmd_model(args) -> int:
                   f"({r.verdict.removeprefix('out of memory: ')}); no cost given (labkit search "
                   f"--nodes {args.nodes} ranks the layouts that fit)")
     if args.json:
-        write_json_rows(args.json, df.to_dict("records"), key=("fabric", "dp", "tp", "pp", "num_microbatches"))
+        write_json_rows(args.json, df.to_dict("records"),
+                        key=("fabric", "dp", "tp", "pp", "cp", "ep", "num_microbatches"))
     if args.compare:
         _compare_mlsysim(args, work, df)
     return 0
@@ -322,7 +370,8 @@ def cmd_search(args) -> int:
     for i, cl in enumerate(_clusters(args)):
         try:
             df = search(work, cl, tuple(args.microbatches), args.schedule, placement=placement,
-                        tp_across_nodes=args.tp_across_nodes, algorithm=args.algorithm)
+                        tp_across_nodes=args.tp_across_nodes, algorithm=args.algorithm,
+                        cp_sizes=tuple(args.cp), ep_sizes=tuple(args.ep))
         except UsageError as e:
             raise UsageError(_flag_words(str(e))) from None
         if i == 0:
@@ -330,14 +379,14 @@ def cmd_search(args) -> int:
         ok = df[df.fits]
         print(f"{'' if i == 0 else chr(10)}{args.model} on {cl.name} ({cl.world_size} GPUs, "
               f"{cl.inter.key}): {len(ok)} of {len(df)} layouts fit")
-        print_frame(ok.head(args.top), RANKED)
+        print_frame(ok.head(args.top), _columns(df, RANKED))
         if args.rejected:
             print()
-            print_frame(df[~df.fits], ["dp", "tp", "pp", "reason"])
+            print_frame(df[~df.fits], _columns(df, ["dp", "tp", "pp", "reason"]))
         df.insert(0, "fabric", cl.inter.key)
         rows += df.to_dict("records")
     if args.json:
-        write_json_rows(args.json, rows, key=("fabric", "dp", "tp", "pp"))
+        write_json_rows(args.json, rows, key=("fabric", "dp", "tp", "pp", "cp", "ep"))
     return 0
 
 

@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from labkit.collectives.formulas import moe_all_to_all_bytes
-from labkit.perfmodel.prediction import Prediction
 from labkit.perfmodel.topology import GroupShape
 
 
@@ -163,10 +161,11 @@ def block_shape(*, dim: str, cp: int, ep: int, dp: int, stride: int,
 
 def step_terms(work, layout, cluster, *, microbatch_size: float, nbytes: float, priced,
                send_time) -> dict:
-    """The EP and CP terms of one step (seconds per GPU), with where each ran: the fields
-    :class:`Prediction5D` adds. ``priced(op, size, shape)`` prices a collective of a placed
-    group (:func:`labkit.perfmodel.topology.collective`), ``send_time(size, link)`` one
-    point-to-point message (:func:`labkit.perfmodel.model.p2p_time`).
+    """The EP and CP terms of one step (seconds per GPU), with where each ran: the EP and CP
+    fields of :class:`~labkit.perfmodel.prediction.Prediction`. ``priced(op, size, shape)``
+    prices a collective of a placed group (:func:`labkit.perfmodel.topology.collective`),
+    ``send_time(size, link)`` one point-to-point message
+    (:func:`labkit.perfmodel.model.p2p_time`).
 
     Mixtral 8x7B, 256 sequences of 2048 tokens on 4 DGX H100, DP 32 with EP 8 inside a node
     (b = 8): 4 · 32 all-to-alls of b·s·k·h·bytes = 8 · 2048 · 2 · 4096 · 2 = 268 MB over NVLink,
@@ -211,17 +210,3 @@ def step_terms(work, layout, cluster, *, microbatch_size: float, nbytes: float, 
         out.update(cp_comm_s=sends * send_time(kv, link), cp_link=link.key)
     return out
 
-
-@dataclass(frozen=True)
-class Prediction5D(Prediction):
-    """A prediction with the two terms beyond 3-D (zero at CP = EP = 1): the K/V ring and the
-    experts' all-to-alls, seconds per GPU per step, and where each runs."""
-
-    cp: int = 1
-    ep: int = 1
-    cp_comm_s: float = 0.0
-    ep_comm_s: float = 0.0
-    cp_link: str = ""
-    ep_algorithm: str = ""
-    ep_link: str = ""
-    ep_all_to_all_bytes: float = 0.0

@@ -431,7 +431,7 @@ def predict(work: Workload, cluster: Cluster, layout: Layout, *, algorithm: str 
     beyond = ep_cp.step_terms(work, layout, cluster, microbatch_size=b, nbytes=nbytes,
                               priced=priced, send_time=p2p_time)  # EP and CP: 0 at 1
     step = compute + bubble + dp_comm + tp_comm + pp_comm + beyond["ep_comm_s"] + beyond["cp_comm_s"]
-    return ep_cp.Prediction5D(
+    return Prediction(
         dp=dp, tp=tp, pp=pp, num_microbatches=m, schedule=layout.schedule, virtual_stages=v,
         microbatch_size=b, compute_s=compute, bubble_s=bubble, dp_comm_s=dp_comm,
         tp_comm_s=tp_comm, pp_comm_s=pp_comm, step_time_s=step,
@@ -450,8 +450,10 @@ def predict(work: Workload, cluster: Cluster, layout: Layout, *, algorithm: str 
 
 
 def assumptions(work: Workload, cluster: Cluster, *, placement: str = topology.MEGATRON,
-                schedule: str = "1f1b", algorithm: str = "auto") -> list[str]:
-    """Every assumption a prediction rests on, one line each (the CLI's header).
+                schedule: str = "1f1b", algorithm: str = "auto",
+                ep: tuple[int, ...] = (1,)) -> list[str]:
+    """Every assumption a prediction rests on, one line each (the CLI's header); ``ep``, the
+    expert-parallel sizes (one, or a search's), say how a mixture's experts are sharded.
 
     >>> from labkit.perfmodel.catalog import model_preset
     >>> lines = assumptions(Workload(model_preset("Llama-3-70B")), Cluster.from_catalog("DGX_H100", 32))
@@ -459,9 +461,12 @@ def assumptions(work: Workload, cluster: Cluster, *, placement: str = topology.M
     'workload: global batch 256 sequences x seq_len 8192 tokens, precision bf16, efficiency 0.4 of peak'
     """
     mdl, acc = work.model, cluster.accelerator
+    shard = (f"EP {', '.join(map(str, ep))}: experts sharded over TP·PP·EP, all-to-alls over "
+             "the EP group" if max(ep) > 1
+             else "at ep 1 expert parallelism not modelled: experts sharded by TP·PP like dense "
+             "weights")
     moe = (f", mixture of {mdl.num_experts} experts ({mdl.experts_per_token} per token: "
-           f"{mdl.flop_params / 1e9:.1f} B active; at ep 1 expert parallelism not modelled: "
-           "experts sharded by TP·PP like dense weights)" if mdl.is_moe else "")
+           f"{mdl.flop_params / 1e9:.1f} B active; {shard})" if mdl.is_moe else "")
     zero = {0: "off", 1: "1 (optimizer states over DP)", 2: "2 (+ gradients)",
             3: "3 (+ weights, re-gathered per microbatch)"}[work.zero_stage]
     return [

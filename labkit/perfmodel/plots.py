@@ -39,20 +39,28 @@ def _stacked(ax, labels, df, horizontal=False):
     return left
 
 
+#: the value axis past the tallest bar, as a share of it: room for the two-line label above it
+#: (without it the axis ends at the tallest bar and its label runs into the title)
+HEADROOM = 0.22
+
+
 def breakdown_plot(rows, label_col: str = "fabric", title: str = "Predicted step time"):
-    """Stacked bars: compute, bubble, DP, TP, PP, EP and CP communication per row, efficiency
-    on top."""
+    """Stacked bars: compute, bubble, DP, TP, PP, EP and CP communication per row, the step
+    time and the efficiency (or OOM) above each. The value axis is set from the rows, so the
+    tallest bar (pure DP on a slow fabric, say) and its label stay inside it."""
     fig, axes = new_figure(1, 1, width=6.0, height=3.8)
     ax = axes[0][0]
     labels = [str(x) for x in rows[label_col]]
     tops = _stacked(ax, labels, rows)
     fits = list(rows["fits"]) if "fits" in rows else [True] * len(rows)
     for x, top, eff, ok in zip(labels, tops, rows["scaling_efficiency"], fits):
-        ax.annotate(f"{eff:.0%}" if ok else "OOM", (x, top), ha="center", va="bottom", fontsize=9,
-                    color="black" if ok else "#c44e52")
+        ax.annotate(f"{top:.3g} s\n{eff:.0%}" if ok else f"{top:.3g} s\nOOM", (x, top),
+                    ha="center", va="bottom", fontsize=9, color="black" if ok else "#c44e52")
+    ax.set_ylim(0, max(tops + [1e-9]) * (1 + HEADROOM))
     ax.set_ylabel("seconds per step")
     oom = "; hatched: out of memory" if not all(fits) else ""
-    ax.set_title(f"{title}\n(label: scaling efficiency = compute / step{oom})", fontsize=10)
+    ax.set_title(f"{title}\n(label: step time, efficiency = compute / step{oom})",
+                 fontsize=10)
     ax.legend(handles=_legend(rows), fontsize=8, loc="lower right")
     return fig
 

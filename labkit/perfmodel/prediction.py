@@ -10,7 +10,9 @@ from labkit.perfmodel import topology
 
 @dataclass(frozen=True)
 class Prediction:
-    """One layout's predicted step (seconds per GPU per step, bytes per GPU)."""
+    """One layout's predicted step (seconds per GPU per step, bytes per GPU), in every
+    dimension: the EP and CP fields (:mod:`~labkit.perfmodel.ep_cp`) are zero, or empty, at
+    CP = EP = 1, so a 3-D layout's prediction and row are the 3-D model's."""
 
     dp: int
     tp: int
@@ -48,6 +50,15 @@ class Prediction:
     recompute: str = "none"
     model_flops: float = 0.0
     hardware_flops: float = 0.0
+    # beyond 3-D: the K/V ring and the experts' all-to-alls, and where each runs
+    cp: int = 1
+    ep: int = 1
+    cp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0
+    cp_link: str = ""
+    ep_algorithm: str = ""
+    ep_link: str = ""
+    ep_all_to_all_bytes: float = 0.0
 
     @property
     def fits(self) -> bool:

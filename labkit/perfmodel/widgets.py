@@ -27,12 +27,12 @@ def readout(pred, cluster: Cluster) -> str:
     """
     p = pred
     beyond = ""
-    if getattr(p, "ep", 1) > 1:
+    if p.ep > 1:
         beyond += (f"EP {p.ep}: all-to-alls of {p.ep_all_to_all_bytes / 1e6:.0f} MB "
                    f"({p.ep_algorithm}, {p.ep_link}) = {p.ep_comm_s:.3f} s<br>")
-    if getattr(p, "cp", 1) > 1:
+    if p.cp > 1:
         beyond += f"CP {p.cp}: K/V ring over {p.cp_link} = {p.cp_comm_s:.3f} s<br>"
-    cp = f" &times; CP {p.cp}" if getattr(p, "cp", 1) > 1 else ""
+    cp = f" &times; CP {p.cp}" if p.cp > 1 else ""
     return (f"DP {p.dp} &times; TP {p.tp} &times; PP {p.pp}{cp} = {p.world_size} GPUs, "
             f"{cluster.inter.key} between nodes; microbatch {p.microbatch_size:g} sequences<br>"
             f"compute {p.compute_s:.2f} s + bubble {p.bubble_s:.2f} s + DP {p.dp_comm_s:.3f} s + "

@@ -12,6 +12,8 @@ Read in this order:
   step, the timeline split, blocks alone and the co-run replay;
 * :mod:`~labkit.pipeline.activations` (pure) -- the activations a stage holds: formula,
   laws, sentence;
+* :mod:`~labkit.pipeline.rates` (pure) -- how fast a stage computes a microbatch against its
+  size, beside the machine profile's matrix product of as many operations;
 * :mod:`~labkit.pipeline.schedules` (pure) -- the ideal schedule each rank runs, simulated, and
   the step model;
 * :mod:`~labkit.pipeline.config` (pure) -- what a sweep asks for, validated before any launch,
@@ -27,8 +29,9 @@ Read in this order:
 Importing this package imports nothing heavy (no torch).
 """
 
-from labkit.pipeline import activations, formulas, plots, report, schedules, verdicts
+from labkit.pipeline import activations, formulas, plots, rates, report, schedules, verdicts
 from labkit.pipeline.config import PipelineConfig
 from labkit.pipeline.run import run
 
-__all__ = ["PipelineConfig", "activations", "formulas", "plots", "report", "run", "schedules", "verdicts"]
+__all__ = ["PipelineConfig", "activations", "formulas", "plots", "rates", "report", "run",
+           "schedules", "verdicts"]

@@ -3,7 +3,8 @@ measures: :func:`bubble_vs_microbatches` (the fill/drain bubble read off the tim
 the formula, the step against (M + P − 1) × t_slot, and what more microbatches cost),
 :func:`schedule_diagram` (ranks x time: measured forward and backward blocks over the ideal
 schedule's), :func:`activations_vs_microbatches` (stage 0's peak of saved activations against
-what its schedule implies)."""
+what its schedule implies), :func:`rate_vs_microbatch_size` (a stage's compute rate against the
+microbatch's size, beside the machine profile's matrix product)."""
 
 from __future__ import annotations
 
@@ -150,4 +151,45 @@ def activations_vs_microbatches(df, schedules=("gpipe", "1f1b")):
     ax.set_xscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    return fig
+
+
+def rate_vs_microbatch_size(df):
+    """One stage's forward + backward rate (GFLOP/s) against the microbatch size, per schedule
+    and P: in the step (filled, solid) and from the blocks that ran alone (hollow, dotted),
+    beside the machine profile's matrix product of as many operations, alone (black dashed)
+    and with every rank at once (grey dashed): the columns of
+    :func:`labkit.pipeline.rates.add_rates`."""
+    from matplotlib.lines import Line2D
+
+    fig, axes = new_figure(1, width=6.5, height=4.2)
+    ax = axes[0][0]
+    # the profile's lines first: the alt text names the first six lines
+    prof = df.drop_duplicates("microbatch_size").sort_values("microbatch_size")
+    ax.plot(prof.microbatch_size, prof.matmul_flop_per_s / 1e9, "k--", lw=1.2,
+            label="profile's product, alone")
+    ax.plot(prof.microbatch_size, prof.matmul_together_flop_per_s / 1e9, "--", color="grey",
+            lw=1.2, label="profile's product, ranks together")
+    handles = []
+    for (s, p), part in df.groupby(["schedule", "num_stages"], sort=False):
+        part = part.sort_values("microbatch_size")
+        b = part.microbatch_size
+        # labelled for the alt text; the legend shows colours and styles apart, to stay short
+        line, = ax.plot(b, part.block_flop_per_s / 1e9, "o-", label=f"{s} P={p} in the step")
+        alone = part.block_alone_flop_per_s.astype(float) / 1e9
+        ax.plot(b, alone, "o:", mfc="none", color=line.get_color(), label=f"{s} P={p} alone")
+        handles.append(Line2D([], [], color=line.get_color(), lw=3, label=f"{s} P={p}"))
+    handles += [Line2D([], [], color="k", marker="o", label="block in the step"),
+                Line2D([], [], color="k", marker="o", mfc="none", ls=":",
+                       label="block alone (fill, drain)"),
+                Line2D([], [], color="k", ls="--", label="profile's product, alone"),
+                Line2D([], [], color="grey", ls="--", label="profile's product, ranks together")]
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(list(prof.microbatch_size), [str(int(v)) for v in prof.microbatch_size])
+    ax.set(xlabel="microbatch size (samples)", ylabel="GFLOP/s", ylim=(0, None),
+           title="a stage's forward + backward per microbatch,\nbeside the profile's matrix "
+                 "product of as many operations")
+    ax.grid(alpha=0.3)
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+              ncol=3)
     return fig

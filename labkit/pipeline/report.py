@@ -91,6 +91,22 @@ COLUMNS = (
                                         "step_time_s (laws.symmetric_error_pct)"),
     Column("corun_slowdown", "", "the profile's compute slowdown with P ranks at once"),
     Column("message_s", "s", "the profile's one-way message of one activation, cores busy"),
+    Column("block_flop", "FLOP", "one stage's forward + backward of one microbatch, 6 x "
+                                 "(layers / P) x microbatch_size x hidden^2 (rates.add_rates)"),
+    Column("block_flop_per_s", "FLOP/s", "block_flop / slot_time_s: a stage's compute rate in "
+                                         "the step"),
+    Column("block_alone_flop_per_s", "FLOP/s", "the same rate from the blocks that ran alone "
+                                               "(block_times' alone_s; None where no rank's "
+                                               "every kind did)"),
+    Column("block_samples_per_s", "samples/s", "microbatch_size / slot_time_s"),
+    Column("matmul_n", "", "n of the n x n product with as many operations as one of a "
+                           "block's: (microbatch_size x hidden^2)^(1/3)"),
+    Column("matmul_n_read", "", "the n the profile's rate is read at: matmul_n, or the nearest "
+                                "size the profile measured"),
+    Column("matmul_flop_per_s", "FLOP/s", "the machine profile's matrix product at matmul_n, "
+                                          "one rank alone"),
+    Column("matmul_together_flop_per_s", "FLOP/s", "the same with every rank computing at "
+                                                   "once"),
     Column("matches_single_process", "", "output and gradients equal one process running "
                                           "every layer (absent with check off)"),
     Column("max_output_diff", "", "largest |output - single-process output|"),

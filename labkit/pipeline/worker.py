@@ -42,7 +42,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from labkit import runtime
+from labkit import runtime, timing
 from labkit.harness import worker_main
 from labkit.memory import SavedActivations
 from labkit.pipeline.ahead import post_receives_ahead
@@ -90,12 +90,8 @@ class Timed(nn.Module):
         self.reset(time.perf_counter())
 
     def stamp(self):
-        """Now: a host clock reading on a CPU, an event on the current stream on CUDA."""
-        if self.device.type != "cuda":
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
+        """Now, on this stage's device (:func:`labkit.timing.stamp`)."""
+        return timing.stamp(self.device)
 
     def reset(self, origin: float) -> None:
         """A new step that starts at ``origin`` (host clock, the device idle)."""
@@ -103,9 +99,8 @@ class Timed(nn.Module):
         self._origin_event = self.stamp() if self.device.type == "cuda" else None
 
     def _seconds(self, stamp) -> float:
-        if self._origin_event is None:
-            return stamp - self.origin
-        return self._origin_event.elapsed_time(stamp) / 1e3
+        return timing.seconds_between(
+            self.origin if self._origin_event is None else self._origin_event, stamp)
 
     def blocks(self) -> list[dict]:
         """This step's blocks (stage, kind, microbatch, start_s, end_s), seconds since the
@@ -260,18 +255,18 @@ def one_step(runner, mods: list[Timed], x, target):
     return seconds, out, [b for mod in mods for b in mod.blocks()], t0
 
 
-def one_clock(gathered, same_host: bool) -> list[tuple[float, list[dict]]]:
-    """Per step: (step end, every rank's blocks) on one clock that starts at the first rank's
-    step start. ``gathered[r]`` = rank r's (step seconds, records, starts) of every step. On
-    one host the ranks' monotonic clocks are the same clock; across hosts the barrier's exit
-    is the common start."""
+def one_clock(gathered) -> list[tuple[float, list[dict]]]:
+    """Per step: (step end, every rank's blocks) on one clock from the first rank's step start
+    (:func:`labkit.trace.on_one_clock`). ``gathered[r]`` = rank r's (step seconds, records,
+    starts, host) of every step."""
+    from labkit import trace
+
+    hosts = [g[3] for g in gathered]
     out = []
     for k in range(len(gathered[0][0])):
-        t0 = [g[2][k] for g in gathered]
-        shift = [t - min(t0) if same_host else 0.0 for t in t0]
-        blocks = [{"rank": r, **b, "start_s": b["start_s"] + shift[r],
-                   "end_s": b["end_s"] + shift[r]}
-                  for r, g in enumerate(gathered) for b in g[1][k]]
+        starts = [g[2][k] for g in gathered]
+        shift = trace.start_offsets(starts, hosts)
+        blocks = trace.on_one_clock([g[1][k] for g in gathered], starts=starts, hosts=hosts)
         out.append((max(shift[r] + g[0][k] for r, g in enumerate(gathered)), blocks))
     return out
 
@@ -373,7 +368,7 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
     dist.all_gather_object(gathered, (steps, recs_per_step, starts, socket.gethostname()))
     if rank != 0:
         return None
-    timeline = one_clock(gathered, same_host=len({g[3] for g in gathered}) == 1)
+    timeline = one_clock(gathered)
     splits = [timeline_split(blocks, step_start_s=0.0, step_end_s=end) for end, blocks in timeline]
     busy_all = np.array([[sum(b["end_s"] - b["start_s"] for b in recs) for recs in g[1]]
                          for g in gathered])

@@ -11,6 +11,7 @@ Read in this order:
 * :mod:`~labkit.solve.transport` (rank side) -- how halos travel: torch.distributed or shm;
 * :mod:`~labkit.solve.krylov` (rank side) -- textbook CG, then distributed CG, pipelined CG,
   PCG, BiCGSTAB, GMRES(m) and MINRES;
+* :mod:`~labkit.solve.timeline` (rank side) -- when each phase of a few iterations ran;
 * :mod:`~labkit.solve.worker` (rank side) -- one launch: every point at one world size;
 * :mod:`~labkit.solve.run` (host side) -- :func:`run`, what notebooks 03 and 04 and ``labkit solve``
   call;
@@ -19,14 +20,16 @@ Read in this order:
   alone and with the ranks sharing the memory system;
 * :mod:`~labkit.solve.budget` (pure) -- how long a sweep takes, refused before launch past a
   notebook's budget;
+* :mod:`~labkit.solve.trace` (pure) -- those iterations as a Chrome trace (``--trace DIR``);
 * :mod:`~labkit.solve.report`, :mod:`~labkit.solve.plots`, :mod:`~labkit.solve.cli`.
 
 ``from labkit import solve; solve.run(solve.SolveConfig(total_dof=20_000), ...)``. Importing
 this package imports nothing heavy (no torch).
 """
 
-from labkit.solve import budget, formulas, memory, plots, report, verdicts
+from labkit.solve import budget, formulas, memory, plots, report, trace, verdicts
 from labkit.solve.config import SolveConfig
 from labkit.solve.run import run
 
-__all__ = ["SolveConfig", "budget", "formulas", "memory", "plots", "report", "run", "verdicts"]
+__all__ = ["SolveConfig", "budget", "formulas", "memory", "plots", "report", "run", "trace",
+           "verdicts"]

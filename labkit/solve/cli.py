@@ -16,7 +16,7 @@ from labkit.solve.config import SolveConfig
 
 def register(sub) -> None:
     add_lab_command(
-        sub, "solve", SolveConfig, cmd_solve, extra=_plot_args,
+        sub, "solve", SolveConfig, cmd_solve, extra=_plot_args, trace=True,
         help="weak/strong/throughput scaling of a distributed Krylov solve (Poisson)",
         description="One torchrun launch per --nproc value runs every mode x partitioner x "
                     "method point; each solve is checked with a fresh ||b - Ax|| / ||b||.")

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from labkit.solve.operator import DistOperator
+from labkit.solve.timeline import marker
 
 
 @dataclass
@@ -132,7 +133,9 @@ def cg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
     w, p, s = op.new(), op.new(), op.new()
     tol = rtol * bnorm
     k, alpha, gamma_old = 0, 0.0, 0.0
+    mark = marker(sw)  # each pass's start, where the solve is traced (labkit.solve.timeline)
     while True:
+        mark()
         if jacobi:
             with sw("vector"):
                 torch.mul(r, dinv, out=u)
@@ -205,7 +208,9 @@ def pipecg(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int) -> Solu
     op.matvec(r_ext, w)
     nv, z, s, p = op.new(), op.new(), op.new(), op.new()
     k, alpha, gamma_old = 0, 0.0, 0.0
+    mark = marker(sw)
     while True:
+        mark()
         red = op.local_dots([(r, r), (w, r)])
         pending = op.allreduce_start(red)
         op.matvec(w_ext, nv)
@@ -243,7 +248,9 @@ def bicgstab(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int) -> So
     alpha = omega = 1.0
     rho_old = 1.0
     k = 0
+    mark = marker(sw)
     while math.sqrt(max(rr, 0.0)) > tol and k < maxiter and rho != 0.0:
+        mark()
         beta = (rho / rho_old) * (alpha / omega)
         with sw("vector"):
             p.add_(v, alpha=-omega)
@@ -297,6 +304,7 @@ def gmres(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
     w = op.new()
     k = 0
     rnorm = bnorm
+    mark = marker(sw)  # at each inner step: a restart's work falls in the step before it
     while k < maxiter:
         if k == 0:
             r = b
@@ -315,6 +323,7 @@ def gmres(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int,
         g[0] = beta
         j = 0
         while j < m and k < maxiter:
+            mark()
             op.matvec(V[j], w)
             Vj = Vo[: j + 1]
             with sw("vector"):
@@ -381,7 +390,9 @@ def minres(op: DistOperator, b: torch.Tensor, rtol: float, maxiter: int) -> Solu
     oldb, beta, dbar, epsln, phibar = 0.0, beta1, 0.0, 0.0, beta1
     cs, sn = -1.0, 0.0
     k = 0
+    mark = marker(sw)
     while phibar > tol and k < maxiter and beta > 0:
+        mark()
         k += 1
         with sw("vector"):
             torch.mul(r2, 1.0 / beta, out=v)

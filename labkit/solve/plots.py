@@ -62,14 +62,19 @@ def scaling_figure(df):
 
 def time_split_figure(df, mode: str | None = None):
     """Stacked bars: where each solve's time goes (SpMV, halo, all-reduce, vector updates,
-    other) per world size and partitioner, as seconds per iteration."""
+    other), as milliseconds per iteration, one bar per row labelled with its size (DOF of the
+    whole problem), world size, partitioner and method (and mode, where the rows hold more
+    than one), ordered by size, then world size."""
     df = _passed(df)
     if mode is not None:
         df = df[df["mode"] == mode]
-    df = df.sort_values(["world_size", "partitioner", "method"])
-    fig, axes = new_figure(1, 1, width=7)
+    df = df.sort_values(["dof_global", "world_size", "partitioner", "method"], kind="stable")
+    several_modes = "mode" in df and df["mode"].nunique() > 1
+    # a bar's label is four lines of up to ~12 characters: room for each whatever the count
+    fig, axes = new_figure(1, 1, width=max(7.0, 0.8 * len(df) + 1.0))
     ax = axes[0][0]
-    labels = [f"P={r.world_size}\n{r.partitioner}\n{r.method}" for r in df.itertuples()]
+    labels = [f"{int(r.dof_global):,} DOF\nP={r.world_size}\n{r.partitioner}\n{r.method}"
+              + (f"\n{r.mode}" if several_modes else "") for r in df.itertuples()]
     bottom = [0.0] * len(df)
     for col in _SPLIT:
         if col not in df:
@@ -78,7 +83,8 @@ def time_split_figure(df, mode: str | None = None):
         ax.bar(range(len(df)), vals, bottom=bottom, label=col.replace("_time_s", ""))
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xticks(range(len(df)), labels, fontsize=7)
-    ax.set(ylabel="ms per iteration", title="time split per iteration")
+    ax.set(ylabel="ms per iteration",
+           title="time split per iteration" + (f" ({mode} scaling)" if mode else ""))
     ax.legend(fontsize=7)
     return fig
 

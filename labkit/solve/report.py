@@ -98,6 +98,12 @@ COLUMNS = (
     Column("speedup", "", "strong: t1/tN; weak: N t1/tN; throughput: thrN/thr1"),
     Column("efficiency", "", "strong: t1/(N tN); weak: t1/tN; throughput: thrN/(N thr1)"),
     Column("efficiency_per_iteration", "", "efficiency on time per iteration"),
+    # the last timed solve's first and last iterations, phase by phase (labkit.solve.timeline)
+    Column("timeline_iterations", "", "iterations timeline_s holds, of the last timed solve: "
+                                      "the first 2 and the last 3 (passes of the loop, from 1)"),
+    Column("timeline_s", "s", "their phases (rank, iteration, phase: spmv/halo/allreduce/vector, "
+                              "start_s, end_s) from the solve's start, every rank on one clock"),
+    Column("timeline_iterations_s", "s", "their spans (rank, iteration, start_s, end_s), same clock"),
 )
 
 #: the table ``labkit solve`` prints, one per mode (the seed's columns plus iterations and time

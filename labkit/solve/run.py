@@ -16,7 +16,9 @@ def run(config: SolveConfig, launch: LaunchOptions | None = None, store=None):
     """Run the sweep; return its rows as a DataFrame (one row per mode x world size x
     partitioner x method; columns in :data:`labkit.solve.report.COLUMNS`).
 
-    ``launch``: ranks per node and the rest (:class:`~labkit.launch.LaunchOptions`); ``store``:
+    ``launch``: ranks per node and the rest (:class:`~labkit.launch.LaunchOptions`; its
+    ``trace_dir``: each launch's recorded iterations as a Chrome trace there,
+    :mod:`labkit.solve.trace`, the paths in ``df.attrs["trace_paths"]``); ``store``:
     a results file to upsert into (the 1-rank baselines of earlier runs in it count). Rows with
     ``gate_passed == False`` are kept but get no speedup or efficiency
     (:func:`labkit.solve.report.gate_failures` lists them). Everything is checked before the
@@ -24,13 +26,14 @@ def run(config: SolveConfig, launch: LaunchOptions | None = None, store=None):
     """
     import pandas as pd
 
-    from labkit import results
+    from labkit import results, trace
     from labkit.errors import ResultsFileError
     from labkit.launch import launch_lab
     from labkit.solve.formulas import add_scaling_columns
     from labkit.solve.report import KEY
+    from labkit.solve.trace import trace_events
 
-    launches = launch_lab("solve", config, launch, store)
+    launches = launch_lab("solve", config, launch, store, traced=True)
     rows = [row for res in launches for row in res.rows()]
     try:  # earlier 1-rank baselines; a file broken since the check is handled by store_rows
         old = results.read_rows(store) if store is not None else []
@@ -38,4 +41,8 @@ def run(config: SolveConfig, launch: LaunchOptions | None = None, store=None):
         old = []
     rows = add_scaling_columns(rows, baselines=old)
     results.store_rows(store, rows, KEY)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    # each launch's recorded iterations as a Chrome trace, from the rows (launch.trace_dir)
+    df.attrs["trace_paths"] = [str(p) for p in trace.write_launches(
+        launch.trace_dir if launch is not None else None, "solve", rows, trace_events)]
+    return df

@@ -11,11 +11,14 @@ the solves and again after them, the best kept), run a 3-iteration untimed solve
 first solve pays for first-touched pages and cold code paths: up to 2x at the smallest
 sizes), ``warmup`` untimed solves, then ``repeat`` timed ones (each starts with a barrier; a
 repeat takes as long as its slowest rank), and check every solve with a fresh distributed
-SpMV: ``||b - A x|| / ||b||``. Points that share a grid (weak and throughput at the same DOF
-per rank) are measured once. With ``baseline="inline"`` (strong mode, more than one rank),
-rank 0 also holds the whole problem as one rank would and, before each timed solve of the
-ranks, solves it alone while the others wait: t1 and tP side by side, seconds apart. Each row
-also carries the most device memory a rank held during its point (CUDA; empty on a CPU).
+SpMV: ``||b - A x|| / ||b||``. The last timed solve also records when each phase of its first
+and last iterations ran, every rank on one clock (:mod:`labkit.solve.timeline`: the rows'
+``timeline_*`` columns, the trace's slices). Points that share a grid (weak and throughput at
+the same DOF per rank) are measured once. With ``baseline="inline"`` (strong mode, more than
+one rank), rank 0 also holds the whole problem as one rank would and, before each timed solve
+of the ranks, solves it alone while the others wait: t1 and tP side by side, seconds apart.
+Each row also carries the most device memory a rank held during its point (CUDA; empty on a
+CPU).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from labkit.solve.fused import make_kernels
 from labkit.solve.operator import DistOperator
 from labkit.solve.partition import Partition, make_partition, summarize_locals
 from labkit.solve.problems import local_system
+from labkit.solve.timeline import PhaseRecorder
+from labkit.solve.timeline import gather as gather_timeline
 from labkit.solve.transport import make_transport
 from labkit.timing import summarize
 
@@ -191,6 +196,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
             solve(*alone)
     samples, iterations, splits, residuals, converged, estimates = [], [], [], [], [], []
     alone_samples, alone_iterations, alone_splits = [], [], []
+    recorder, traced = None, (0.0, 0.0)
     for _ in range(cfg.repeat):
         if inline:  # rank 0 alone, the others waiting in the barrier after it
             dist.barrier()
@@ -204,17 +210,25 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
                 alone_splits.append([alone[0].sw.totals.get(k, 0.0) for k in ("spmv", "vector")])
         if rt.world_size > 1:
             dist.barrier()
+        plain = op.sw
+        if sla is None and len(samples) == cfg.repeat - 1:
+            # the last timed solve also keeps when its phases ran, for its trace
+            op.sw = recorder = PhaseRecorder(plain.device)
         op.sw.reset()
         runtime.sync(rt.device)
         t0 = time.perf_counter()
         sol = solve()
         runtime.sync(rt.device)
-        samples.append(time.perf_counter() - t0)
+        t_end = time.perf_counter()
+        samples.append(t_end - t0)
         splits.append([op.sw.totals.get(k, 0.0) for k in BUCKETS])
+        op.sw, traced = plain, (t0, t_end)
         iterations.append(sol.iterations)
         converged.append(sol.converged)
         residuals.append(op.residual_norm(sol.x, b))  # the gate: a fresh distributed SpMV
         estimates.append(sol.residual_estimate)
+    # every rank's recorded iterations of the last timed solve, on one clock
+    timeline = gather_timeline(rt, recorder, *traced)
     times = summarize(samples, "solve_time")
     t = times["solve_time_p50_s"]
     if sla is not None:
@@ -271,6 +285,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         "device_memory_peak_bytes": memory_peak,
         "baseline": "inline" if inline or alone_timed else None,
         **(alone_timed or {}),
+        **timeline,
     }
     if alone_samples:  # rank 0's solves alone, each just before one of the ranks'
         t1, its1 = float(np.median(alone_samples)), int(np.median(alone_iterations))

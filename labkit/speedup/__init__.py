@@ -12,6 +12,8 @@ Read in this order:
 * :mod:`~labkit.speedup.formulas` (pure) -- the job's model on this machine (the co-run
   slowdown carried) and what notebook 02 costs, estimated before it launches;
 * :mod:`~labkit.speedup.verdicts` (pure) -- notebook 02's law rows and computed sentences;
+* :mod:`~labkit.speedup.trace` (pure) -- each rank's timed runs as a Chrome trace
+  (``labkit workshare --trace DIR``);
 * :mod:`~labkit.speedup.report`, :mod:`~labkit.speedup.plots`, :mod:`~labkit.speedup.widgets`
   (the Amdahl explorer), :mod:`~labkit.speedup.cli`.
 
@@ -19,8 +21,9 @@ Read in this order:
 Importing this package imports nothing heavy (no torch).
 """
 
-from labkit.speedup import formulas, plots, report, verdicts, widgets
+from labkit.speedup import formulas, plots, report, trace, verdicts, widgets
 from labkit.speedup.config import WorkshareConfig
 from labkit.speedup.run import run
 
-__all__ = ["WorkshareConfig", "formulas", "plots", "report", "run", "verdicts", "widgets"]
+__all__ = ["WorkshareConfig", "formulas", "plots", "report", "run", "trace", "verdicts",
+           "widgets"]

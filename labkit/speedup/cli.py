@@ -33,6 +33,10 @@ def register(sub) -> None:
                    help="seconds before a launch is killed, with all its ranks "
                         "(default: %(default)s)")
     add_store_arg(p)
+    p.add_argument("--trace", metavar="DIR", default=None,
+                   help="also write each launch's per-rank timeline to DIR as a Chrome trace "
+                        "(workshare-<P>ranks-<time>.trace.json: open in ui.perfetto.dev or "
+                        "chrome://tracing)")
     # validate: the checks before a launch, for `labkit slurm` to run before writing a script
     p.set_defaults(func=cmd_workshare, validate=validate_workshare)
 
@@ -56,7 +60,7 @@ def _config_and_launch(args):
 
     config = config_from_args(WorkshareConfig, args)
     return config, LaunchOptions(nprocs=tuple(args.nproc), threads_per_rank=1,
-                                 timeout_s=args.timeout)
+                                 timeout_s=args.timeout, trace_dir=args.trace)
 
 
 def validate_workshare(args) -> None:

@@ -33,6 +33,8 @@ COLUMNS = (
     Column("parallel_products_per_rank_max", "", "products of the busiest rank's parallel share"),
     Column("matrix_size", "", "side of the square matrices"),
     Column("repeat", "", "timed runs per launch"),
+    Column("timeline_s", "s", "every rank's timed runs segment by segment (run, rank, name, cat, "
+                              "start_s, end_s), each run from its first rank's start on one clock"),
     *DEVICE_MEMORY_COLUMNS,
     # a speedup table (labkit.metrics.speedup_table): its rows ...
     Column("speedup", "", "s = t1 / tN"),

@@ -26,23 +26,32 @@ def run(config: WorkshareConfig, launch: LaunchOptions | None = None, store=None
 
     Columns (:data:`labkit.speedup.report.COLUMNS`): ``world_size``, ``time_s`` (p50 over
     ``repeat`` runs of the slowest rank, launch excluded), ``time_min_s``, ``time_cv``, its
-    measured split (``serial_part_s``, ``parallel_part_s``), the config, and the launch fields (``launch_wall_time_s``, ``oversubscribed``, ...).
+    measured split (``serial_part_s``, ``parallel_part_s``), every rank's timed runs segment by
+    segment (``timeline_s``), the config, and the launch fields (``launch_wall_time_s``,
+    ``oversubscribed``, ...).
 
     ``launch`` defaults to :data:`DEFAULT_LAUNCH`; one that leaves ``threads_per_rank`` unset
-    gets 1 (the lab's speedup is over one core). ``store``: a results file to upsert the rows
-    into, under :data:`labkit.speedup.report.KEY`. Everything is checked before the first launch.
+    gets 1 (the lab's speedup is over one core); its ``trace_dir``: each launch's timed runs as
+    a Chrome trace there (:mod:`labkit.speedup.trace`, the paths in ``df.attrs["trace_paths"]``).
+    ``store``: a results file to upsert the rows into, under :data:`labkit.speedup.report.KEY`.
+    Everything is checked before the first launch.
     """
     import pandas as pd
 
-    from labkit import results
+    from labkit import results, trace
     from labkit.launch import launch_lab
     from labkit.speedup.report import KEY
+    from labkit.speedup.trace import trace_events
 
     expect_config(config, WorkshareConfig)
     launch = DEFAULT_LAUNCH if launch is None else launch
     if isinstance(launch, LaunchOptions) and launch.threads_per_rank is None:
         launch = dataclasses.replace(launch, threads_per_rank=1)
-    launches = launch_lab("workshare", config, launch, store)
+    launches = launch_lab("workshare", config, launch, store, traced=True)
     rows = [row for res in launches for row in res.rows()]
     results.store_rows(store, rows, KEY)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    # each launch's timed runs as a Chrome trace, from the rows (launch.trace_dir)
+    df.attrs["trace_paths"] = [str(p) for p in trace.write_launches(
+        launch.trace_dir, "workshare", rows, trace_events)]
+    return df

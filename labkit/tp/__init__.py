@@ -3,6 +3,9 @@ attention by heads and the MLP by its 4h units, first by hand (the f and g all-r
 autograd functions: the teaching version) then by ``torch.distributed.tensor.parallel``. Each
 launch checks both against one process, counts their all-reduces against 4 L b·s·h, and puts
 the step time beside a prediction from the compute rate and α–β measured in the same launch.
+A third variant adds sequence parallelism to the teaching version (Korthikanti et al. 2022):
+what TP keeps whole on every rank split by the sequence, its activation bytes counted beside
+both of the paper's formulas.
 
 Read in this order:
 
@@ -10,15 +13,21 @@ Read in this order:
 * :mod:`~labkit.tp.formulas` (pure) -- parameters, FLOPs, all-reduced bytes, the step time,
   and when TP pays (the break-even hidden size);
 * :mod:`~labkit.tp.models` (rank side) -- the layer whole, the teaching version with f and g,
-  the library version with ColwiseParallel / RowwiseParallel;
+  the library version with ColwiseParallel / RowwiseParallel; :mod:`~labkit.tp.comm` (rank
+  side) -- the hand-written versions' collectives, counted and timed; :mod:`~labkit.tp.sp`
+  (rank side) -- the teaching version with sequence parallelism (all-gathers and
+  reduce-scatters along the sequence);
 * :mod:`~labkit.tp.measure` (rank side) -- collectives counted, α–β and compute rate measured
   (the FSDP lab uses it too);
 * :mod:`~labkit.tp.worker` (rank side) -- one launch: reference, checks, counts, timings;
 * :mod:`~labkit.tp.run` (host side) -- :func:`run`, what notebook 09 and ``labkit tp`` call;
 * :mod:`~labkit.tp.timeline` (pure) -- the time inside the collectives split into the messages
-  and the wait for the later rank, from every rank's entries and exits;
+  and the wait for the later rank, from every rank's entries and exits; a timed step as
+  slices on one clock, which :mod:`~labkit.tp.trace` (pure) writes as a Chrome trace;
 * :mod:`~labkit.tp.verdicts` (pure) -- the laws and sentences of notebook 09, the step model in
-  context (the machine profile's co-run slowdown and all-reduce);
+  context (the machine profile's co-run slowdown and all-reduce), each rank's compute rate
+  beside the profile's matrix products; :mod:`~labkit.tp.activations` (pure) -- what a rank
+  saves for backward, with and without sequence parallelism, beside Korthikanti et al.;
 * :mod:`~labkit.tp.budget` (pure) -- notebook 09's time estimated, too long refused;
 * :mod:`~labkit.tp.report`, :mod:`~labkit.tp.plots`, :mod:`~labkit.tp.cli`.
 
@@ -26,8 +35,9 @@ Read in this order:
 imports nothing heavy (no torch).
 """
 
-from labkit.tp import budget, formulas, plots, report, timeline, verdicts
+from labkit.tp import activations, budget, formulas, plots, report, timeline, verdicts
 from labkit.tp.config import TPConfig
 from labkit.tp.run import run
 
-__all__ = ["TPConfig", "budget", "formulas", "plots", "report", "run", "timeline", "verdicts"]
+__all__ = ["TPConfig", "activations", "budget", "formulas", "plots", "report", "run", "timeline",
+           "verdicts"]

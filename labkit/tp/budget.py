@@ -26,20 +26,25 @@ LAYER_EFFICIENCY = 0.75
 #: ZeRO-1's against the plain model's (their wrappers)
 LIBRARY_FACTOR = 1.4
 WRAPPER_FACTOR = 1.5
+#: the sequence-parallel step against the teaching version's (more collectives, the tokens'
+#: copies around each; a rank's LayerNorms on 1/P of them)
+SP_FACTOR = 1.1
 #: the timed runs of the compute rate per rank (warm-up included)
 RATE_RUNS = 4
 
 
 def notebook_seconds(*, hidden: int, seq_len: int, num_layers: int, tp_batch: int,
                      dp_batch: int, steps: int, tp_ranks: int, fsdp_ranks: int,
-                     matmul_flop_per_s: float, slowdown: float = 1.0) -> float:
+                     matmul_flop_per_s: float, slowdown: float = 1.0,
+                     sequence_parallel: bool = True) -> float:
     """Estimated seconds of notebook 09: a TP launch of ``tp_ranks`` (its rank 0 also runs the
-    one-process baseline alone) and an FSDP launch of ``fsdp_ranks``.
+    one-process baseline alone; with ``sequence_parallel`` the sp variant too, at P ranks
+    only) and an FSDP launch of ``fsdp_ranks``.
 
-    >>> round(notebook_seconds(hidden=256, seq_len=32, num_layers=2, tp_batch=8, dp_batch=4,
-    ...                        steps=4, tp_ranks=2, fsdp_ranks=2, matmul_flop_per_s=36e9,
-    ...                        slowdown=1.25), 1)
-    24.6
+    >>> kw = dict(hidden=256, seq_len=32, num_layers=2, tp_batch=8, dp_batch=4, steps=4,
+    ...           tp_ranks=2, fsdp_ranks=2, matmul_flop_per_s=36e9, slowdown=1.25)
+    >>> round(notebook_seconds(**kw), 1), round(notebook_seconds(**kw, sequence_parallel=False), 1)
+    (25.0, 24.6)
     """
     rate = LAYER_EFFICIENCY * matmul_flop_per_s
 
@@ -47,15 +52,15 @@ def notebook_seconds(*, hidden: int, seq_len: int, num_layers: int, tp_batch: in
         return flops_per_rank(batch_size=batch, seq_len=seq_len, hidden=hidden,
                               num_layers=layers, world_size=ranks) / rate
 
-    def variants(step, runs=steps):  # checked, counted and timed steps of both variants
-        return (runs + 1) * step * (1 + LIBRARY_FACTOR)
+    def variants(step, sp, runs=steps):  # checked, counted and timed steps of every variant
+        return (runs + 1) * step * (1 + LIBRARY_FACTOR + (SP_FACTOR if sp else 0.0))
 
     slow = slowdown if tp_ranks > 1 else 1.0
     step = t(tp_batch, tp_ranks) * slow
     total = (NOTEBOOK_S + LAUNCH_S + t(tp_batch) + RATE_RUNS * t(tp_batch, layers=1)
-             + variants(step) + steps * step)
-    if tp_ranks > 1:  # the baseline: rank 0 alone, the whole model
-        total += RATE_RUNS * t(tp_batch, layers=1) + variants(t(tp_batch))
+             + variants(step, sequence_parallel and tp_ranks > 1) + steps * step)
+    if tp_ranks > 1:  # the baseline: rank 0 alone, the whole model (no sp: it is naive there)
+        total += RATE_RUNS * t(tp_batch, layers=1) + variants(t(tp_batch), False)
     if fsdp_ranks:
         slow = slowdown if fsdp_ranks > 1 else 1.0
         step = t(dp_batch) * slow
@@ -78,7 +83,7 @@ def check(budget_s: float, **params) -> float:
     >>> check(28, hidden=1024, **kw)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: these parameters would take about 101 s on this machine, over the notebook's budget of 28 s: lower hidden, seq_len, the batches, num_layers or steps (or raise budget_s)
+    labkit.errors.UsageError: these parameters would take about 106 s on this machine, over the notebook's budget of 28 s: lower hidden, seq_len, the batches, num_layers or steps (or raise budget_s)
     """
     est = notebook_seconds(**params)
     if est > budget_s:

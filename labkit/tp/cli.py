@@ -15,13 +15,14 @@ from labkit.tp.config import TPConfig
 
 def register(sub) -> None:
     add_lab_command(
-        sub, "tp", TPConfig, cmd_tp,
+        sub, "tp", TPConfig, cmd_tp, trace=True,
         help="tensor parallelism: a Megatron layer split over ranks, by hand and by torch",
         description="One torchrun launch per --nproc value, one thread per rank unless "
                     "--threads-per-rank says otherwise (each rank is one device); every "
-                    "variant is checked against one process, its all-reduces counted against "
-                    "4 L b s h, and its step time predicted from the measured compute rate "
-                    "and α–β.")
+                    "variant is checked against one process, its collectives counted against "
+                    "their formulas (4 L all-reduces of b s h; with sequence parallelism 6 L "
+                    "all-gathers and 4 L reduce-scatters), and its step time predicted from "
+                    "the measured compute rate and α–β.")
 
 
 def cmd_tp(args) -> int:

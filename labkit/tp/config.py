@@ -4,8 +4,9 @@ One :class:`TPConfig` describes one benchmark: a stack of ``num_layers`` transfo
 width ``hidden`` (attention with ``num_heads`` heads, then an MLP of width 4·hidden), a batch of
 ``batch_size`` sequences of ``seq_len`` tokens that every rank sees whole (tensor parallelism
 splits the weights, not the batch), and the variants to run: ``naive`` (the hand-written
-Megatron block, f and g as explicit all-reduces) and ``library``
-(``torch.distributed.tensor.parallel``). Checks that need the world size are in
+Megatron block, f and g as explicit all-reduces), ``library``
+(``torch.distributed.tensor.parallel``) and ``sp`` (the hand-written block with sequence
+parallelism). Checks that need the world size are in
 :meth:`TPConfig.check_world_size`, which :func:`labkit.launch.launch_lab` calls for every world
 size before the first launch.
 """
@@ -24,8 +25,10 @@ from labkit.config import (
 from labkit.errors import UsageError
 
 #: naive: the teaching version, f and g written by hand as autograd functions around
-#: dist.all_reduce; library: the same split by ColwiseParallel / RowwiseParallel
-VARIANTS = ("naive", "library")
+#: dist.all_reduce; library: the same split by ColwiseParallel / RowwiseParallel; sp: the
+#: teaching version with sequence parallelism (LayerNorms, residuals and the loss split by the
+#: sequence; all-gathers and reduce-scatters instead of f and g, :mod:`labkit.tp.sp`)
+VARIANTS = ("naive", "library", "sp")
 
 #: the fields that fix the model and its batch (:mod:`labkit.tp.models`); the FSDP lab trains
 #: the same model and validates them the same way
@@ -94,19 +97,24 @@ class TPConfig:
     are not timed). The fields are ``labkit tp``'s flags.
 
     >>> TPConfig(hidden=64, num_heads=4).variants
-    ('naive', 'library')
+    ('naive', 'library', 'sp')
     >>> TPConfig(variants="megatron")
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: unknown variant 'megatron' (choose from naive, library)
+    labkit.errors.UsageError: unknown variant 'megatron' (choose from naive, library, sp)
+    >>> TPConfig(seq_len=30).check_world_size(4)
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: seq_len 30 is not divisible by 4 ranks: sequence parallelism (variant sp) gives every rank as many tokens
     >>> TPConfig(hidden=64, num_heads=4).check_world_size(8)
     Traceback (most recent call last):
     ...
     labkit.errors.UsageError: a model of 4 heads is too small to shard over 8 ranks: each rank needs at least one whole head
     """
 
-    variants: tuple = option(VARIANTS, "naive (f and g by hand) and/or library "
-                             "(torch.distributed.tensor.parallel)", flag="--variant", metavar="V")
+    variants: tuple = option(VARIANTS, "naive (f and g by hand), library "
+                             "(torch.distributed.tensor.parallel) and/or sp (by hand, with "
+                             "sequence parallelism)", flag="--variant", metavar="V")
     hidden: int = option(256, "hidden size h (d_model); the MLP is 4h wide")
     num_heads: int = option(8, "attention heads (split across the ranks)")
     seq_len: int = option(32, "tokens per sequence s")
@@ -139,6 +147,9 @@ class TPConfig:
                              "ranks: attention is split by whole heads")
         if self.hidden % world_size:  # implied by the two checks above; said plainly anyway
             raise UsageError(f"hidden size {self.hidden} is not divisible by {world_size} ranks")
+        if "sp" in self.variants and self.seq_len % world_size:
+            raise UsageError(f"seq_len {self.seq_len} is not divisible by {world_size} ranks: "
+                             "sequence parallelism (variant sp) gives every rank as many tokens")
 
     @property
     def measured_steps(self) -> int:

@@ -137,12 +137,14 @@ def predict_step(*, flops: float, compute_flop_per_s: float, allreduces: int,
 
 
 def step_in_context(*, compute_alone_s: float, slowdown: float, allreduces: int,
-                    allreduce_s: float, extra_s: float = 0.0) -> dict:
+                    allreduce_s: float, gathers: int = 0, gather_s: float = 0.0,
+                    extra_s: float = 0.0) -> dict:
     """The step as this machine runs it: one rank's compute measured alone times the co-run
     ``slowdown`` (every rank computing at once, :meth:`labkit.machine.Profile.compute_slowdown`),
     plus ``allreduces`` all-reduces of ``allreduce_s`` each, measured in context
-    (:meth:`labkit.machine.Profile.allreduce_s`), plus ``extra_s`` of work measured apart
-    (the library's bookkeeping). Returns ``compute_s``, ``comm_s``, ``step_s``.
+    (:meth:`labkit.machine.Profile.allreduce_s`), plus ``gathers`` all-gathers and
+    reduce-scatters of ``gather_s`` each (sequence parallelism's), plus ``extra_s`` of work
+    measured apart (the library's bookkeeping). Returns ``compute_s``, ``comm_s``, ``step_s``.
 
     54 ms of compute alone, 1.25x slower beside a second rank, 8 all-reduces of 0.8 ms:
 
@@ -151,7 +153,7 @@ def step_in_context(*, compute_alone_s: float, slowdown: float, allreduces: int,
     (67.5, 6.4, 73.9)
     """
     compute = float(compute_alone_s) * positive_number("slowdown", slowdown)
-    comm = int(allreduces) * float(allreduce_s)
+    comm = int(allreduces) * float(allreduce_s) + int(gathers) * float(gather_s)
     return {"compute_s": compute, "comm_s": comm, "step_s": compute + comm + float(extra_s)}
 
 
@@ -219,10 +221,11 @@ def breakeven_hidden(*, batch_size: int, seq_len: int, ranks: int, compute_flop_
 
 def saved_activation_bytes(*, batch_size: int, seq_len: int, hidden: int, num_heads: int,
                            num_layers: int, world_size: int = 1, checkpoint: bool = False,
+                           sequence_parallel: bool = False,
                            bytes_per_value: int = BYTES_PER_VALUE) -> float:
     """Bytes autograd saves for backward in one training step of the lab's model on one rank
-    (the teaching version at P = ``world_size``, no sequence parallelism): every storage once,
-    the parameters left out (what :class:`labkit.memory.SavedActivations` counts). Per layer::
+    (the teaching version at P = ``world_size``): every storage once, the parameters left out
+    (what :class:`labkit.memory.SavedActivations` counts). Per layer::
 
         kept whole on every rank   LN1's input, LN1's output (q, k, v's input),
                                    LN2's input, LN2's output (the MLP's input)      4 s b h
@@ -236,7 +239,11 @@ def saved_activation_bytes(*, batch_size: int, seq_len: int, hidden: int, num_he
     and once per step the loss's input and target, 2 s b h: ``L (s b h (4 + 12/P) + 4 b s +
     a b s / P) + 2 s b h`` values. The residual adds, f and g save nothing. With
     ``checkpoint`` each layer keeps only its input: ``L s b h + 2 s b h`` values (backward
-    runs the layer's forward again and holds one layer's activations at a time).
+    runs the layer's forward again and holds one layer's activations at a time). With
+    ``sequence_parallel`` (:mod:`labkit.tp.sp`) what was kept whole is split by the sequence
+    too (each LayerNorm's input and output, their statistics, the loss: a rank's s/P tokens;
+    the column-parallel linears keep the sharded input and gather it again in backward):
+    everything over P, ``(L (16 s b h + 4 b s + a b s) + 2 s b h) / P`` values.
 
     The lab's FSDP default (b = 4, s = 32, h = 256, 4 heads, 2 layers): 4.46 MB, 0.52 MB
     checkpointed; one layer split over 2 ranks keeps 10 s b h instead of 16.
@@ -247,11 +254,16 @@ def saved_activation_bytes(*, batch_size: int, seq_len: int, hidden: int, num_he
     >>> saved_activation_bytes(batch_size=2, seq_len=8, hidden=32, num_heads=4, num_layers=1,
     ...                        world_size=2)
     24960.0
+    >>> saved_activation_bytes(batch_size=2, seq_len=8, hidden=32, num_heads=4, num_layers=1,
+    ...                        world_size=2, sequence_parallel=True)
+    18688.0
     """
     b, s, h = batch_size, seq_len, hidden
     p = positive_int("world_size", world_size)
     sbh = s * b * h
-    if checkpoint:
+    if sequence_parallel and not checkpoint:
+        values = (num_layers * (16 * sbh + 4 * b * s + num_heads * b * s) + 2 * sbh) / p
+    elif checkpoint:
         values = num_layers * sbh + 2 * sbh
     else:
         values = num_layers * (sbh * (4 + 12 / p) + 4 * b * s + num_heads * b * s / p) + 2 * sbh
@@ -300,3 +312,77 @@ def korthikanti_activation_bytes(*, batch_size: int, seq_len: int, hidden: int, 
         split += a * s * s * b * (2 * bytes_per_value + mask_bytes)
     per_layer = (whole / t if sequence_parallel else whole) + split / t
     return float(positive_int("num_layers", num_layers) * per_layer)
+
+
+# ---------------------------------------------------------------- sequence parallelism
+
+def sp_collectives(*, batch_size: int, seq_len: int, hidden: int, num_layers: int,
+                   world_size: int, bytes_per_value: int = BYTES_PER_VALUE) -> dict:
+    """Collectives of one training step of TP with sequence parallelism (:mod:`labkit.tp.sp`),
+    ``{op: (calls, bytes)}`` with the buffers' bytes (nccl-tests' S), none on one rank. Per
+    layer and block: forward an all-gather of the LayerNorm's output and a reduce-scatter of
+    the partial outputs; backward an all-gather of the output's gradient, an all-gather of
+    the LayerNorm's output again (it was kept sharded) and a reduce-scatter of the input's
+    gradient; all of b·s·h values. Once a step, one all-reduce of the gradients every rank
+    keeps whole: two LayerNorms (4h) and two row-parallel biases (2h) a layer::
+
+        all-gather 6 L x b s h     reduce-scatter 4 L x b s h     all-reduce 1 x 6 h L
+
+    A ring moves (P−1)/P of an all-gather's or a reduce-scatter's S over each link, twice that
+    of an all-reduce's: 10 L (P−1)/P b s h against TP's 4 L · 2 (P−1)/P b s h, one more gather
+    (the one again in backward) for each of TP's all-reduces.
+
+    >>> sp_collectives(batch_size=8, seq_len=32, hidden=256, num_layers=2, world_size=2)
+    {'all_gather': (12, 3145728), 'reduce_scatter': (8, 2097152), 'all_reduce': (1, 12288)}
+    """
+    p = positive_int("world_size", world_size)
+    L = positive_int("num_layers", num_layers)
+    if p == 1:
+        return {"all_gather": (0, 0), "reduce_scatter": (0, 0), "all_reduce": (0, 0)}
+    each = (positive_int("batch_size", batch_size) * positive_int("seq_len", seq_len)
+            * positive_int("hidden", hidden) * bytes_per_value)
+    return {"all_gather": (6 * L, 6 * L * each), "reduce_scatter": (4 * L, 4 * L * each),
+            "all_reduce": (1, 6 * hidden * L * bytes_per_value)}
+
+
+# ---------------------------------------------------------------- the matrix products
+
+def layer_products(*, batch_size: int, seq_len: int, hidden: int, num_heads: int,
+                   world_size: int = 1) -> list[tuple[int, int, int, int]]:
+    """The matrix products of one layer's forward on one TP rank, ``(m, k, n, count)`` for
+    ``count`` products of an m x k by a k x n matrix (2 m k n FLOPs each): q, k, v and the
+    MLP's first layer column-parallel, o and its second row-parallel, over the b·s tokens;
+    per head, the scores and their weighted sum over the s tokens. Backward runs two products
+    of the same three sizes for each (the input's and the weight's gradients).
+
+    >>> layer_products(batch_size=8, seq_len=32, hidden=256, num_heads=8, world_size=2)
+    [(256, 256, 128, 3), (256, 128, 256, 1), (256, 256, 512, 1), (256, 512, 256, 1), (32, 32, 32, 64)]
+    """
+    b, s, h, a = batch_size, seq_len, hidden, num_heads
+    p = positive_int("world_size", world_size)
+    t, d = b * s, h // a
+    return [(t, h, h // p, 3), (t, h // p, h, 1), (t, h, 4 * h // p, 1), (t, 4 * h // p, h, 1),
+            (s, d, s, 2 * b * a // p)]
+
+
+def products_rate(products, rate_at) -> dict:
+    """The rate a layer's products would run at if each ran at ``rate_at(n)`` FLOP/s, n its
+    equivalent cube (the n of an n x n by n x n product of as many FLOPs, (m k n)^(1/3)):
+    ``flops`` (forward), ``seconds`` (their sum of flops / rate) and ``flop_per_s``
+    (flops / seconds: the time-weighted rate); ``n`` is the FLOP-weighted mean cube.
+
+    At a rate of 0.1 GFLOP/s per unit of n: a 256-cube (25.6 GFLOP/s) and two 128-cubes
+    (12.8 GFLOP/s) take 1.97 ms, 21.3 GFLOP/s over the three.
+
+    >>> r = products_rate([(256, 256, 256, 1), (128, 128, 128, 2)], lambda n: 1e8 * n)
+    >>> round(r["flop_per_s"] / 1e9, 2), round(r["n"])
+    (21.33, 230)
+    """
+    flops = secs = weighted = 0.0
+    for m, k, n, count in products:
+        f = 2.0 * m * k * n * count
+        cube = (m * k * n) ** (1 / 3)
+        flops += f
+        secs += f / float(rate_at(cube))
+        weighted += f * cube
+    return {"flops": flops, "seconds": secs, "flop_per_s": flops / secs, "n": weighted / flops}

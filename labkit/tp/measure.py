@@ -217,13 +217,20 @@ def max_rel_error(pairs, scale: float | None = None) -> float:
     return worst
 
 
-def timed_steps(step, rt, *, repeat: int, prefix: str = "step_time") -> tuple[dict, list]:
+def timed_steps(step, rt, *, repeat: int, prefix: str = "step_time",
+                rank_p50: bool = False) -> tuple[dict, list]:
     """``repeat`` timed calls of ``step`` on every rank, no warm-up (the caller's steps before
     were it): the summary of the slowest rank's times (:func:`labkit.timing.summarize`) and
-    the slowest rank's time of every step. Collective."""
+    the slowest rank's time of every step; with ``rank_p50`` also every rank's own median
+    (``{prefix}_rank_p50_s``, a list by rank). Collective."""
+    import numpy as np
+
     local = timing.repeat_timed(step, warmup=0, repeat=repeat, device=rt.device)
-    slowest, _ = timing.slowest_step_times(local)
-    return timing.summarize(local, prefix=prefix), [float(t) for t in slowest]
+    slowest, every = timing.slowest_step_times(local)
+    stats = timing.summarize(local, prefix=prefix)
+    if rank_p50:
+        stats[f"{prefix}_rank_p50_s"] = [float(np.median(r)) for r in every]
+    return stats, [float(t) for t in slowest]
 
 
 def worst_over_ranks(rt, value: float) -> float:

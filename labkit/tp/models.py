@@ -10,7 +10,7 @@
   functions do all the communication: :class:`CopyToTP` (Megatron's **f**: identity forward,
   all-reduce of the gradient backward) before each block, :class:`ReduceFromTP` (**g**:
   all-reduce of the partial outputs forward, identity backward) after it. They count every
-  call, byte and second in a :class:`Comm`.
+  call, byte and second in a :class:`labkit.tp.comm.Comm`.
 * **The library version** (:func:`library_tp_model`): the same split by
   ``torch.distributed.tensor.parallel.parallelize_module`` on a 1-D ``DeviceMesh``:
   ``ColwiseParallel`` for q, k, v and the MLP's first layer, ``RowwiseParallel`` for o and the
@@ -25,12 +25,12 @@ Both run on CPU with gloo (checked at 2 ranks with torch 2.13) and on GPUs with 
 from __future__ import annotations
 
 import copy
-import time
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+
+from labkit.tp.comm import Comm
 
 #: which dimension of a parameter the TP split cuts (``None``: every rank keeps it whole)
 SHARD_DIM = {
@@ -53,13 +53,17 @@ class Attention(nn.Module):
         self.o = nn.Linear(width, hidden)
 
     def forward(self, x, out_bias: bool = True):
-        b, s, _ = x.shape
-        # -1 heads: a split module holds num_heads / P of them, the library's local tensors too
-        q, k, v = (p(x).view(b, s, -1, self.head_dim).transpose(1, 2)
-                   for p in (self.q, self.k, self.v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        y = y.transpose(1, 2).reshape(b, s, -1)
+        y = self.core(self.q(x), self.k(x), self.v(x))
         return self.o(y) if out_bias else F.linear(y, self.o.weight)
+
+    def core(self, q, k, v):
+        """The attention of projected q, k, v (b, s, width): causal softmax(q kᵀ/√d) v per
+        head, heads side by side again (b, s, width)."""
+        b, s, _ = q.shape
+        # -1 heads: a split module holds num_heads / P of them, the library's local tensors too
+        q, k, v = (t.view(b, s, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return y.transpose(1, 2).reshape(b, s, -1)
 
 
 class MLP(nn.Module):
@@ -135,79 +139,21 @@ def loss_fn(out, target):
 
 # ---------------------------------------------------------------- the teaching version
 
-class Comm:
-    """What the f and g functions of one model did: all-reduce calls, bytes (the buffers,
-    nccl-tests' S) and :attr:`seconds` spent inside ``dist.all_reduce``. ``enabled=False``
-    turns f and g into identities: the same arithmetic on the local shards, no communication
-    (the compute-only step; its results are wrong on purpose).
-
-    On a CPU each call is timed on the host clock. On CUDA (``device``) a pair of events on
-    the current stream brackets it, read when :attr:`seconds` is asked for (once the device is
-    idle): a synchronisation around every all-reduce would stall the step it sits in.
-    :meth:`timeline` gives every call's entry and exit on this rank's clock, so that the time
-    inside can be split into the message and the wait for a later rank
-    (:func:`labkit.tp.timeline.split_waits`)."""
-
-    def __init__(self, world_size: int, device: torch.device | None = None, group=None):
-        self.enabled = world_size > 1
-        self.device = device
-        self.group = group
-        self.reset()
-
-    def reset(self) -> None:
-        self.calls = 0
-        self.bytes = 0
-        self._host: list = []  # (entry, exit) on the host clock
-        self._events: list = []
-        self._anchor = None
-
-    @property
-    def seconds(self) -> float:
-        """Seconds inside the all-reduces since :meth:`reset`."""
-        return sum(b - a for a, b in self.timeline())
-
-    def timeline(self) -> list[tuple[float, float]]:
-        """(entry, exit) of every all-reduce since :meth:`reset`, seconds on this rank's clock
-        (CUDA: from an event recorded at the first call; read once the device is idle)."""
-        if self._events:
-            a0 = self._anchor
-            return [(a0.elapsed_time(a) / 1e3, a0.elapsed_time(b) / 1e3)
-                    for a, b in self._events]
-        return list(self._host)
-
-    def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
-        if not self.enabled:
-            return t
-        self.calls += 1
-        self.bytes += t.numel() * t.element_size()
-        if self.device is not None and self.device.type == "cuda":
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            if self._anchor is None:
-                self._anchor = start
-            dist.all_reduce(t, group=self.group)
-            end.record()
-            self._events.append((start, end))
-            return t
-        t0 = time.perf_counter()
-        dist.all_reduce(t, group=self.group)
-        self._host.append((t0, time.perf_counter()))
-        return t
-
-
 class CopyToTP(torch.autograd.Function):
     """Megatron's **f**: the block's input goes to every rank as it is (identity forward); each
     rank's slice of q, k, v (or of the MLP's first layer) sends back a partial input gradient,
-    so backward all-reduces it."""
+    so backward all-reduces it. ``name`` and ``before`` label the all-reduce in the trace
+    (:meth:`labkit.tp.comm.Comm.collective`)."""
 
     @staticmethod
-    def forward(ctx, x, comm: Comm):
-        ctx.comm = comm
+    def forward(ctx, x, comm: Comm, name: str = "f", before: str = "compute"):
+        ctx.comm, ctx.name, ctx.before = comm, name, before
         return x
 
     @staticmethod
     def backward(ctx, grad):
-        return ctx.comm.all_reduce(grad.contiguous()), None
+        return (ctx.comm.all_reduce(grad.contiguous(), name=ctx.name, before=ctx.before,
+                                    phase="backward"), None, None, None)
 
 
 class ReduceFromTP(torch.autograd.Function):
@@ -216,28 +162,39 @@ class ReduceFromTP(torch.autograd.Function):
     term unchanged (identity backward)."""
 
     @staticmethod
-    def forward(ctx, x, comm: Comm):
-        return comm.all_reduce(x)
+    def forward(ctx, x, comm: Comm, name: str = "g", before: str = "compute"):
+        return comm.all_reduce(x, name=name, before=before, phase="forward")
 
     @staticmethod
     def backward(ctx, grad):
-        return grad, None
+        return grad, None, None, None
 
 
 class NaiveTPLayer(Layer):
     """The teaching version of a TP layer: local slices, f before and g after each block; the
     row-parallel biases are added once, after g (added on every rank before it, they would be
-    summed P times)."""
+    summed P times). ``index`` and ``num_layers`` name its collectives and the compute between
+    them in the trace (``g L0 attn``: g after layer 0's attention)."""
 
-    def __init__(self, hidden: int, num_heads: int, world_size: int, comm: Comm):
+    def __init__(self, hidden: int, num_heads: int, world_size: int, comm: Comm, *,
+                 index: int = 0, num_layers: int = 1):
         super().__init__(hidden, num_heads, world_size)
-        self.comm = comm
+        self.comm, self.index, self.num_layers = comm, index, num_layers
 
     def forward(self, x):
-        a = self.attn(CopyToTP.apply(self.ln1(x), self.comm), out_bias=False)
-        x = x + ReduceFromTP.apply(a, self.comm) + self.attn.o.bias
-        m = self.mlp(CopyToTP.apply(self.ln2(x), self.comm), out_bias=False)
-        return x + ReduceFromTP.apply(m, self.comm) + self.mlp.fc2.bias
+        i, comm = self.index, self.comm
+        # backward reaches this layer's MLP after the loss (the last layer) or after the
+        # LayerNorm of the layer above
+        mlp_bwd = f"{'loss + ' if i == self.num_layers - 1 else ''}L{i} mlp bwd"
+        a = self.attn(CopyToTP.apply(self.ln1(x), comm, f"f L{i} attn", f"L{i} attn bwd"),
+                      out_bias=False)
+        x = x + ReduceFromTP.apply(a, comm, f"g L{i} attn", f"L{i} attn fwd") + self.attn.o.bias
+        m = self.mlp(CopyToTP.apply(self.ln2(x), comm, f"f L{i} mlp", mlp_bwd), out_bias=False)
+        return x + ReduceFromTP.apply(m, comm, f"g L{i} mlp", f"L{i} mlp fwd") + self.mlp.fc2.bias
+
+
+#: the compute after the teaching version's last collective (f before layer 0's attention)
+NAIVE_TAIL = "L0 ln1 bwd + optimizer"
 
 
 def shard_dim(name: str) -> int | None:
@@ -251,14 +208,18 @@ def local_slice(full: torch.Tensor, dim: int | None, rank: int, world_size: int)
     return full if dim is None or world_size == 1 else full.chunk(world_size, dim=dim)[rank]
 
 
-def naive_tp_model(full: Stack, rank: int, world_size: int, comm: Comm) -> Stack:
-    """The teaching version of ``full``: every layer a :class:`NaiveTPLayer` holding this
-    rank's slices (copies) of ``full``'s weights."""
+def naive_tp_model(full: Stack, rank: int, world_size: int, comm: Comm, *,
+                   layer=None) -> Stack:
+    """The teaching version of ``full``: every layer a :class:`NaiveTPLayer` (or ``layer``,
+    a class of the same signature: :class:`labkit.tp.sp.SPLayer`) holding this rank's slices
+    (copies) of ``full``'s weights."""
     first = full.layers[0]
     hidden, num_heads = first.ln1.normalized_shape[0], hidden_heads(first)
     device = first.ln1.weight.device
-    model = Stack([NaiveTPLayer(hidden, num_heads, world_size, comm)
-                   for _ in full.layers]).to(device)
+    kind = NaiveTPLayer if layer is None else layer
+    n = len(full.layers)
+    model = Stack([kind(hidden, num_heads, world_size, comm, index=i, num_layers=n)
+                   for i in range(n)]).to(device)
     state = {name: local_slice(t, shard_dim(name), rank, world_size).clone()
              for name, t in full.state_dict().items()}
     model.load_state_dict(state)

@@ -23,8 +23,9 @@ KEY = ("variant", "world_size", "hidden", "num_heads", "seq_len", "batch_size", 
 
 #: every field a row can carry (launch fields and provenance are declared elsewhere)
 COLUMNS = (
-    Column("variant", "", "naive (f and g written by hand) or library "
-                          "(torch.distributed.tensor.parallel)"),
+    Column("variant", "", "naive (f and g written by hand), library "
+                          "(torch.distributed.tensor.parallel) or sp (by hand, with sequence "
+                          "parallelism)"),
     Column("hidden", "", "hidden size h; the MLP is 4h wide"),
     Column("num_heads", "", "attention heads, split across the ranks"),
     Column("seq_len", "", "tokens per sequence s"),
@@ -47,27 +48,56 @@ COLUMNS = (
     Column("tolerance", "", "max_rel_error at or below which a run matches"),
     Column("allreduce_calls_measured", "", "all-reduces in one training step, counted"),
     Column("allreduce_calls_formula", "", "4 L: per layer 2 forward (g), 2 backward (f); "
-                                          "0 on one rank"),
+                                          "0 on one rank; sp: 1 (the gradients every rank "
+                                          "keeps whole)"),
+    Column("allreduce_bytes_formula", "bytes", "bytes all-reduced per step: 4 L b s h x 4; sp: "
+                                               "6 h L x 4"),
+    Column("allgather_calls_measured", "", "all-gathers in one training step, counted"),
+    Column("allgather_calls_formula", "", "sp: 6 L (per layer 2 forward, 4 backward); 0 else"),
+    Column("allgather_bytes_measured", "bytes", "the all-gathers' output buffers of one step, "
+                                                "counted"),
+    Column("allgather_bytes_formula", "bytes", "sp: 6 L b s h x 4 bytes; 0 else"),
+    Column("reduce_scatter_calls_measured", "", "reduce-scatters in one training step, counted"),
+    Column("reduce_scatter_calls_formula", "", "sp: 4 L (per layer 2 forward, 2 backward); "
+                                               "0 else"),
+    Column("reduce_scatter_bytes_measured", "bytes", "the reduce-scatters' input buffers of one "
+                                                     "step, counted"),
+    Column("reduce_scatter_bytes_formula", "bytes", "sp: 4 L b s h x 4 bytes; 0 else"),
     Column("comm_bytes_measured", "bytes",
-           "bytes all-reduced in one training step (sum of the buffers), counted"),
-    Column("comm_bytes_formula", "bytes", "4 L b s h x 4 bytes"),
-    Column("bytes_per_allreduce", "bytes", "one all-reduced activation: b s h x 4 bytes"),
-    Column("other_collective_calls", "", "collectives other than all-reduce in one step "
-                                         "(0 expected)"),
+           "bytes of every collective of one training step (sum of the buffers, nccl-tests' "
+           "S), counted; naive and library: all-reduced"),
+    Column("comm_bytes_formula", "bytes", "4 L b s h x 4 bytes; sp: (10 L b s h + 6 h L) x 4"),
+    Column("bytes_per_allreduce", "bytes", "one all-reduced activation: b s h x 4 bytes (sp: "
+                                           "one all-gather's output, one reduce-scatter's "
+                                           "input)"),
+    Column("other_collective_calls", "", "collectives outside the variant's formula in one "
+                                         "step: other than all-reduce (naive, library), than "
+                                         "all-gather, reduce-scatter and all-reduce (sp); "
+                                         "0 expected"),
     *timed_columns("step_time", "training step"),
     Column("step_times_s", "s", "every timed step's time, slowest rank (a list)"),
     *timed_columns("compute_time", "the same step with f and g off (no communication)"),
+    Column("compute_time_rank_p50_s", "s", "the step with f and g off: each rank's own p50 (a "
+                                           "list by rank): flops_per_rank / it is the rank's "
+                                           "compute rate"),
     Column("comm_time_s", "s", "step_time_p50_s - compute_time_p50_s (at least 0): what "
                                "communication, and the library's bookkeeping, add"),
     Column("allreduce_time_in_step_s", "s",
-           "naive: time inside f's and g's all-reduces per step, mean over timed steps, "
-           "the rank that spent the longest there (NaN for library)"),
+           "naive: time inside f's and g's all-reduces per step (sp: inside its all-gathers, "
+           "reduce-scatters and all-reduce), mean over timed steps, the rank that spent the "
+           "longest there (NaN for library)"),
     Column("allreduce_wait_in_step_s", "s",
            "naive: of allreduce_time_in_step_s, the wait for the later rank to enter (from "
            "every rank's entry and exit times of every call)"),
     Column("allreduce_message_in_step_s", "s",
            "naive: of allreduce_time_in_step_s, the messages themselves (from the last rank's "
            "entry to the exit)"),
+    Column("timeline_s", "s", "naive and sp at P > 1: the timed step of median length, every "
+                              "rank's compute, waits for the later rank and messages as "
+                              "rank, name, cat, start_s, end_s on one clock (a list; the "
+                              "Chrome trace's slices)"),
+    Column("timeline_step", "", "which timed step timeline_s shows (1 = the first)"),
+    Column("timeline_step_time_s", "s", "that step's time, slowest rank"),
     Column("alpha_s", "s", "per-message latency α, fitted to an all-reduce sweep in the launch"),
     Column("beta_gb_per_s", "GB/s", "link bandwidth β, same fit"),
     Column("link_sweep", "", "the sweep behind α and β: size_bytes and time_p50_s per size"),
@@ -90,36 +120,68 @@ COLUMNS = (
            "what autograd saved for backward on this rank in one step, each storage once, "
            "parameters left out (the teaching version; NaN for the library's DTensors)"),
     Column("activation_bytes_formula", "bytes", "L (s b h (4 + 12/P) + 4 b s + a b s / P) + "
-                                                "2 s b h values x 4 bytes"),
+                                                "2 s b h values x 4 bytes; sp: (L (16 s b h + "
+                                                "4 b s + a b s) + 2 s b h) / P values x 4"),
     Column("activation_korthikanti_bytes", "bytes", "Korthikanti et al. as published, no "
                                                     "sequence parallelism: L s b h (10 + 24/P "
                                                     "+ 5 a s / (h P)) bytes (16-bit)"),
     Column("activation_korthikanti_fp32_bytes", "bytes", "the paper's terms in the lab's: 4 "
                                                          "bytes a value, no dropout, flash "
                                                          "attention: L s b h (16 + 48/P)"),
+    Column("activation_korthikanti_sp_bytes", "bytes", "Korthikanti et al. as published, with "
+                                                       "sequence parallelism: L s b h (34 + "
+                                                       "5 a s / h) / P bytes (16-bit)"),
+    Column("activation_korthikanti_sp_fp32_bytes", "bytes", "the same in the lab's terms (4 "
+                                                            "bytes a value, no dropout, flash "
+                                                            "attention): L s b h 64 / P"),
 )
 
 
 def activation_frame(row):
     """The saved activations of one rank beside the formulas: the lab's exact count,
-    Korthikanti et al.'s terms in the lab's units and as published, each with its difference
-    from the measurement (%) and what it leaves out or adds."""
+    Korthikanti et al.'s terms in the lab's units and as published (with sequence parallelism
+    for an ``sp`` row), each with its difference from the measurement (%) and what it leaves
+    out or adds."""
     import pandas as pd
 
     from labkit.book.laws import symmetric_error_pct
 
     m = row["activation_bytes_measured"]
+    sp = "_sp" if row["variant"] == "sp" else ""
+    how = ", with sequence parallelism" if sp else ""
     cases = (
         ("the lab's count", row["activation_bytes_formula"],
          "every saved tensor of the layer, the loss"),
-        ("Korthikanti, fp32, no dropout, flash", row["activation_korthikanti_fp32_bytes"],
+        (f"Korthikanti{how}, fp32, no dropout, flash", row[f"activation_korthikanti{sp}_fp32_bytes"],
          "leaves out the LayerNorms' statistics, the log-sum-exp and the loss"),
-        ("Korthikanti as published (16-bit)", row["activation_korthikanti_bytes"],
+        (f"Korthikanti{how}, as published (16-bit)", row[f"activation_korthikanti{sp}_bytes"],
          "2 bytes a value, dropout masks, the s x s softmax kept"),
     )
-    return pd.DataFrame([{"formula": name, "MB": v / 1e6, "measured_MB": m / 1e6,
-                          "error_pct": symmetric_error_pct(v, m), "difference": why}
+    return pd.DataFrame([{"variant": row["variant"], "formula": name, "MB": v / 1e6,
+                          "measured_MB": m / 1e6, "error_pct": symmetric_error_pct(v, m),
+                          "difference": why}
                          for name, v, why in cases])
+
+
+def activation_frames(rows):
+    """:func:`activation_frame` of each row, one table (TP without and with sequence
+    parallelism, one under the other)."""
+    import pandas as pd
+
+    return pd.concat([activation_frame(r) for r in rows], ignore_index=True)
+
+
+def rate_frame(one, row, prof):
+    """:func:`labkit.tp.verdicts.rate_rows` as a table in GFLOP/s."""
+    import pandas as pd
+
+    from labkit.tp.verdicts import rate_rows
+
+    return pd.DataFrame([{"compute": r["what"], "matrix n": r["matrix_n"],
+                          "measured GFLOP/s": r["measured_flop_per_s"] / 1e9,
+                          "profile's products GFLOP/s": r["profile_flop_per_s"] / 1e9,
+                          "measured / profile": r["measured_over_profile"]}
+                         for r in rate_rows(one, row, prof)])
 
 
 def select(df, variant: str | None = None, **equal):
@@ -154,8 +216,7 @@ def summary_frame(df, prof=None):
         out.append({
             "variant": r["variant"], "ranks": int(r["world_size"]),
             "matches": bool(r["matches_single_process"]),
-            "allreduces": f"{int(r['allreduce_calls_measured'])}/"
-                          f"{int(r['allreduce_calls_formula'])}",
+            "collectives": f"{_calls(r, 'measured')}/{_calls(r, 'formula')}",
             "MB_measured": r["comm_bytes_measured"] / 1e6,
             "MB_formula": r["comm_bytes_formula"] / 1e6,
             "step_ms": ms(r["step_time_p50_s"]),
@@ -168,17 +229,25 @@ def summary_frame(df, prof=None):
     return pd.DataFrame(out)
 
 
+def _calls(r, kind: str) -> int:
+    """A row's collectives per step, ``measured`` or by ``formula``, every operation."""
+    counts = (r.get(f"{op}_calls_{kind}") for op in ("allreduce", "allgather", "reduce_scatter"))
+    return sum(int(v) for v in counts if v is not None and v == v)  # NaN: not measured
+
+
 SUMMARY_LEGEND = (
-    "allreduces = counted/formula (4 per layer: g after attention and after the MLP forward, "
-    "f before each backward)\n"
-    "compute = the same step with f and g off; comm = step - compute; predicted = F/R + 4L "
-    "ring all-reduces (α, β fitted in the launch); error = the larger relative error, + when "
-    "the prediction is larger")
+    "collectives = counted/formula (naive and library: 4 all-reduces per layer, g after "
+    "attention and after the MLP forward, f before each backward; sp: 6 all-gathers and 4 "
+    "reduce-scatters per layer, 1 all-reduce of the whole-kept gradients)\n"
+    "compute = the same step with f and g off; comm = step - compute; predicted = F/R + the "
+    "variant's ring collectives (α, β fitted in the launch); error = the larger relative "
+    "error, + when the prediction is larger")
 #: the legend of :func:`summary_frame` with a machine profile
 SUMMARY_LEGEND_IN_CONTEXT = SUMMARY_LEGEND.replace(
-    "predicted = F/R + 4L ring all-reduces (α, β fitted in the launch)",
-    "predicted = F/R alone x the co-run slowdown + 4L all-reduces in context (the machine "
-    "profile), + DTensor's bookkeeping for the library")
+    "predicted = F/R + the variant's ring collectives (α, β fitted in the launch)",
+    "predicted = F/R alone x the co-run slowdown + the variant's collectives in context (the "
+    "machine profile's all-reduce; an all-gather or a reduce-scatter a share of one), + "
+    "DTensor's bookkeeping for the library")
 
 
 def prediction_fields(*, link: dict, compute_flop_per_s: float, flops_per_rank: float,

@@ -73,17 +73,21 @@ def run(config: TPConfig, launch: LaunchOptions | None = None, store=None):
     GPU rank brings one GPU, so the 1-rank run is the whole model on one core and
     ``speedup_vs_1_rank`` asks whether splitting it over P devices pays (several threads in one
     process would split its matrix products already, without any all-reduce).
-    ``store``: a results file to upsert into. Everything is checked before the first launch:
+    ``store``: a results file to upsert into; ``launch.trace_dir``: each launch's timelines (the
+    hand-written versions' median step, every rank's compute, waits and messages) as a Chrome
+    trace there (:mod:`labkit.tp.trace`; the paths in ``df.attrs["trace_paths"]``).
+    Everything is checked before the first launch:
     the config at every world size (heads and hidden size divisible by the ranks, a head per
     rank), the memory it needs, the launch options and the results file. A run whose split
     model does not match one process warns (:class:`MismatchWarning`); its row says so.
     """
     import pandas as pd
 
-    from labkit import results
+    from labkit import results, trace
     from labkit.errors import UsageError
     from labkit.launch import launch_lab
     from labkit.tp.report import KEY
+    from labkit.tp.trace import trace_events
 
     if not isinstance(config, TPConfig):
         raise UsageError(f"config must be a TPConfig, got {type(config).__name__}")
@@ -93,8 +97,12 @@ def run(config: TPConfig, launch: LaunchOptions | None = None, store=None):
         launch = LaunchOptions(threads_per_rank=1)
     if config.baseline and 1 in launch.world_sizes:  # a 1-rank launch gives the 1-rank rows
         config = dataclasses.replace(config, baseline=False)
-    launches = launch_lab("tp", config, launch, store)
+    launches = launch_lab("tp", config, launch, store, traced=True)
     rows = add_speedup([row for res in launches for row in res.rows()])
     warn_mismatches(rows)
     results.store_rows(store, rows, KEY)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    # each launch's median steps as a Chrome trace, from the rows as stored (launch.trace_dir)
+    df.attrs["trace_paths"] = [str(p) for p in trace.write_launches(
+        launch.trace_dir, "tp", rows, trace_events)]
+    return df

@@ -20,14 +20,26 @@ from labkit.tp.formulas import step_in_context
 
 #: the relative tolerance of every time and ratio law of the lab
 TOLERANCE_PCT = 25.0
+#: an all-gather or a reduce-scatter of S against an all-reduce of S, per backend: NCCL's ring
+#: all-reduce is one of each; gloo reduce-scatters by all-reducing the whole buffer, and its
+#: all-gather into one tensor costs about as much (the FSDP rows' collectives_time_alone_s);
+#: the FSDP lab prices its collectives so too
+GATHER_SCATTER = {"nccl": 0.5, "gloo": 1.0}
+
+
+def _number(row, key: str, default: float = 0.0) -> float:
+    """``row[key]`` as a number; ``default`` where the row lacks it (an older row) or holds NaN."""
+    v = row.get(key) if hasattr(row, "get") else None
+    return default if v is None or v != v else float(v)
 
 
 def context(row, prof, *, extra_s: float = 0.0) -> dict:
     """The in-context prediction for one row: ``slowdown`` (the profile's co-run slowdown at the
     row's world size, at its hidden size as the matrix size), ``allreduce_s`` (one all-reduce
     of the row's activation, peers idle: in a TP step nothing computes while it runs),
-    and :func:`~labkit.tp.formulas.step_in_context`'s ``compute_s``, ``comm_s``, ``step_s``
-    (``extra_s``: work measured apart, added as it is).
+    ``gather_s`` (one all-gather or reduce-scatter of it: :data:`GATHER_SCATTER` of an
+    all-reduce, for sequence parallelism's) and :func:`~labkit.tp.formulas.step_in_context`'s
+    ``compute_s``, ``comm_s``, ``step_s`` (``extra_s``: work measured apart, added as it is).
 
     >>> ctx = context({"world_size": 2, "hidden": 256, "bytes_per_allreduce": 262144,
     ...                "allreduce_calls_formula": 8, "predicted_compute_s": 0.054}, FakeProfile())
@@ -36,10 +48,16 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
     """
     p = int(row["world_size"])
     slow = prof.compute_slowdown(p, n=int(row["hidden"])) if p > 1 else 1.0
-    ar = prof.allreduce_s(float(row["bytes_per_allreduce"]), ranks=p, busy=False) if p > 1 else 0.0
-    return {"slowdown": slow, "allreduce_s": ar,
+    n_ar = int(row["allreduce_calls_formula"])
+    each = float(row["bytes_per_allreduce"])
+    ar_each = _number(row, "allreduce_bytes_formula", n_ar * each) / n_ar if n_ar else each
+    gathers = int(_number(row, "allgather_calls_formula") + _number(row, "reduce_scatter_calls_formula"))
+    part = GATHER_SCATTER.get(row.get("backend") or "gloo", 1.0) if hasattr(row, "get") else 1.0
+    ar = prof.allreduce_s(ar_each, ranks=p, busy=False) if p > 1 else 0.0
+    gs = part * prof.allreduce_s(each, ranks=p, busy=False) if p > 1 and gathers else 0.0
+    return {"slowdown": slow, "allreduce_s": ar, "gather_s": gs,
             **step_in_context(compute_alone_s=row["predicted_compute_s"], slowdown=slow,
-                              allreduces=int(row["allreduce_calls_formula"]), allreduce_s=ar,
+                              allreduces=n_ar, allreduce_s=ar, gathers=gathers, gather_s=gs,
                               extra_s=extra_s)}
 
 
@@ -56,6 +74,10 @@ class FakeProfile:
 
     def allreduce_s(self, size_bytes, *, ranks=None, busy=False):
         return self.ar * (self.busy_factor if busy else 1.0)
+
+    def matmul_flop_per_s(self, n, *, together=False):
+        """n x n products at 40 GFLOP/s x n / (n + 64), ``slowdown`` slower together."""
+        return 40e9 * n / (n + 64) / (self.slowdown if together else 1.0)
 
 
 def _ms(x: float) -> float:
@@ -276,36 +298,69 @@ def pays_sentence(label: str, *, ranks: int, breakeven: float, at: dict) -> str:
             + "".join(f", {t}" for t in rest))
 
 
-# ---------------------------------------------------------------- activation memory
+# ---------------------------------------------------------------- compute rates
 
-def activation_law(row) -> dict:
-    """The bytes the teaching version saves for backward on one rank against the lab's exact
-    count (:func:`labkit.tp.formulas.saved_activation_bytes`), tolerance 10 %."""
-    return check(f"{row['variant']}, P = {int(row['world_size'])}: saved activations per rank "
-                 "= L (s b h (4 + 12/P) + 4 b s + a b s / P) + 2 s b h values",
-                 predicted=float(row["activation_bytes_formula"]) / 1e6,
-                 measured=float(row["activation_bytes_measured"]) / 1e6, unit="MB",
-                 tolerance_pct=10.0)
+def rate_rows(one, row, prof) -> list[dict]:
+    """Each TP rank's compute rate measured (one rank's FLOPs per step over its median step
+    with f and g off) beside the profile's matrix-product rate at the sizes of its products
+    (:func:`labkit.tp.formulas.products_rate`: alone for the 1-rank run and for the launch's
+    share of a layer timed alone, with every rank at it at once for the ranks of a
+    ``world_size`` launch). ``one``: the 1-rank row; ``row``: a row at P > 1."""
+    from labkit.tp.formulas import flops_per_rank, layer_products, products_rate
+
+    kw = {k: int(row[k]) for k in ("batch_size", "seq_len", "hidden", "num_heads")}
+    p, L = int(row["world_size"]), int(row["num_layers"])
+    flops = {n: flops_per_rank(**{k: v for k, v in kw.items() if k != "num_heads"},
+                               num_layers=L, world_size=n) for n in (1, p)}
+
+    def profile(n, together):
+        return products_rate(layer_products(**kw, world_size=n),
+                             lambda cube: prof.matmul_flop_per_s(cube, together=together))
+
+    cases = [("1 rank: the whole model, f and g off, alone", 1, False,
+              flops[1] / float(one["compute_time_p50_s"]))]
+    cases += [(f"rank {r} of {p}: its share, f and g off, {p} ranks at once", p, True,
+               flops[p] / float(t)) for r, t in enumerate(row["compute_time_rank_p50_s"])]
+    cases.append((f"a rank of {p}: its share of one layer, alone (the launch's rate)", p, False,
+                  float(row["compute_flop_per_s"])))
+    out = []
+    for what, n, together, rate in cases:
+        prod = profile(n, together)
+        out.append({"what": what, "ranks": n, "together": together, "matrix_n": prod["n"],
+                    "measured_flop_per_s": rate, "profile_flop_per_s": prod["flop_per_s"],
+                    "measured_over_profile": rate / prod["flop_per_s"]})
+    return out
 
 
-def activation_sentence(row) -> str:
-    """How much of a rank's saved activations TP splits, from the row and the lab's count.
 
-    >>> activation_sentence({"variant": "naive", "world_size": 2, "batch_size": 8,
-    ...     "seq_len": 32, "hidden": 256, "num_heads": 8, "num_layers": 2,
-    ...     "activation_bytes_measured": 5783552.0})
-    "naive on 2 ranks: 5.78 MB saved for backward per rank (one rank alone: 8.94 MB); 2.63 MB of it (45%) is kept whole on every rank: the LayerNorms' inputs and outputs and statistics, and the loss, which sequence parallelism would split too"
+def rate_sentence(one, row, prof) -> str:
+    """Whether a rank's share of the matrix products ran in less than its share of the time,
+    measured (:func:`rate_rows`: each rank's FLOPs over its median step with f and g off),
+    against what the profile's matrix products at those sizes say.
+
+    >>> one = {"world_size": 1, "batch_size": 8, "seq_len": 32, "hidden": 256, "num_heads": 8,
+    ...        "num_layers": 2, "compute_time_p50_s": 0.09, "compute_flop_per_s": 3e10}
+    >>> two = {**one, "world_size": 2, "compute_time_rank_p50_s": [0.04, 0.042],
+    ...        "compute_flop_per_s": 3.2e10}
+    >>> print(rate_sentence(one, two, FakeProfile()))
+    a rank's half of the products (n = 278 against 350 for the whole) ran at 30.8 and 29.4 GFLOP/s, the whole model on one rank at 27.4 GFLOP/s: the slower rank took 0.47 of the whole's time, below 1/2 (its rate 1.07x the whole's); the profile's products at these sizes, 2 ranks at once against one alone, predict 0.65 of the time (their rate 0.77x): the layer's other work runs the products at 0.84x and 1.17x of the profile's rate.
     """
-    from labkit.tp.formulas import saved_activation_bytes
-
+    rows = rate_rows(one, row, prof)
     p = int(row["world_size"])
-    kw = {k: int(row[k]) for k in ("batch_size", "seq_len", "hidden", "num_heads",
-                                   "num_layers")}
-    one, mine = saved_activation_bytes(**kw), saved_activation_bytes(**kw, world_size=p)
-    split = (one - mine) * p / (p - 1) if p > 1 else one
-    whole = one - split
-    m = float(row["activation_bytes_measured"])
-    return (f"{row['variant']} on {p} ranks: {m / 1e6:.2f} MB saved for backward per rank (one "
-            f"rank alone: {one / 1e6:.2f} MB); {whole / 1e6:.2f} MB of it ({whole / m:.0%}) is "
-            "kept whole on every rank: the LayerNorms' inputs and outputs and statistics, and "
-            "the loss, which sequence parallelism would split too")
+    whole, ranks = rows[0], rows[1:1 + p]
+    slow = min(ranks, key=lambda r: r["measured_flop_per_s"])
+    ratio = whole["measured_flop_per_s"] / slow["measured_flop_per_s"] / p
+    model = whole["profile_flop_per_s"] / slow["profile_flop_per_s"] / p
+    rates = " and ".join(f"{r['measured_flop_per_s'] / 1e9:.1f}" for r in ranks)
+    where = "below" if ratio < 1 / p else "above" if ratio > 1 / p else "exactly"
+    share = "half" if p == 2 else f"1/{p}"
+    return (f"a rank's {share} of the products (n = {slow['matrix_n']:.0f} against "
+            f"{whole['matrix_n']:.0f} for the whole) ran at {rates} GFLOP/s, the whole model on "
+            f"one rank at {whole['measured_flop_per_s'] / 1e9:.1f} GFLOP/s: the slower rank took "
+            f"{ratio:.2f} of the whole's time, {where} 1/{p} (its rate "
+            f"{slow['measured_flop_per_s'] / whole['measured_flop_per_s']:.2f}x the whole's); "
+            f"the profile's products at these sizes, {p} ranks at once against one alone, "
+            f"predict {model:.2f} of the time (their rate "
+            f"{slow['profile_flop_per_s'] / whole['profile_flop_per_s']:.2f}x): the layer's "
+            f"other work runs the products at {whole['measured_over_profile']:.2f}x and "
+            f"{slow['measured_over_profile']:.2f}x of the profile's rate.")

@@ -14,18 +14,27 @@ What one launch does, every rank on the same seeded batch (TP splits weights, no
    short all-reduce sweep (:func:`labkit.tp.measure.fit_link`), and the FLOP/s of one rank
    alone on its share of one layer (:func:`labkit.tp.measure.compute_rate`, the ranks taking
    turns);
-3. per variant (``naive``, ``library``): **correctness first** -- one forward and backward
-   compared with the reference (the output, the input gradient, every local slice of every
-   weight gradient; ``matches_single_process``); one step with every all-reduce counted (in f
-   and g, or by :class:`labkit.tp.measure.CommCounter`); then ``steps`` SGD steps, the first
-   ``warmup`` untimed, each timed on every rank, the slowest rank's time taken
+3. per variant (``naive``, ``library``, ``sp``): **correctness first** -- one forward and
+   backward compared with the reference (the output, the input gradient, every local slice of
+   every weight gradient; sequence parallelism's output and input gradient are the rank's
+   tokens; ``matches_single_process``); one step with every collective counted (by
+   :class:`labkit.tp.comm.Comm` in the hand-written versions, by
+   :class:`labkit.tp.measure.CommCounter` for the library's); then ``steps`` SGD steps, the
+   first ``warmup`` untimed, each timed on every rank, the slowest rank's time taken
    (:func:`labkit.timing.summarize`); the prediction of :mod:`labkit.tp.formulas` beside it;
-   for the teaching version, every rank's entry and exit of every all-reduce, gathered, split
-   the time inside them into the messages and the wait for the later rank
-   (:mod:`labkit.tp.timeline`); the teaching version's counted step also counts the bytes
-   autograd saves for backward on the rank (:class:`labkit.memory.SavedActivations`);
+   for the hand-written versions, every rank's entry and exit of every collective, gathered,
+   split the time inside them into the messages and the wait for the later rank
+   (:mod:`labkit.tp.timeline`), and the timed step of median length becomes the row's
+   ``timeline_s`` (every rank's compute, waits and messages on one clock: the lab's Chrome
+   trace, :mod:`labkit.tp.trace`; two clock reads a step and two a collective); their counted
+   step also counts the bytes autograd saves for backward on the rank
+   (:class:`labkit.memory.SavedActivations`);
 4. **compute only**, last: the teaching version with f and g switched off (each rank's
-   slices, no all-reduce: the arithmetic of a TP step without its communication), timed.
+   slices, no all-reduce: the arithmetic of a TP step without its communication), timed, with
+   every rank's own median (``compute_time_rank_p50_s``: the rate of each rank's share).
+
+The ``sp`` variant (:mod:`labkit.tp.sp`) has no 1-rank row: on one rank it is the teaching
+version.
 
 Everything lives on the rank's device; each variant's row carries its device memory peak
 (None on a CPU).
@@ -50,6 +59,7 @@ from labkit.tp.measure import (
     worst_over_ranks,
 )
 from labkit.tp.models import (
+    NAIVE_TAIL,
     Comm,
     build_model,
     library_tp_model,
@@ -63,6 +73,7 @@ from labkit.tp.models import (
     synthetic_batch,
 )
 from labkit.tp.report import add_compute_time, prediction_fields
+from labkit.tp.sp import SP_TAIL, SPLayer, check_sp, make_sp_step, seq_shard
 
 
 def _reference(full, x, y) -> dict:
@@ -105,30 +116,94 @@ def check(model, ref: dict, x, y, rank: int, world_size: int) -> float:
                max_rel_error(grads, scale=scale))
 
 
-def timed_after_warmup(step, cfg, rt, *, prefix: str = "step_time") -> tuple[dict, list]:
+def timed_after_warmup(step, cfg, rt, *, prefix: str = "step_time",
+                       rank_p50: bool = False) -> tuple[dict, list]:
     """``cfg.warmup`` untimed calls of ``step``, then ``cfg.measured_steps`` timed ones
     (:func:`labkit.tp.measure.timed_steps`: the statistics and the slowest rank's times). The
     FSDP lab's worker times its steps so too."""
     for _ in range(cfg.warmup):
         step()
-    return timed_steps(step, rt, repeat=cfg.measured_steps, prefix=prefix)
+    return timed_steps(step, rt, repeat=cfg.measured_steps, prefix=prefix, rank_p50=rank_p50)
 
 
-def _inside_split(rt, comm: Comm, steps: int) -> dict:
-    """Seconds per step inside f's and g's all-reduces on the rank that spent the longest
-    there, split into the wait for the later rank and the messages, from every rank's
-    timeline (:func:`labkit.tp.timeline.split_waits`). Collective."""
+def middle_step(times) -> int:
+    """The index of the timed step of median length (the lower middle of an even count).
+
+    >>> middle_step([0.03, 0.01, 0.02, 0.05])
+    2
+    """
+    order = sorted(range(len(times)), key=lambda k: times[k])
+    return order[(len(times) - 1) // 2]
+
+
+def _inside_and_timeline(rt, comm: Comm, slowest: list) -> tuple[dict, dict]:
+    """Seconds per step inside the collectives on the rank that spent the longest there, split
+    into the wait for the later rank and the messages (:func:`labkit.tp.timeline.split_waits`),
+    and the timed step of median length on one clock (:func:`labkit.tp.timeline.step_slices`),
+    both from every rank's stamps. Collective."""
     import socket
 
     import torch.distributed as dist
 
-    mine = (socket.gethostname(), rt.device.type, comm.timeline())
+    k = middle_step(slowest)
+    mine = (socket.gethostname(), rt.device.type, comm.timeline(), comm.step_record(k))
     every = [None] * rt.world_size
     dist.all_gather_object(every, mine)
-    shared = len({(host, dev) for host, dev, _ in every}) == 1 and every[0][1] == "cpu"
-    worst = timeline.slowest(timeline.split_waits([tl for _, _, tl in every],
+    shared = len({(host, dev) for host, dev, *_ in every}) == 1 and every[0][1] == "cpu"
+    worst = timeline.slowest(timeline.split_waits([tl for _, _, tl, _ in every],
                                                   shared_clock=shared))
-    return {k: v / steps for k, v in worst.items()}
+    slices = timeline.step_slices([rec for *_, rec in every], shared_clock=shared)
+    return ({k2: v / len(slowest) for k2, v in worst.items()},
+            {"timeline_s": slices, "timeline_step": k + 1, "timeline_step_time_s": slowest[k]})
+
+
+def _variant(variant: str, full, rt, mesh, x, y, *, ref: dict, lr: float):
+    """(model, its Comm or None, its checked error, its step closure) of one variant."""
+    p, dev = rt.world_size, rt.device
+    if variant == "library":
+        model = library_tp_model(full, mesh)
+        err = check(model, ref, x, y, rt.rank, p)
+        return model, None, err, make_step(model, make_optimizer(model, lr), x, y)
+    comm = Comm(p, dev)
+    if variant == "naive":
+        model = naive_tp_model(full, rt.rank, p, comm)
+        err = check(model, ref, x, y, rt.rank, p)
+        step = make_step(model, make_optimizer(model, lr), x, y)
+    else:
+        model = naive_tp_model(full, rt.rank, p, comm, layer=SPLayer)
+        err = check_sp(model, ref, x, y, rt.rank, p, comm)
+        step = make_sp_step(model, make_optimizer(model, lr), seq_shard(x, rt.rank, p),
+                            seq_shard(y, rt.rank, p), comm)
+    return model, comm, err, comm.timed(step, tail=SP_TAIL if variant == "sp" else NAIVE_TAIL)
+
+
+def _counted(step, model, comm) -> dict:
+    """One step with its collectives counted, and, for the hand-written versions, the bytes
+    autograd saved on this rank (the library's DTensors: not counted)."""
+    if comm is None:
+        counter = CommCounter()
+        with counter:
+            step()
+        return {"activation_bytes_measured": math.nan,
+                "allreduce_calls_measured": counter.calls["all_reduce"],
+                "allgather_calls_measured": counter.calls["all_gather"],
+                "reduce_scatter_calls_measured": counter.calls["reduce_scatter"],
+                "comm_bytes_measured": counter.bytes["all_reduce"],
+                "allgather_bytes_measured": counter.bytes["all_gather"],
+                "reduce_scatter_bytes_measured": counter.bytes["reduce_scatter"],
+                "other_collective_calls": sum(n for op, n in counter.calls.items()
+                                              if op != "all_reduce")}
+    comm.reset()
+    with SavedActivations(exclude=[local_tensor(q) for q in model.parameters()]) as meter:
+        step()
+    return {"activation_bytes_measured": float(meter.peak_bytes),
+            "allreduce_calls_measured": comm.calls_by_op["all_reduce"],
+            "allgather_calls_measured": comm.calls_by_op["all_gather"],
+            "reduce_scatter_calls_measured": comm.calls_by_op["reduce_scatter"],
+            "comm_bytes_measured": comm.bytes,
+            "allgather_bytes_measured": comm.bytes_by_op["all_gather"],
+            "reduce_scatter_bytes_measured": comm.bytes_by_op["reduce_scatter"],
+            "other_collective_calls": 0}
 
 
 def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
@@ -142,47 +217,29 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
     each = b * s * h * formulas.BYTES_PER_VALUE  # one all-reduced activation
     link = fit_link(rt, max_bytes=4 * each)
     rate = compute_rate(rt, hidden=h, num_heads=cfg.num_heads, batch_size=b, seq_len=s, split=p)
-    common = _common(cfg, full, p, link, rate)
     mesh = None
+    if "library" in cfg.variants:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(dev.type, (p,))
     rows = []
     for variant in cfg.variants:
+        common = _common(cfg, full, p, link, rate, variant)
         # the point's peak: the whole model, batch and reference (held throughout) count too
         runtime.reset_device_peak(dev)
-        comm = None
-        if variant == "naive":
-            comm = Comm(p, dev)
-            model = naive_tp_model(full, rt.rank, p, comm)
-        else:
-            if mesh is None:
-                from torch.distributed.device_mesh import init_device_mesh
-
-                mesh = init_device_mesh(dev.type, (p,))
-            model = library_tp_model(full, mesh)
-        err = worst_over_ranks(rt, check(model, ref, x, y, rt.rank, p))  # before any timing
-        step = make_step(model, make_optimizer(model, cfg.lr), x, y)
-        counter = CommCounter()
-        saved = math.nan
-        if comm is not None:
-            comm.reset()
-            # what autograd saves in this rank's slice (the library's DTensors: not counted)
-            with SavedActivations(exclude=[local_tensor(q) for q in model.parameters()]) as meter:
-                step()
-            saved = float(meter.peak_bytes)
-            calls, nbytes, others = comm.calls, comm.bytes, 0
-        else:
-            with counter:
-                step()
-            calls, nbytes = counter.calls["all_reduce"], counter.bytes["all_reduce"]
-            others = sum(n for op, n in counter.calls.items() if op != "all_reduce")
+        model, comm, err, step = _variant(variant, full, rt, mesh, x, y, ref=ref, lr=cfg.lr)
+        err = worst_over_ranks(rt, err)  # before any timing
+        counted = _counted(step, model, comm)
         for _ in range(max(0, cfg.warmup - 1)):  # the counted step was the first warm-up step
             step()
         if comm is not None:
             comm.reset()
         stats, slowest = timed_steps(step, rt, repeat=cfg.measured_steps)
-        inside = (_inside_split(rt, comm, cfg.measured_steps) if comm is not None and p > 1
-                  else dict.fromkeys(("inside", "wait", "message"), math.nan))
+        inside = dict.fromkeys(("inside", "wait", "message"), math.nan)
+        traced = {}
+        if comm is not None and p > 1:
+            inside, traced = _inside_and_timeline(rt, comm, slowest)
         peak = runtime.max_device_peak_bytes(dev)
-        t = stats["step_time_p50_s"]
         rows.append({
             **common,
             "variant": variant,
@@ -190,42 +247,55 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
             "params_per_rank": sum(local_tensor(q).numel() for q in model.parameters()),
             "matches_single_process": bool(err <= cfg.tolerance),
             "max_rel_error": err,
-            "allreduce_calls_measured": calls,
-            "comm_bytes_measured": nbytes,
-            "other_collective_calls": others,
+            **counted,
             **stats,
             "step_times_s": slowest,
             "allreduce_time_in_step_s": inside["inside"],
             "allreduce_wait_in_step_s": inside["wait"],
             "allreduce_message_in_step_s": inside["message"],
+            **traced,
             "device_memory_peak_bytes": peak,
-            "activation_bytes_measured": saved,
             "prediction_error_pct": formulas.prediction_error_pct(
-                predicted_s=common["predicted_step_s"], measured_s=t),
+                predicted_s=common["predicted_step_s"], measured_s=stats["step_time_p50_s"]),
         })
         del model, step
     # compute only: the same slices and arithmetic, f and g as identities (timed last, when
-    # allocator and caches are as warm as for the variants)
+    # allocator and caches are as warm as for the variants); every rank's own median too
     bare = naive_tp_model(full, rt.rank, p, Comm(1))
     compute, _ = timed_after_warmup(make_step(bare, make_optimizer(bare, cfg.lr), x, y), cfg, rt,
-                                    prefix="compute_time")
+                                    prefix="compute_time", rank_p50=True)
     add_compute_time(rows, compute)
     if cfg.baseline and p > 1:
         rows += _baseline_rows(rt, cfg, full, ref, x, y)
     return {"rows": rows} if rt.rank == 0 else {}
 
 
-def _common(cfg: TPConfig, full, p: int, link: dict, rate: float) -> dict:
-    """The fields every row of world size ``p`` shares: the workload, the formulas' counts and
-    the prediction from ``rate`` (a rank's share of a layer, alone) and the α–β ``link``."""
+def _common(cfg: TPConfig, full, p: int, link: dict, rate: float, variant: str = "naive") -> dict:
+    """The fields a row of ``variant`` at world size ``p`` carries besides its measurements:
+    the workload, the formulas' counts and the prediction from ``rate`` (a rank's share of a
+    layer, alone) and the α–β ``link``."""
     b, s, h = cfg.batch_size, cfg.seq_len, cfg.hidden
     flops = formulas.flops_per_rank(batch_size=b, seq_len=s, hidden=h,
                                     num_layers=cfg.num_layers, world_size=p)
-    n_ar = formulas.allreduce_count(num_layers=cfg.num_layers, world_size=p)
     each = b * s * h * formulas.BYTES_PER_VALUE
-    pred = formulas.predict_step(flops=flops, compute_flop_per_s=rate, allreduces=n_ar,
-                                 allreduce_bytes_each=each, ranks=p, alpha_s=link["alpha_s"],
-                                 beta_bytes_per_s=link["beta_bytes_per_s"])
+    if variant == "sp":
+        from labkit.fsdp.formulas import predict_step as predict_collectives
+
+        coll = formulas.sp_collectives(batch_size=b, seq_len=s, hidden=h,
+                                       num_layers=cfg.num_layers, world_size=p)
+        calls = {op: n for op, (n, _) in coll.items()}
+        nbytes = {op: v for op, (_, v) in coll.items()}
+        pred = predict_collectives(
+            flops=flops, compute_flop_per_s=rate, ranks=p, alpha_s=link["alpha_s"],
+            beta_bytes_per_s=link["beta_bytes_per_s"],
+            collectives=[(op, v / n) for op, (n, v) in coll.items() for _ in range(n)])
+    else:
+        n_ar = formulas.allreduce_count(num_layers=cfg.num_layers, world_size=p)
+        calls = {"all_reduce": n_ar, "all_gather": 0, "reduce_scatter": 0}
+        nbytes = {"all_reduce": n_ar * each, "all_gather": 0, "reduce_scatter": 0}
+        pred = formulas.predict_step(flops=flops, compute_flop_per_s=rate, allreduces=n_ar,
+                                     allreduce_bytes_each=each, ranks=p, alpha_s=link["alpha_s"],
+                                     beta_bytes_per_s=link["beta_bytes_per_s"])
     return {
         **cfg.describe(),
         "num_params": sum(t.numel() for t in full.parameters()),
@@ -233,28 +303,35 @@ def _common(cfg: TPConfig, full, p: int, link: dict, rate: float) -> dict:
         "params_per_rank_formula": formulas.params_per_rank(hidden=h, num_layers=cfg.num_layers,
                                                             world_size=p),
         "tolerance": cfg.tolerance,
-        "allreduce_calls_formula": n_ar,
-        "comm_bytes_formula": formulas.allreduce_bytes(batch_size=b, seq_len=s, hidden=h,
-                                                       num_layers=cfg.num_layers, world_size=p),
+        "allreduce_calls_formula": calls["all_reduce"],
+        "allgather_calls_formula": calls["all_gather"],
+        "reduce_scatter_calls_formula": calls["reduce_scatter"],
+        "allreduce_bytes_formula": nbytes["all_reduce"],
+        "allgather_bytes_formula": nbytes["all_gather"],
+        "reduce_scatter_bytes_formula": nbytes["reduce_scatter"],
+        "comm_bytes_formula": sum(nbytes.values()),
         "bytes_per_allreduce": each,
-        **activation_fields(cfg, p),
+        **activation_fields(cfg, p, sequence_parallel=variant == "sp"),
         **prediction_fields(link=link, compute_flop_per_s=rate, flops_per_rank=flops,
                             predicted=pred),
     }
 
 
-def activation_fields(cfg: TPConfig, p: int) -> dict:
-    """The saved activations of one rank at TP degree ``p`` by the lab's exact count and by
-    Korthikanti et al.'s terms, as published and in the lab's terms
-    (:mod:`labkit.tp.formulas`)."""
+def activation_fields(cfg: TPConfig, p: int, *, sequence_parallel: bool = False) -> dict:
+    """The saved activations of one rank at TP degree ``p`` by the lab's exact count (with or
+    without ``sequence_parallel``) and by Korthikanti et al.'s terms without and with sequence
+    parallelism, as published and in the lab's terms (:mod:`labkit.tp.formulas`)."""
     kw = dict(batch_size=cfg.batch_size, seq_len=cfg.seq_len, hidden=cfg.hidden,
               num_heads=cfg.num_heads, num_layers=cfg.num_layers)
-    return {
-        "activation_bytes_formula": formulas.saved_activation_bytes(**kw, world_size=p),
-        "activation_korthikanti_bytes": formulas.korthikanti_activation_bytes(**kw, tp=p),
-        "activation_korthikanti_fp32_bytes": formulas.korthikanti_activation_bytes(
-            **kw, tp=p, bytes_per_value=formulas.BYTES_PER_VALUE, mask_bytes=0, flash=True),
-    }
+    lab = dict(bytes_per_value=formulas.BYTES_PER_VALUE, mask_bytes=0, flash=True)
+    out = {"activation_bytes_formula": formulas.saved_activation_bytes(
+        **kw, world_size=p, sequence_parallel=sequence_parallel)}
+    for tag, sp in (("", False), ("_sp", True)):
+        out[f"activation_korthikanti{tag}_bytes"] = formulas.korthikanti_activation_bytes(
+            **kw, tp=p, sequence_parallel=sp)
+        out[f"activation_korthikanti{tag}_fp32_bytes"] = formulas.korthikanti_activation_bytes(
+            **kw, tp=p, sequence_parallel=sp, **lab)
+    return out
 
 
 def _baseline_rows(rt, cfg: TPConfig, full, ref, x, y) -> list[dict]:
@@ -276,7 +353,7 @@ def _baseline_rows(rt, cfg: TPConfig, full, ref, x, y) -> list[dict]:
                                        hidden=cfg.hidden, num_layers=1) / layer_s
         common = _common(cfg, full, 1, {"alpha_s": math.nan, "beta_bytes_per_s": math.nan,
                                         "sweep": []}, rate)
-        for variant in cfg.variants:
+        for variant in (v for v in cfg.variants if v != "sp"):  # one rank: sp is naive
             model = (naive_tp_model(full, 0, 1, Comm(1)) if variant == "naive" else
                      library_tp_model(full, DeviceMesh.from_group(group, rt.device.type)))
             err = check(model, ref, x, y, 0, 1)
@@ -288,8 +365,10 @@ def _baseline_rows(rt, cfg: TPConfig, full, ref, x, y) -> list[dict]:
                 **common, "variant": variant, "world_size": 1, "baseline_in_launch": True,
                 "params_per_rank": sum(local_tensor(q).numel() for q in model.parameters()),
                 "matches_single_process": bool(err <= cfg.tolerance), "max_rel_error": err,
-                "allreduce_calls_measured": 0, "comm_bytes_measured": 0,
-                "other_collective_calls": 0, **stats, "step_times_s": [float(t) for t in times],
+                **dict.fromkeys(("allreduce_calls_measured", "allgather_calls_measured",
+                                 "reduce_scatter_calls_measured", "comm_bytes_measured",
+                                 "allgather_bytes_measured", "reduce_scatter_bytes_measured",
+                                 "other_collective_calls"), 0), **stats, "step_times_s": [float(t) for t in times],
                 "allreduce_time_in_step_s": math.nan, "allreduce_wait_in_step_s": math.nan,
                 "allreduce_message_in_step_s": math.nan, "device_memory_peak_bytes": None,
                 "prediction_error_pct": formulas.prediction_error_pct(
@@ -298,8 +377,9 @@ def _baseline_rows(rt, cfg: TPConfig, full, ref, x, y) -> list[dict]:
         # one rank: f and g are identities, so the teaching version's step is the compute
         naive = next((r for r in rows if r["variant"] == "naive"), None)
         if naive is not None:
-            add_compute_time(rows, {k.replace("step_time", "compute_time"): v
-                                    for k, v in naive.items() if k.startswith("step_time_")})
+            add_compute_time(rows, {**{k.replace("step_time", "compute_time"): v
+                                       for k, v in naive.items() if k.startswith("step_time_")},
+                                    "compute_time_rank_p50_s": [naive["step_time_p50_s"]]})
     dist.barrier()
     return rows
 
