@@ -141,6 +141,46 @@ def available_cores() -> int:
     return psutil.cpu_count(logical=True) or os.cpu_count() or 1
 
 
+def bind_to_cores(local_rank: int, local_world_size: int) -> list[int] | None:
+    """Bind the calling thread (a rank's compute: the threads it starts later inherit the
+    binding, those started before keep theirs) to its share of the cores this process may run
+    on, as ``srun --cpu-bind=cores`` binds tasks: the allowed cores split into
+    ``local_world_size`` equal runs, run ``local_rank`` for this rank. The cores it gets, or
+    None where it is left to the operating system: a platform without an affinity mask
+    (macOS), fewer allowed cores than local ranks (oversubscribed), ``LABKIT_BIND_CORES=0``.
+
+    Why, measured on a 2-core VM with gloo (2 ranks, 150 all-reduces after a barrier, p10 /
+    p50 of the slower rank and the share of calls 1.5 ms over the p10): left free, the ranks
+    met on one core now and then, and 30-50 % of calls waited for the scheduler's next turn
+    (about 4 ms: 2 MiB p10 0.73 / p50 1.15-1.47 ms); with every thread of a rank on its one
+    core, 70 % did (p50 3.8 ms); with the compute thread bound and gloo's threads (started
+    before) left free, 0-4 % did at 64 KiB and 2 MiB (p50 0.96 ms).
+    """
+    if os.environ.get("LABKIT_BIND_CORES", "1") == "0" or not hasattr(psutil.Process,
+                                                                       "cpu_affinity"):
+        return None
+    try:
+        proc = psutil.Process()
+        allowed = sorted(proc.cpu_affinity())
+        if local_world_size < 1 or len(allowed) < local_world_size:
+            return None
+        per = len(allowed) // local_world_size
+        mine = allowed[local_rank * per:(local_rank + 1) * per]
+        proc.cpu_affinity(mine)
+        return mine
+    except (psutil.Error, OSError, ValueError):
+        return None
+
+
+def bound_cores() -> list[int] | None:
+    """The cores this process may run on (its affinity mask; None where there is none)."""
+    if not hasattr(psutil.Process, "cpu_affinity"):
+        return None
+    with contextlib.suppress(psutil.Error, OSError, ValueError):
+        return sorted(psutil.Process().cpu_affinity())
+    return None
+
+
 def allocated_cores() -> int:
     """The cores this launcher's ranks may use: :func:`available_cores`, and within a SLURM
     job no more than ``SLURM_CPUS_PER_TASK`` (a cluster without CPU binding leaves the whole node

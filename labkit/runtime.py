@@ -2,7 +2,8 @@
 
 Everything is driven by the environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``...) plus ``LABKIT_BACKEND`` from the launcher. gloo on CPU, nccl on CUDA, the device
-from ``LOCAL_RANK``. Rank code never launches ranks (that is :mod:`labkit.launch`).
+from ``LOCAL_RANK``; a CPU rank bound to its share of the cores. Rank code never launches ranks
+(that is :mod:`labkit.launch`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,14 @@ def init(timeout_s: float | None = None) -> Runtime:
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout,
                             **kwargs)
+    # a CPU rank's compute bound to its share of the cores (labkit.procs.bind_to_cores), once
+    # gloo has started its threads: they stay free to run on any core. GPU ranks are left to
+    # the cluster's launcher (srun --cpu-bind, torchrun's NUMA binding): which cores suit a GPU
+    # is the node's NUMA layout, not an even split
+    if backend == "gloo":
+        from labkit.procs import bind_to_cores
+
+        bind_to_cores(local_rank, local_world_size)
     if audit.enabled() and backend != "nccl":
         audit.install(device, rank=rank, local_rank=local_rank)
     _RUNTIME = Runtime(rank, world_size, local_rank, local_world_size, backend, device)
@@ -144,10 +153,13 @@ def placement(rt: Runtime) -> list[dict] | None:
     """Every rank's placement, gathered to rank 0 (others get None).
 
     Columns: rank, local_rank, host, pid, device, device_name, cuda_visible_devices,
-    threads (torch intra-op threads), and ``problem``: a non-empty string where two ranks share
+    threads (torch intra-op threads), cores (the cores it may run on: its share, where
+    :func:`init` bound it), and ``problem``: a non-empty string where two ranks share
     one GPU (same host and same physical device), the classic misconfiguration that halves
     throughput silently.
     """
+    from labkit.procs import bound_cores
+
     if rt.device.type == "cuda":
         props = torch.cuda.get_device_properties(rt.device)
         device_name = props.name
@@ -164,6 +176,7 @@ def placement(rt: Runtime) -> list[dict] | None:
         "device_name": device_name,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "threads": torch.get_num_threads(),
+        "cores": bound_cores(),
         "_uuid": uuid,
     }
     table: list = [None] * rt.world_size

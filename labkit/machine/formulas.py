@@ -8,7 +8,11 @@ Three rules carry a measurement taken at a few points to the point a model asks 
 * **the co-run slowdown**: ``t_together / t_alone``, one rank's work timed with every rank of
   the launch doing the same at once, over the same work timed alone;
 * **oversubscription**: with more ranks than cores, each core runs ranks/cores of them in turn,
-  so the slowdown grows by that factor on top of the co-run slowdown measured at one rank a core.
+  so the slowdown grows by that factor on top of the co-run slowdown measured at one rank a core;
+* **two kinds of call** (:func:`waits`): a message moves at its transfer's pace, or it also
+  waits for the scheduler to give one of its threads a core (on a machine whose cores are all
+  computing, up to a scheduler tick: about 4 ms at HZ = 250). The two are predicted apart: how
+  often a call waits changes from second to second, how long it takes when it does does not.
 """
 
 from __future__ import annotations
@@ -94,6 +98,75 @@ def compute_slowdown(ranks: int, *, co_run: float, measured_ranks: int, cores: i
     if ranks == 1:
         return 1.0
     return max(1.0, co_run) * max(1.0, ranks / cores)
+
+
+#: a call waited for the scheduler when it took this much longer than its transfer (at least;
+#: a quarter of the transfer where that is more: a large message's own spread is no wait)
+WAIT_THRESHOLD_S = 1.5e-3
+
+
+def waits(samples: Sequence[float], *, transfer_s: float | None = None,
+          threshold_s: float = WAIT_THRESHOLD_S) -> dict:
+    """The calls of one size in one context, split into those that moved at the transfer's pace
+    and those that also waited: ``transfer_s`` (given, else the samples' 10th percentile: the
+    calls that waited for nothing), ``wait_share`` (the calls over ``transfer_s`` + the
+    threshold, :data:`WAIT_THRESHOLD_S` or a quarter of the transfer), ``wait_excess_s`` (what
+    each of those took beyond the transfer).
+
+    Eight calls of 1 ms, two of them 4 ms later (a scheduler tick):
+
+    >>> w = waits([1e-3] * 6 + [5e-3, 5.2e-3])
+    >>> w["transfer_s"], w["wait_share"], [round(x, 4) for x in w["wait_excess_s"]]
+    (0.001, 0.25, [0.004, 0.0042])
+    """
+    xs = sorted(float(t) for t in samples)
+    if not xs:
+        raise ValueError("waits of no samples")
+    if transfer_s is None:
+        transfer_s = percentile(xs, 10)
+    cut = transfer_s + max(threshold_s, transfer_s / 4)
+    excess = [t - transfer_s for t in xs if t > cut]
+    return {"transfer_s": float(transfer_s), "wait_share": len(excess) / len(xs),
+            "wait_excess_s": excess}
+
+
+def counted_waits(durations: Sequence[float], transfers: Sequence[float], *,
+                  threshold_s: float = WAIT_THRESHOLD_S) -> dict:
+    """The messages of one measured step that waited for the scheduler: each measured
+    ``durations[i]`` against the transfer the profile predicts for it, ``transfers[i]``
+    (:meth:`labkit.machine.Profile.transfer_s`); it waited when it took longer than its
+    transfer + the threshold (as :func:`waits` counts the profile's own calls). ``count``,
+    ``share`` (of the messages) and ``excess_s`` (what each that waited took beyond its
+    transfer). A step model prices ``count`` waits at the profile's
+    :meth:`~labkit.machine.Profile.scheduler_wait_s`: how often the scheduler made a message
+    wait is this run's (it changes from second to second), how long a wait lasts is the
+    machine's.
+
+    >>> w = counted_waits([0.3e-3, 4.1e-3, 0.4e-3], [0.3e-3] * 3)
+    >>> w["count"], round(w["share"], 3), [round(x * 1e3, 1) for x in w["excess_s"]]
+    (1, 0.333, [3.8])
+    """
+    if len(durations) != len(transfers):
+        raise ValueError("one transfer per measured message")
+    excess = [float(d) - float(t) for d, t in zip(durations, transfers)
+              if float(d) > float(t) + max(threshold_s, float(t) / 4)]
+    n = len(durations)
+    return {"count": len(excess), "share": len(excess) / n if n else 0.0, "excess_s": excess}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile, linear between the sorted values (numpy's default).
+
+    >>> percentile([1, 2, 3, 4, 5], 10), percentile([1, 2, 3, 4, 5], 50)
+    (1.4, 3.0)
+    """
+    v = sorted(float(x) for x in values)
+    if not v:
+        raise ValueError("percentile of nothing")
+    k = (len(v) - 1) * q / 100
+    lo = math.floor(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def median(values: Sequence[float]) -> float:

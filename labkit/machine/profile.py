@@ -116,54 +116,91 @@ class Profile:
     def copy_slowdown(self) -> float:
         return self.copy_bytes_per_s() / self.copy_bytes_per_s(together=True)
 
-    # -- messages ---------------------------------------------------------------------------
+    # -- messages: the two kinds of call (labkit.machine.formulas.waits) --------------------
+    def _transfers(self, measurement: str, busy: bool) -> tuple[list, list]:
+        # a row that keeps no transfer apart (a profile written before they were) counts its
+        # median as its transfer, with no waits
+        rows = [{**r, "time_p10_s": r["time_p50_s"]} if r.get("time_p10_s") is None else r
+                for r in self.rows]
+        return _pairs(rows, measurement, "busy" if busy else "idle", "size_bytes",
+                      "time_p10_s")
+
     def _alpha_beta(self, busy: bool) -> tuple[float, float]:
         from labkit.collectives.formulas import fit_alpha_beta
 
-        xs, ys = _pairs(self.rows, "allreduce", "busy" if busy else "idle", "size_bytes",
-                        "time_p50_s")
+        xs, ys = self._transfers("allreduce", busy)
         return fit_alpha_beta("all_reduce", self.world_size, sizes=xs, times=ys)
 
     @property
     def alpha_s(self) -> float:
-        """α of the α–β line fitted to the idle all-reduce sweep (relative least squares)."""
+        """α of the α–β line fitted to the idle all-reduces' transfers (relative least
+        squares)."""
         return self._alpha_beta(False)[0]
 
     @property
     def beta_bytes_per_s(self) -> float:
         return self._alpha_beta(False)[1]
 
-    def allreduce_s(self, size_bytes: float, *, ranks: int | None = None,
-                    busy: bool = False) -> float:
-        """An all-reduce of ``size_bytes`` in context: read off the measured sweep (log-log
-        between sizes) at the profile's world size; ``busy``: while every rank's core also
-        computes. At another rank count, the ring α–β model with this sweep's fit."""
+    def transfer_s(self, size_bytes: float, *, measurement: str = "allreduce",
+                   ranks: int | None = None, busy: bool = False) -> float:
+        """An all-reduce (or a point-to-point ``message``, one way) of ``size_bytes`` that
+        waited for nothing: the sweep's 10th percentiles read at that size (log-log between
+        sizes) at the profile's world size; at another rank count, the ring α–β line fitted
+        to them. ``busy``: while every rank's core also computes."""
         ranks = self.world_size if ranks is None else int(ranks)
         if ranks < 2:
             return 0.0
-        if ranks == self.world_size:
-            xs, ys = _pairs(self.rows, "allreduce", "busy" if busy else "idle", "size_bytes",
-                            "time_p50_s")
-            return formulas.sweep_time(size_bytes, xs, ys)
+        if ranks == self.world_size or measurement != "allreduce":
+            return formulas.sweep_time(size_bytes, *self._transfers(measurement, busy))
         from labkit.collectives.formulas import allreduce_time
 
         alpha, beta = self._alpha_beta(busy)
         return allreduce_time(size_bytes=size_bytes, ranks=ranks, alpha_s=alpha,
                               beta_bytes_per_s=beta)
 
+    @property
+    def scheduler_wait_s(self) -> float:
+        """What a call that waited for the scheduler took beyond its transfer: the median over
+        every such call of the profile, all-reduces and messages, idle and busy (0 where none
+        waited). On a machine whose cores are all computing it is about a scheduler tick."""
+        excess = [x for r in self.rows if r.get("measurement") in ("allreduce", "message")
+                  for x in (r.get("wait_excess_s") or [])]
+        return formulas.median(excess) if excess else 0.0
+
+    def wait_share(self, *, busy: bool = False) -> float:
+        """The share of the profile's messages and all-reduces that waited for the scheduler,
+        with the peers idle or busy: the median over its sizes (one size's few calls say
+        little; this machine's state when it was measured, which changes from second to
+        second)."""
+        rows = [r for r in self.rows if r.get("measurement") in ("allreduce", "message")
+                and r.get("context") == ("busy" if busy else "idle")
+                and r.get("wait_share") is not None]
+        return formulas.median([r["wait_share"] for r in rows]) if rows else 0.0
+
+    def allreduce_s(self, size_bytes: float, *, ranks: int | None = None,
+                    busy: bool = False) -> float:
+        """An all-reduce of ``size_bytes`` in context, what it costs on average: its transfer
+        (:meth:`transfer_s`) and, as often as the profile's calls in that context did
+        (:meth:`wait_share`), one scheduler wait (:meth:`scheduler_wait_s`)."""
+        if (self.world_size if ranks is None else int(ranks)) < 2:
+            return 0.0
+        return (self.transfer_s(size_bytes, ranks=ranks, busy=busy)
+                + self.wait_share(busy=busy) * self.scheduler_wait_s)
+
     def message_s(self, size_bytes: float, *, busy: bool = False) -> float:
-        """One point-to-point message of ``size_bytes``, one way (half a ping-pong)."""
-        xs, ys = _pairs(self.rows, "message", "busy" if busy else "idle", "size_bytes",
-                        "time_p50_s")
-        return formulas.sweep_time(size_bytes, xs, ys)
+        """One point-to-point message of ``size_bytes``, one way (half a ping-pong), what it
+        costs on average: its transfer and its share of scheduler waits, as
+        :meth:`allreduce_s`."""
+        return (self.transfer_s(size_bytes, measurement="message", busy=busy)
+                + self.wait_share(busy=busy) * self.scheduler_wait_s)
 
     # -- showing it -------------------------------------------------------------------------
     def table(self):
         """The measured rows (what, context, size, p50 time, rate) as a DataFrame."""
         import pandas as pd
 
-        cols = ["measurement", "context", "n", "size_bytes", "time_p50_s", "flop_per_s",
-                "bytes_per_s"]
+        cols = ["measurement", "context", "n", "size_bytes", "time_p50_s", "time_p10_s",
+                "wait_share", "flop_per_s", "bytes_per_s"]
         df = pd.DataFrame(self.rows)
         return df[[c for c in cols if c in df]]
 

@@ -17,6 +17,13 @@ COLUMNS = (
     Column("n", "", "n of the n x n matrix product"),
     Column("size_bytes", "bytes", "bytes copied, all-reduced or sent"),
     Column("time_p50_s", "s", "median time of one operation (slowest rank, or rank 0 alone)"),
+    Column("time_p10_s", "s", "messages: 10th percentile, the transfer (the calls that waited "
+                              "for nothing)"),
+    Column("time_p90_s", "s", "messages: 90th percentile"),
+    Column("wait_share", "", "messages: the share of calls that also waited for the scheduler "
+                             "(longer than the transfer + 1.5 ms, or + a quarter of it)"),
+    Column("wait_excess_s", "s", "messages: what each call that waited took beyond the "
+                                 "transfer (a list)"),
     Column("flop_per_s", "flop/s", "2 n^3 / time of the matrix product"),
     Column("bytes_per_s", "B/s", "bytes moved per second (a copy counts read + write)"),
 )

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from labkit import runtime, timing
 from labkit.harness import worker_main
+from labkit.machine import formulas
 from labkit.machine.config import MachineConfig
 from labkit.metrics import slowest_rank
 
@@ -116,12 +117,16 @@ def _collective_rows(rt, cfg, context: str) -> list[dict]:
         runtime.mark_progress()
     rows = []
     for s in sizes:
-        t = _p50(slowest_rank(timing.gather_samples(ar[s])))
-        rows.append({"measurement": "allreduce", "context": context, "size_bytes": s,
-                     "time_p50_s": t, "bytes_per_s": s / t})
-        t = _p50(timing.gather_samples(pp[s])[0])  # rank 0's clock holds the round trip
-        rows.append({"measurement": "message", "context": context, "size_bytes": s,
-                     "time_p50_s": t, "bytes_per_s": s / t})
+        for name, samples in (("allreduce", slowest_rank(timing.gather_samples(ar[s]))),
+                              # rank 0's clock holds the round trip
+                              ("message", timing.gather_samples(pp[s])[0])):
+            t = _p50(samples)
+            w = formulas.waits(samples)
+            rows.append({"measurement": name, "context": context, "size_bytes": s,
+                         "time_p50_s": t, "bytes_per_s": s / t,
+                         "time_p10_s": w["transfer_s"],
+                         "time_p90_s": formulas.percentile(samples, 90),
+                         "wait_share": w["wait_share"], "wait_excess_s": w["wait_excess_s"]})
     return rows
 
 
