@@ -41,8 +41,10 @@ def test_alpha_beta_sentence_says_within_or_not_from_the_sweep():
 
 def test_allreduce_sentence_flips_around_the_profile():
     kw = dict(world_size=2, size_bytes=1 << 20, predicted_s=1e-3)
-    assert "50% slower than the profile" in verdicts.allreduce_sentence(measured_s=1.5e-3, **kw)
-    assert "50% faster than the profile" in verdicts.allreduce_sentence(measured_s=0.5e-3, **kw)
+    slower = verdicts.allreduce_sentence(measured_s=1.5e-3, p50_s=1.6e-3, **kw)
+    assert "50% slower than the profile" in slower and "few calls waited" in slower
+    faster = verdicts.allreduce_sentence(measured_s=0.5e-3, p50_s=4.5e-3, **kw)
+    assert "50% faster than the profile" in faster and "waited for the scheduler" in faster
 
 
 @pytest.mark.parametrize("world_size,kind", [(2, "model"), (4, "naive")])

@@ -199,33 +199,46 @@ def test_laws_without_their_mechanism_do_not_hold():
 
 
 class _Profile:
-    """A stand-in machine profile: an idle sweep with a scattered floor, busy 1.5x slower."""
+    """A stand-in machine profile: an idle sweep whose transfers (p10) are half its p50s (a
+    scattered floor), busy 1.5x slower."""
 
     world_size = 2
-    rows = [{"measurement": "allreduce", "context": c, "size_bytes": s, "time_p50_s": t * k}
+    rows = [{"measurement": "allreduce", "context": c, "size_bytes": s, "time_p50_s": t * k,
+             "time_p10_s": t * k / 2}
             for c, k in (("idle", 1.0), ("busy", 1.5))
             for s, t in ((8, 1e-3), (512, 1.2e-3), (32768, 0.9e-3), (2 << 20, 3e-3))]
 
-    def allreduce_s(self, size, *, ranks=2, busy=False):
-        pts = [(r["size_bytes"], r["time_p50_s"]) for r in self.rows
+    def transfer_s(self, size, *, ranks=2, busy=False):
+        pts = [(r["size_bytes"], r["time_p10_s"]) for r in self.rows
                if r["context"] == ("busy" if busy else "idle")]
         return float(np.exp(np.interp(np.log(size), *np.log(np.array(pts)).T)))
 
 
 def test_profile_floor_is_the_same_statistic_over_the_profiles_own_sizes():
     got = verdicts.profile_floor_s([8, 32, 128, 512, 2048, 8192, 32768], _Profile(), ranks=2)
-    assert got == pytest.approx(1e-3)  # median of 1.0, 1.2, 0.9 ms
+    assert got == pytest.approx(0.5e-3)  # median of the transfers 0.5, 0.6, 0.45 ms
+    got = verdicts.profile_floor_s([8, 32, 128, 512, 2048, 8192, 32768], _Profile(), ranks=2,
+                                   statistic="p50")
+    assert got == pytest.approx(1e-3)  # median of the p50s 1.0, 1.2, 0.9 ms
     assert verdicts.profile_floor_s([], _Profile(), ranks=2) is None
 
 
 def test_in_context_judges_at_the_largest_size_both_swept_and_its_laws():
-    rows = [{"size_bytes": s, "time_p50_s": t, "busy_time_p50_s": 1.4 * t, "busy_matmuls": 9}
+    rows = [{"size_bytes": s, "time_p50_s": t, "busy_time_p50_s": 1.4 * t, "busy_matmuls": 9,
+             "time_p10_s": t / 2, "busy_time_p10_s": 1.5 * t / 2}
             for s, t in zip(SIZES, floor_then_line())]
     ctx = verdicts.in_context(rows, _Profile(), ranks=2)
     assert ctx["size_bytes"] == 2 << 20  # 8 MiB is past the profile's sweep
     assert ctx["ratio"] == pytest.approx(1.4)
     laws_rows = verdicts.context_laws(ctx, ranks=2)
     assert [x["kind"] for x in laws_rows] == ["model", "model"]
+    # transfers against transfers: the profile's p10 (1.5 ms) against the sweep's
+    assert laws_rows[0]["predicted"] == pytest.approx(1.5)
+    assert laws_rows[0]["measured"] == pytest.approx(ctx["idle_p10_s"] * 1e3)
+    assert "p50" in laws_rows[0]["note"]
+    # a sweep whose transfers are twice the profile's misses, whatever its p50s
+    slow = dict(ctx, idle_p10_s=2 * ctx["predicted_idle_s"])
+    assert not verdicts.context_laws(slow, ranks=2)[0]["holds"]
     # no busy thread computing: the busy law cannot hold, whatever its numbers
     idle_only = dict(ctx, matmuls=0)
     assert not verdicts.context_laws(idle_only, ranks=2)[1]["holds"]
@@ -275,23 +288,53 @@ def test_estimate_grows_with_what_the_sweep_does():
     assert _estimate((2, 4)) > _estimate() + cconfig.LAUNCH_S  # oversubscribed: slower too
 
 
-def test_a_miss_carries_its_measured_split_that_sums_to_the_measurement():
+def test_the_model_is_fitted_to_the_transfers_and_the_naive_line_to_the_p50s():
+    """Rows with transfers: the regimes fit them (a p50 disturbed by waits moves nothing), the
+    naive line runs through the p50s. Rows without: the p50s, and a miss's split takes the p50
+    apart into its p10 and the rest."""
     from labkit.book import laws as book_laws
 
     times = floor_then_line()
-    rows = [{"op": "all_reduce", "world_size": 2, "size_bytes": s, "time_p50_s": t,
-             "time_p10_s": 0.6 * t} for s, t in zip(SIZES, times)]
-    rows[-1]["time_p50_s"] *= 1.6  # the largest size disturbed: p50 far above its p10
+    rows = [{"op": "all_reduce", "world_size": 2, "size_bytes": s, "time_p50_s": 2 * t,
+             "time_p10_s": t} for s, t in zip(SIZES, times)]
+    rows[-1]["time_p50_s"] *= 3  # the largest size's calls waited: its p50 far above its p10
     r = regimes.of_rows(rows, fit_min_bytes=SIZES[6])
+    assert r.statistic == "p10" and r.times == tuple(times)
+    assert r.medians == tuple(x["time_p50_s"] for x in rows)
     line_row = verdicts.line_law(r)
+    assert line_row["holds"] and line_row["split"] is None  # a transfer has nothing to split
+    naive = verdicts.sweep_laws(r, profile_floor_s=1e-4)[-1]
+    assert naive["measured"] == pytest.approx(rows[0]["time_p50_s"] * 1e3)
+    # a transfer off the line misses
+    rows[-1]["time_p10_s"] *= 1.6
+    assert not verdicts.line_law(regimes.of_rows(rows, fit_min_bytes=SIZES[6]))["holds"]
+    # p50s only: the old statistic, and a miss split into the p10 and the rest
+    p50s = [{"op": "all_reduce", "world_size": 2, "size_bytes": s, "time_p50_s": t,
+             "time_p10_s": 0.6 * t} for s, t in zip(SIZES, times)]
+    p50s[-1]["time_p50_s"] *= 1.6
+    old = find_regimes("all_reduce", 2, sizes=SIZES, times=[x["time_p50_s"] for x in p50s],
+                       p10s=[x["time_p10_s"] for x in p50s], fit_min_bytes=SIZES[6])
+    line_row = verdicts.line_law(old)
     assert not line_row["holds"] and book_laws.split_sums(line_row)
     assert line_row["split"]["p10"] == pytest.approx(0.6 * times[-1] * 1e3)
-    assert "measured split: p10" in book_laws.verdict(line_row)
-    floor_row = verdicts.sweep_laws(r, busbw_gb_per_s=1.0, profile_floor_s=1e-4)[3]
-    assert not floor_row["holds"] and book_laws.split_sums(floor_row)
-    # without p10 times there is nothing measured to split
     bare = find_regimes("all_reduce", 2, sizes=SIZES, times=times)
     assert bare.split(SIZES[-1], times[-1]) is None
+
+
+def test_the_wait_law_counts_the_calls_that_waited_and_judges_their_wait():
+    def row(t, waited):
+        calls = [{"rank": rank, "call": k, "start_s": 0.0,
+                  "end_s": t + (3.6e-3 if k <= waited and rank == 0 else 0.0)}
+                 for rank in (0, 1) for k in range(1, 9)]
+        return {"time_p10_s": t, "timeline_s": calls}
+
+    w = verdicts.waits_of([row(0.3e-3, 2), row(1e-3, 1), row(5e-3, 0)])
+    assert (w["calls"], w["waited"]) == (24, 3)
+    assert verdicts.wait_law(w, predicted_s=3.5e-3, ranks=2)["holds"]
+    assert not verdicts.wait_law(w, predicted_s=1.5e-3, ranks=2)["holds"]
+    few = verdicts.waits_of([row(0.3e-3, 1)])
+    law = verdicts.wait_law(few, predicted_s=3.6e-3, ranks=2)
+    assert not law["holds"] and "mechanism not observed" in law["note"]
 
 
 # -- reduce-scatter (FSDP / ZeRO) and all-to-all (experts) in notebook 06's default sweep --------

@@ -154,3 +154,53 @@ def test_calibrate_measures_and_a_notebook_reads_it(tmp_path, monkeypatch, capsy
                                                        "message"}
     p = machine.profile(tmp_path, measure=False)
     assert not p.warnings and p.compute_slowdown(2) > 0 and p.allreduce_s(1024) > 0
+
+
+def _two_kinds(rows, *, share_idle=0.2, share_busy=0.5, wait_s=3.6e-3):
+    """The synthetic profile's messages as two kinds of call: its p50s are the transfers (p10),
+    a share of calls also waited ``wait_s`` for the scheduler."""
+    out = []
+    for r in rows:
+        if r["measurement"] in ("allreduce", "message"):
+            share = share_busy if r["context"] == "busy" else share_idle
+            r = {**r, "time_p10_s": r["time_p50_s"], "wait_share": share,
+                 "wait_excess_s": [wait_s] * round(10 * share)}
+        out.append(r)
+    return out
+
+
+def test_a_call_is_its_transfer_plus_its_share_of_scheduler_waits():
+    p = Profile.from_rows(_two_kinds(synthetic_rows(busy=1.5)))
+    t = 2 * 1e-4 + (1 << 20) / 1e9
+    assert p.transfer_s(1 << 20) == pytest.approx(t)
+    assert p.transfer_s(1 << 20, busy=True) == pytest.approx(1.5 * t)
+    assert p.transfer_s(1 << 20, measurement="message") == pytest.approx(1e-4 + (1 << 20) / 1e9)
+    assert p.scheduler_wait_s == pytest.approx(3.6e-3)
+    assert (p.wait_share(), p.wait_share(busy=True)) == (0.2, 0.5)
+    # the average call in context: its transfer and its share of waits
+    assert p.allreduce_s(1 << 20) == pytest.approx(t + 0.2 * 3.6e-3)
+    assert p.allreduce_s(1 << 20, busy=True) == pytest.approx(1.5 * t + 0.5 * 3.6e-3)
+    assert p.message_s(8) == pytest.approx(1e-4 + 8 / 1e9 + 0.2 * 3.6e-3)
+    # alpha and beta are fitted to the transfers: the waits do not bend the line
+    assert p.alpha_s == pytest.approx(1e-4, rel=1e-3)
+    assert p.beta_bytes_per_s == pytest.approx(1e9, rel=1e-3)
+    # at another rank count: the ring line through the transfers, plus the waits
+    assert p.allreduce_s(1 << 20, ranks=4) == pytest.approx(
+        6 * 1e-4 + 1.5 * (1 << 20) / 1e9 + 0.2 * 3.6e-3, rel=1e-3)
+    # a profile without the two kinds kept apart: its p50s are its transfers, no waits
+    old = Profile.from_rows(synthetic_rows(busy=1.5))
+    assert old.transfer_s(1 << 20) == pytest.approx(t) and old.scheduler_wait_s == 0
+    assert old.allreduce_s(1 << 20) == pytest.approx(t)
+
+
+def test_waits_split_calls_into_their_two_kinds():
+    w = formulas.waits([0.3e-3] * 7 + [4.0e-3, 3.9e-3, 0.35e-3])
+    assert w["transfer_s"] == pytest.approx(0.3e-3)
+    assert w["wait_share"] == pytest.approx(0.2)
+    assert sorted(round(x * 1e3, 2) for x in w["wait_excess_s"]) == [3.6, 3.7]
+    # a large message's own spread is no wait: the threshold grows with the transfer
+    assert formulas.waits([10e-3] * 9 + [12e-3])["wait_share"] == 0
+    counted = formulas.counted_waits([0.3e-3, 4e-3, 12e-3], [0.3e-3, 0.3e-3, 10e-3])
+    assert counted["count"] == 1 and counted["excess_s"] == [pytest.approx(3.7e-3)]
+    with pytest.raises(ValueError):
+        formulas.counted_waits([1.0], [])

@@ -79,6 +79,40 @@ def test_cores_without_an_affinity_mask(monkeypatch):
     assert procs.allocated_cores() == 1
 
 
+def test_ranks_bind_to_their_share_of_the_cores_where_the_platform_can(monkeypatch):
+    """Binding goes through psutil's affinity (Linux, Windows); without one (macOS), with
+    fewer cores than local ranks, or switched off, the operating system keeps the choice."""
+    calls = []
+
+    class FakeProcess:
+        def cpu_affinity(self, cores=None):
+            if cores is None:
+                return [0, 1, 2, 3, 4, 5]
+            calls.append(list(cores))
+
+    monkeypatch.setattr(psutil, "Process", FakeProcess)
+    assert procs.bind_to_cores(1, 3) == [2, 3] and calls == [[2, 3]]
+    assert procs.bind_to_cores(0, 4) == [0]  # six cores, four ranks: one each, two left over
+    assert procs.bind_to_cores(0, 8) is None  # oversubscribed: the scheduler places them
+    monkeypatch.setenv("LABKIT_BIND_CORES", "0")
+    assert procs.bind_to_cores(0, 2) is None
+    monkeypatch.delenv("LABKIT_BIND_CORES")
+    monkeypatch.setattr(FakeProcess, "cpu_affinity", _denied)
+    assert procs.bind_to_cores(0, 2) is None and procs.bound_cores() is None
+    monkeypatch.delattr(FakeProcess, "cpu_affinity")  # macOS: no affinity mask at all
+    assert procs.bind_to_cores(0, 2) is None and procs.bound_cores() is None
+
+
+@pytest.mark.skipif(not hasattr(psutil.Process, "cpu_affinity") or psutil.cpu_count() < 2,
+                    reason="needs an affinity mask and 2 cores")
+def test_two_ranks_run_on_cores_of_their_own(tmp_path):
+    """A real 2-rank launch: each rank's placement row names its own core."""
+    res = L.launch("placement", 2, {"allreduce_bytes": 1024, "repeat": 1, "warmup": 0},
+                   timeout_s=120)
+    cores = [tuple(r["cores"]) for r in res.rows()]
+    assert len(cores) == 2 and not set(cores[0]) & set(cores[1]), cores
+
+
 def test_memory_unknown_skips_the_check_and_says_so(monkeypatch, tmp_path):
     monkeypatch.setattr(psutil, "virtual_memory", _denied)
     monkeypatch.setattr(procs, "CGROUP_MEMORY_LIMITS", (str(tmp_path / "none"),))

@@ -11,6 +11,7 @@ cuda_visible_devices, threads, problem) plus the all-reduce time of the slowest 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -25,6 +26,9 @@ def on_rank(rt: runtime.Runtime, cfg: PlacementConfig) -> dict:
     local = timing.repeat_timed(lambda: dist.all_reduce(buf), warmup=cfg.warmup,
                                 repeat=cfg.repeat, device=rt.device)
     stats = timing.summarize(local, prefix="allreduce_time")
+    # the transfer: the calls that waited for nothing (labkit.machine.formulas.waits)
+    steps, _ = timing.slowest_step_times(local)
+    stats["allreduce_time_p10_s"] = float(np.percentile(steps, 10))
     # every element was 1 before warm-up; each all-reduce multiplies it by world_size
     expected = float(rt.world_size) ** (cfg.warmup + cfg.repeat)
     correct = bool(torch.allclose(buf, torch.full_like(buf, expected), rtol=1e-4))

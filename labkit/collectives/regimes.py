@@ -1,18 +1,21 @@
 """The regimes of a size sweep: where the α–β line applies, and the floor below it (pure).
 
-On a real fabric one α–β line runs through a whole sweep. On gloo over a few busy cores it does
-not: large messages follow a line whose slope is the copy bandwidth, while small ones take a
-time that barely depends on their size and scatters from call to call (a call waits until the
-peer's process is scheduled). One line fitted through both describes neither, so the lab's model
-is regime-aware:
+On a real fabric one α–β line runs through a whole sweep. On gloo over a few busy cores a call
+is one of two kinds (:func:`labkit.machine.formulas.waits`): it moves at its transfer's pace,
+or it also waits for the scheduler to run one of gloo's threads (about a scheduler tick), and
+how often calls wait changes from second to second. The model is fitted to the **transfers**
+(each size's p10: the calls that waited for nothing) where the rows hold them; their p50s mix
+both kinds. Even the transfers do not follow one line: large messages follow a line whose
+slope is the copy bandwidth, while small ones take a time that barely depends on their size.
+One line fitted through both describes neither, so the lab's model is regime-aware:
 
 * the **bandwidth regime** is the longest run of the largest sizes that one α–β line fits
   within the tolerance (at least :data:`MIN_POINTS` sizes, grown downward one size at a time
   while every size of the run stays within it); α and β are fitted there only;
 * the **latency regime** is every smaller size: its model is the **floor**, the median of
-  their p50 times, reported with its spread (the lowest and highest p50 among them);
-* the **naive** law is the single line fitted through every size, kept to show its residuals
-  per regime.
+  their times, reported with its spread (the lowest and highest among them);
+* the **naive** law is the single line fitted through every size's p50, kept to show its
+  residuals per regime.
 
 A sweep that ends below the crossover S* of its own fit has no bandwidth regime: the bandwidth
 term never decided a time there.
@@ -68,7 +71,7 @@ class Regimes:
     op: str
     ranks: int
     sizes: tuple  # every size, ascending
-    times: tuple  # their p50 times (s)
+    times: tuple  # their times (s): the transfers (p10) where ``statistic`` says so, else p50
     bandwidth_from_bytes: float  # smallest size of the bandwidth regime (inf: none)
     alpha_s: float  # α–β of the bandwidth regime (nan: none)
     beta_bytes_per_s: float
@@ -76,12 +79,15 @@ class Regimes:
     naive_beta_bytes_per_s: float
     notes: tuple = field(default=())
     p10s: tuple = field(default=())  # the sizes' p10 times (s), where given: a miss's split
+    statistic: str = "p50"  # what ``times`` are: "p10" (the transfers) or "p50"
+    naive_times: tuple = field(default=())  # the p50s the naive line runs through (default times)
 
     def split(self, size_bytes: float, measured_s: float) -> dict | None:
         """A time measured at ``size_bytes`` (read on the sweep) taken apart into its measured
         terms, in ms: the p10 there (the calls least disturbed) and the rest up to the
-        measurement. None without p10 times or outside the sweep."""
-        if not self.p10s:
+        measurement. None without p10 times, outside the sweep, or where the times are the
+        transfers themselves (nothing to take apart)."""
+        if not self.p10s or self.statistic == "p10":
             return None
         return p10_split(measured_s, time_at(size_bytes, sizes=self.sizes, times=self.p10s))
 
@@ -146,12 +152,20 @@ class Regimes:
                                alpha_s=self.naive_alpha_s,
                                beta_bytes_per_s=self.naive_beta_bytes_per_s)
 
+    @property
+    def medians(self) -> tuple:
+        """Every size's p50 (what the naive line runs through)."""
+        return self.naive_times or self.times
+
     def naive_residuals_pct(self) -> dict:
-        """The naive line's symmetric errors per regime: ``{"latency": (lowest, median,
-        highest), "bandwidth": (...)}`` in %; a regime without sizes is left out."""
+        """The naive line's symmetric errors per regime against each size's p50: ``{"latency":
+        (lowest, median, highest), "bandwidth": (...)}`` in %; a regime without sizes is left
+        out."""
         out = {}
+        p50 = dict(zip(self.sizes, self.medians))
         for name in ("latency", "bandwidth"):
-            sizes, times = self._part(name)
+            sizes = self._part(name)[0]
+            times = [p50[s] for s in sizes]
             if sizes and math.isfinite(self.naive_beta_bytes_per_s):
                 errs = [error_pct(self.naive_s(s), t) for s, t in zip(sizes, times)]
                 out[name] = (min(errs), float(np.median(errs)), max(errs))
@@ -173,11 +187,14 @@ def _within(op, ranks, fit, sizes, times, tolerance_pct) -> bool:
 
 def find_regimes(op: str, ranks: int, *, sizes: Sequence[float], times: Sequence[float],
                  tolerance_pct: float = TOLERANCE_PCT, min_points: int = MIN_POINTS,
-                 fit_min_bytes: float = 0, p10s: Sequence[float] = ()) -> Regimes:
+                 fit_min_bytes: float = 0, p10s: Sequence[float] = (),
+                 naive_times: Sequence[float] = (), statistic: str = "p50") -> Regimes:
     """Split a sweep into its bandwidth and latency regimes (see the module docstring).
 
     ``fit_min_bytes`` > 0 sets the bandwidth regime by hand (every size >= it); ``p10s``, the
-    sizes' p10 times, are kept for the split of a miss (:meth:`Regimes.split`). A synthetic
+    sizes' p10 times, are kept for the split of a miss (:meth:`Regimes.split`);
+    ``naive_times`` (default ``times``): the p50s the naive line runs through, where ``times``
+    are the transfers (``statistic="p10"``). A synthetic
     sweep: a scattered floor of about 1 ms up to 8 KiB, then the line α = 100 µs, β = 1 GB/s:
 
     >>> sizes = [8 * 4**k for k in range(11)]
@@ -193,12 +210,15 @@ def find_regimes(op: str, ranks: int, *, sizes: Sequence[float], times: Sequence
     ('latency', 'bandwidth')
     """
     lows = [float(t) for t in p10s] if len(p10s) == len(sizes) else [math.nan] * len(sizes)
-    pts = sorted(zip((float(s) for s in sizes), (float(t) for t in times), lows))
+    mids = ([float(t) for t in naive_times] if len(naive_times) == len(sizes)
+            else [float(t) for t in times])
+    pts = sorted(zip((float(s) for s in sizes), (float(t) for t in times), lows, mids))
     xs, ts = [p[0] for p in pts], [p[1] for p in pts]
     kept_p10s = tuple(p[2] for p in pts) if len(p10s) == len(sizes) else ()
+    p50s = tuple(p[3] for p in pts) if len(naive_times) == len(sizes) else ()
     if len(xs) != len(set(xs)) or not xs:
         raise UsageError("the regimes need one time per distinct size")
-    naive = _fit(op, ranks, xs, ts)
+    naive = _fit(op, ranks, xs, list(p50s or ts))
     notes = []
     start, fit = len(xs), None
     if fit_min_bytes and fit_min_bytes > 0:
@@ -232,7 +252,7 @@ def find_regimes(op: str, ranks: int, *, sizes: Sequence[float], times: Sequence
                    beta_bytes_per_s=fit[1] if fit else math.nan,
                    naive_alpha_s=naive[0] if naive else math.nan,
                    naive_beta_bytes_per_s=naive[1] if naive else math.nan, notes=tuple(notes),
-                   p10s=kept_p10s)
+                   p10s=kept_p10s, statistic=statistic, naive_times=p50s)
 
 
 def time_at(size_bytes: float, *, sizes: Sequence[float], times: Sequence[float]) -> float:
@@ -254,27 +274,43 @@ def time_at(size_bytes: float, *, sizes: Sequence[float], times: Sequence[float]
 
 def of_rows(rows, *, fit_min_bytes: float = 0, **kw) -> Regimes:
     """:func:`find_regimes` of one sweep given as rows (dicts or a DataFrame of one op at one
-    world size: ``op, world_size, size_bytes, time_p50_s``, and ``time_p10_s`` where given)."""
+    world size: ``op, world_size, size_bytes, time_p50_s``, and ``time_p10_s`` where given):
+    fitted to the transfers (the p10s) where every row has one, the naive line through the
+    p50s."""
     if hasattr(rows, "to_dict"):
         rows = rows.to_dict("records")
     keys = {(r["op"], int(r["world_size"])) for r in rows}
     if len(keys) != 1:
         raise UsageError(f"the regimes are of one op at one world size, got {sorted(keys)}")
     (op, n), = keys
-    p10s = [r["time_p10_s"] for r in rows] if all("time_p10_s" in r for r in rows) else ()
-    return find_regimes(op, n, sizes=[r["size_bytes"] for r in rows],
-                        times=[r["time_p50_s"] for r in rows], fit_min_bytes=fit_min_bytes,
-                        p10s=p10s, **kw)
+    return find_regimes(op, n, sizes=[r["size_bytes"] for r in rows], fit_min_bytes=fit_min_bytes,
+                        **_times(rows), **kw)
+
+
+def _transfers_of(r) -> float | None:
+    t = r.get("time_p10_s")
+    return None if t is None or t != t else float(t)
+
+
+def _times(rows) -> dict:
+    """The keyword arguments of :func:`find_regimes` for rows: the transfers where every row
+    has one, else the p50s."""
+    p50 = [float(r["time_p50_s"]) for r in rows]
+    p10 = [_transfers_of(r) for r in rows]
+    if all(t is not None for t in p10):
+        return {"times": p10, "naive_times": p50, "statistic": "p10"}
+    return {"times": p50}
 
 
 def add_fit(rows: list[dict], min_fit_bytes: float = 0) -> list[dict]:
     """The regime-aware model beside each measured row, per (op, world_size, dtype).
 
-    Reads ``op, world_size, dtype, size_bytes, time_p50_s``; adds ``regime``, ``alpha_s`` and
-    ``beta_gb_per_s`` (the bandwidth regime's line), ``floor_s`` (the latency regime's),
-    ``model_time_s`` (the regime-aware model), ``model_busbw_gb_per_s``, ``model_error_pct``,
-    ``crossover_bytes``, and ``naive_time_s``/``naive_error_pct`` (one line through every
-    size). Rows of a 1-rank world (nothing moves) get NaN. ``min_fit_bytes`` > 0 sets the
+    Reads ``op, world_size, dtype, size_bytes, time_p50_s`` (and ``time_p10_s``, the transfers
+    the model is fitted to, where every row has one: :func:`of_rows`); adds ``regime``,
+    ``alpha_s`` and ``beta_gb_per_s`` (the bandwidth regime's line), ``floor_s`` (the latency
+    regime's), ``model_time_s`` (the regime-aware model), ``model_busbw_gb_per_s``,
+    ``model_error_pct`` (against the transfer, or the p50 without one), ``crossover_bytes``,
+    and ``naive_time_s``/``naive_error_pct`` (one line through every size's p50). Rows of a 1-rank world (nothing moves) get NaN. ``min_fit_bytes`` > 0 sets the
     bandwidth regime by hand. Returns new dicts; the input is unchanged.
 
     >>> line = collective_time(op="all_reduce", ranks=2, size_bytes=np.array([1e5, 1e6, 1e7]),
@@ -297,12 +333,13 @@ def add_fit(rows: list[dict], min_fit_bytes: float = 0) -> list[dict]:
     for (op, n, _), part in groups.items():
         try:
             reg = find_regimes(op, n, sizes=[r["size_bytes"] for r in part],
-                               times=[r["time_p50_s"] for r in part], fit_min_bytes=min_fit_bytes)
+                               fit_min_bytes=min_fit_bytes, **_times(part))
         except UsageError:
             reg = None
         moves = reg is not None and n > 1
         for r in part:
-            s, measured = r["size_bytes"], r["time_p50_s"]
+            s, p50 = r["size_bytes"], r["time_p50_s"]
+            measured = _transfers_of(r) if reg is not None and reg.statistic == "p10" else p50
             t = reg.time_s(s) if moves else nan
             naive = reg.naive_s(s) if moves else nan
             r.update({
@@ -317,7 +354,7 @@ def add_fit(rows: list[dict], min_fit_bytes: float = 0) -> list[dict]:
                                     if math.isfinite(t) else nan),
                 "crossover_bytes": reg.crossover_bytes if moves else nan,
                 "naive_time_s": naive,
-                "naive_error_pct": (model_error_pct(model_s=naive, measured_s=measured)
+                "naive_error_pct": (model_error_pct(model_s=naive, measured_s=p50)
                                     if math.isfinite(naive) else nan),
             })
     return out

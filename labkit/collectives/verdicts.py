@@ -21,7 +21,7 @@ import numpy as np
 
 from labkit.book import laws
 from labkit.collectives.formulas import moe_all_to_all_bytes
-from labkit.collectives.regimes import Regimes, p10_split, time_at
+from labkit.collectives.regimes import Regimes, time_at
 
 #: how much the p50 may vary across the latency regime's sizes and still be called flat
 FLAT_RATIO = 1.25
@@ -76,9 +76,10 @@ def regimes_sentence(reg: Regimes) -> str:
         lo, hi = reg.floor_range_s
         ratio = hi / lo
         flat = ratio <= FLAT_RATIO
+        what = "transfer" if reg.statistic == "p10" else "p50"
         parts.append(f"latency regime: {size_text(lat[0])} to {size_text(lat[-1])} "
-                     f"({len(lat)} sizes), floor {_ms(reg.floor_s)} (the median p50); the p50 "
-                     f"ranges from {_ms(lo)} to {_ms(hi)} across its sizes ({ratio:.2g}x, "
+                     f"({len(lat)} sizes), floor {_ms(reg.floor_s)} (the median {what}); the "
+                     f"{what} ranges from {_ms(lo)} to {_ms(hi)} across its sizes ({ratio:.2g}x, "
                      f"{'within' if flat else 'more than'} {FLAT_RATIO:g}x: "
                      f"{'flat' if flat else 'scattered'}).")
     else:
@@ -144,13 +145,14 @@ def crossover_sentence(reg: Regimes) -> str:
 def in_context(rows, prof, *, ranks: int) -> dict:
     """This sweep's all-reduce beside the machine profile's, at the largest size both measured
     (else the largest this sweep measured inside the profile's range, so the profile is read,
-    not extrapolated): ``size_bytes``, ``idle_s``, ``busy_s``
-    (nan: not measured), ``matmuls`` (the busy thread's products), ``predicted_idle_s``,
-    ``predicted_busy_s`` (the profile's ``allreduce_s``) and ``ratio`` = busy / idle.
+    not extrapolated): ``size_bytes``, ``idle_s``, ``busy_s`` (the p50s; nan: not measured),
+    ``idle_p10_s``, ``busy_p10_s`` (the transfers: the calls that waited for nothing),
+    ``matmuls`` (the busy thread's products), ``predicted_idle_s``, ``predicted_busy_s`` (the
+    profile's transfers, ``transfer_s``) and ``ratio`` = busy / idle (p50s).
 
-    ``rows``: one all-reduce sweep (dicts or a DataFrame with ``size_bytes, time_p50_s`` and
-    the ``busy_*`` columns); ``prof``: a :class:`labkit.machine.Profile` (or anything with its
-    ``rows`` and ``allreduce_s``).
+    ``rows``: one all-reduce sweep (dicts or a DataFrame with ``size_bytes, time_p50_s,
+    time_p10_s`` and the ``busy_*`` columns); ``prof``: a :class:`labkit.machine.Profile` (or
+    anything with its ``rows`` and ``transfer_s``).
     """
     if hasattr(rows, "to_dict"):
         rows = rows.to_dict("records")
@@ -169,8 +171,8 @@ def in_context(rows, prof, *, ranks: int) -> dict:
     return {"size_bytes": s, "idle_s": float(r["time_p50_s"]), "busy_s": busy,
             "idle_p10_s": known("time_p10_s"), "busy_p10_s": known("busy_time_p10_s"),
             "matmuls": r.get("busy_matmuls"),
-            "predicted_idle_s": prof.allreduce_s(s, ranks=ranks),
-            "predicted_busy_s": prof.allreduce_s(s, ranks=ranks, busy=True),
+            "predicted_idle_s": prof.transfer_s(s, ranks=ranks),
+            "predicted_busy_s": prof.transfer_s(s, ranks=ranks, busy=True),
             "ratio": busy / float(r["time_p50_s"])}
 
 
@@ -195,28 +197,112 @@ def busy_sentence(ctx: dict) -> str:
             f"{'slower' if ratio > 1 else 'no slower'}.")
 
 
-def context_laws(ctx: dict, *, ranks: int, note: str = "") -> list[dict]:
-    """The machine profile's all-reduce (another launch of this run) against this sweep's, idle
-    and, where measured, while every core computes (:func:`busy_law`).
+def _p50_note(p50_s: float, p10_s: float) -> str:
+    if not (math.isfinite(p50_s) and math.isfinite(p10_s)):
+        return ""
+    return (f"the transfer is the calls' p10; their p50 {_ms(p50_s)} is "
+            f"{p50_s / p10_s:.2g}x it (the calls that also waited for the scheduler)")
 
-    >>> ctx = {"size_bytes": 2 << 20, "idle_s": 2.2e-3, "busy_s": 3.4e-3, "matmuls": 40,
+
+def context_laws(ctx: dict, *, ranks: int, note: str = "") -> list[dict]:
+    """The machine profile's all-reduce transfer (another launch of this run) against this
+    sweep's, idle and, where measured, while every core computes (:func:`busy_law`): a call
+    that waited for nothing, each side's p10. How often calls also waited changes from second to
+    second; the notes give the p50s beside the transfers.
+
+    >>> ctx = {"size_bytes": 2 << 20, "idle_s": 2.9e-3, "busy_s": 5.4e-3, "matmuls": 40,
+    ...        "idle_p10_s": 2.2e-3, "busy_p10_s": 3.4e-3,
     ...        "predicted_idle_s": 2.0e-3, "predicted_busy_s": 3.9e-3}
     >>> [(r["kind"], r["holds"]) for r in context_laws(ctx, ranks=2)]
     [('model', True), ('model', True)]
     >>> len(context_laws(dict(ctx, busy_s=math.nan), ranks=2))
     1
     """
+    def joined(*parts):
+        return "; ".join(p for p in parts if p)
+
     rows = [laws.check(
-        f"all-reduce, cores idle ({size_text(ctx['size_bytes'])}, N = {ranks}), from the "
-        "machine profile", predicted=ctx["predicted_idle_s"] * 1e3, measured=ctx["idle_s"] * 1e3,
-        unit="ms", tolerance_pct=25, note=note,
-        split=p10_split(ctx["idle_s"], ctx.get("idle_p10_s", math.nan)))]
+        f"all-reduce transfer, cores idle ({size_text(ctx['size_bytes'])}, N = {ranks}), from "
+        "the machine profile", predicted=ctx["predicted_idle_s"] * 1e3,
+        measured=ctx["idle_p10_s"] * 1e3, unit="ms", tolerance_pct=25,
+        note=joined(note, _p50_note(ctx["idle_s"], ctx["idle_p10_s"])))]
     if not math.isnan(ctx["busy_s"]):
         rows.append(busy_law(size_bytes=ctx["size_bytes"], ranks=ranks,
-                             predicted_s=ctx["predicted_busy_s"], measured_s=ctx["busy_s"],
-                             matmuls=ctx.get("matmuls"), note=note,
-                             split=p10_split(ctx["busy_s"], ctx.get("busy_p10_s", math.nan))))
+                             predicted_s=ctx["predicted_busy_s"], measured_s=ctx["busy_p10_s"],
+                             matmuls=ctx.get("matmuls"),
+                             note=joined(note, _p50_note(ctx["busy_s"], ctx["busy_p10_s"]))))
     return rows
+
+
+def call_times(rows) -> list[float]:
+    """Every timed call of a sweep whose rows hold their calls (``timeline_s``: every rank's
+    calls on one clock), as the rows count a call: the slowest rank's."""
+    if hasattr(rows, "to_dict"):
+        rows = rows.to_dict("records")
+    out = []
+    for r in rows:
+        calls: dict = {}
+        for c in r.get("timeline_s") or []:
+            calls[c["call"]] = max(calls.get(c["call"], 0.0), c["end_s"] - c["start_s"])
+        out += list(calls.values())
+    return out
+
+
+def waits_of(rows) -> dict:
+    """The sweep's calls that also waited for the scheduler (:func:`labkit.machine.formulas.waits`,
+    each size's calls against that size's transfer, its p10): ``calls``, ``waited``, ``share``,
+    ``excess_s`` (what each that waited took beyond its transfer).
+
+    Two sizes, each with one call 4 ms over its transfer:
+
+    >>> row = lambda t: {"time_p10_s": t, "timeline_s": [
+    ...     {"call": k, "start_s": 0.0, "end_s": t + (4e-3 if k == 3 else 0.0)} for k in (1, 2, 3)]}
+    >>> w = waits_of([row(1e-3), row(2e-3)])
+    >>> w["calls"], w["waited"], [round(x * 1e3, 1) for x in w["excess_s"]]
+    (6, 2, [4.0, 4.0])
+    """
+    from labkit.machine.formulas import waits
+
+    if hasattr(rows, "to_dict"):
+        rows = rows.to_dict("records")
+    calls, excess = 0, []
+    for r in rows:
+        times = call_times([r])
+        if not times or r.get("time_p10_s") is None:
+            continue
+        w = waits(times, transfer_s=float(r["time_p10_s"]))
+        calls += len(times)
+        excess += w["wait_excess_s"]
+    return {"calls": calls, "waited": len(excess), "share": len(excess) / calls if calls else 0.0,
+            "excess_s": excess}
+
+
+#: the fewest calls that waited for a wait law to judge (fewer: its mechanism not observed)
+MIN_WAITED = 3
+
+
+def wait_law(w: dict, *, predicted_s: float, ranks: int, note: str = "") -> dict:
+    """The calls of this sweep that waited for the scheduler, against the machine profile's
+    wait (another launch: :meth:`labkit.machine.Profile.scheduler_wait_s`): the median of what
+    each took beyond its transfer. How often calls waited is this sweep's own (printed), how
+    long one waits is the machine's. Judged where at least :data:`MIN_WAITED` calls waited.
+
+    >>> w = {"calls": 40, "waited": 9, "share": 0.225, "excess_s": [3.6e-3] * 9}
+    >>> r = wait_law(w, predicted_s=3.5e-3, ranks=2)
+    >>> r["kind"], r["holds"], r["note"]
+    ('model', True, '9 of 40 calls (22%) waited')
+    >>> wait_law(dict(w, waited=1, excess_s=[3.6e-3]), predicted_s=3.5e-3, ranks=2)["holds"]
+    False
+    """
+    waited = w["excess_s"]
+    return laws.check(
+        f"a call that waited for the scheduler, beyond its transfer (N = {ranks}), from the "
+        "machine profile", predicted=predicted_s * 1e3,
+        measured=float(np.median(waited)) * 1e3 if waited else math.nan, unit="ms",
+        tolerance_pct=25, mechanism_observed=w["waited"] >= MIN_WAITED,
+        mechanism=f"at least {MIN_WAITED} calls that waited",
+        note="; ".join(p for p in (f"{w['waited']} of {w['calls']} calls ({w['share']:.0%}) "
+                                   "waited", note) if p))
 
 
 
@@ -227,7 +313,8 @@ def _residual_note(reg: Regimes) -> str:
 
 
 def line_law(reg: Regimes) -> dict:
-    """The bandwidth regime's α–β line at the largest size against the measured p50."""
+    """The bandwidth regime's α–β line at the largest size against the measured time there
+    (its transfer, where the regimes were fitted to the transfers; else its p50)."""
     s, t = reg.sizes[-1], reg.times[-1]
     return laws.check(f"alpha-beta {reg.op}, bandwidth regime, largest size ({size_text(s)}, "
                       f"N = {reg.ranks})",
@@ -236,11 +323,13 @@ def line_law(reg: Regimes) -> dict:
                       mechanism="a bandwidth regime in the sweep", split=reg.split(s, t))
 
 
-def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float, profile_floor_s: float | None = None,
-               profile_note: str = "") -> list[dict]:
+def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
+               profile_floor_s: float | None = None, profile_note: str = "") -> list[dict]:
     """The laws of one all-reduce sweep: the regime-aware model (the line at the largest size,
     busbw → β, the time at S*, the latency floor predicted by the machine profile when
-    ``profile_floor_s`` is given) and the naive single line at the smallest size.
+    ``profile_floor_s`` is given) and the naive single line at the smallest size's p50.
+    ``busbw_gb_per_s``: the busbw measured at the largest size; default, that of the sweep's
+    time there (its transfer, where the regimes were fitted to the transfers).
 
     >>> r = Regimes("all_reduce", 2, (8, 64, 64 << 10, 1 << 20, 8 << 20), (4e-4, 3e-3, 6e-4,
     ...             1.2e-3, 7.3e-3), 64 << 10, 2.5e-4, 1.2e9, 5e-4, 1.3e9)
@@ -249,6 +338,10 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float, profile_floor_s: float | 
     [('model', True), ('model', True), ('model', True), ('model', True), ('naive', False)]
     """
     s_max = reg.sizes[-1]
+    if busbw_gb_per_s is None:
+        from labkit.collectives.formulas import busbw_gb_per_s as busbw
+
+        busbw_gb_per_s = busbw(op=reg.op, ranks=reg.ranks, size_bytes=s_max, time_s=reg.times[-1])
     s_star = reg.crossover_bytes
     # S* = 0 where the line has no latency term (α fitted at 0): no S* to read the sweep at
     has_star = reg.has_bandwidth and s_star > 0
@@ -260,8 +353,9 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float, profile_floor_s: float | 
         predicted=reg.beta_bytes_per_s / 1e9, measured=busbw_gb_per_s, unit="GB/s",
         tolerance_pct=25, mechanism_observed=bool(ratio >= PLATEAU_S_STAR),
         mechanism=f"the largest size at least {PLATEAU_S_STAR:g} S* (busbw near its plateau)",
-        note=f"S = {ratio:.2g} S*" if math.isfinite(ratio) or math.isnan(ratio)
-        else "S* = 0: the line has no latency term"))
+        note=(f"S = {ratio:.2g} S*" if math.isfinite(ratio) or math.isnan(ratio)
+              else "S* = 0: the line has no latency term")
+        + ("; busbw of the transfer" if reg.statistic == "p10" else "")))
     at_star = time_at(s_star, sizes=reg.sizes, times=reg.times) if has_star else math.nan
     where = f"S* = {size_text(s_star)}; " if has_star else ""
     rows.append(laws.check(
@@ -276,35 +370,40 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float, profile_floor_s: float | 
         p10 = [t for s, t in zip(reg.sizes, reg.p10s) if reg.regime(s) == "latency"]
         floor_split = ({"p10 (median over the regime)": float(np.median(p10)) * 1e3,
                         "the rest of the median p50": (reg.floor_s - float(np.median(p10))) * 1e3}
-                       if p10 else None)
+                       if p10 and reg.statistic != "p10" else None)
+        what = "transfer" if reg.statistic == "p10" else "p50"
         rows.append(laws.check(
             f"latency-regime floor (N = {reg.ranks}), from the machine profile",
             predicted=profile_floor_s * 1e3, measured=reg.floor_s * 1e3, unit="ms",
             tolerance_pct=25, split=floor_split,
             note=f"regime {size_text(reg.latency_sizes[0])} to "
-                 f"{size_text(reg.latency_sizes[-1])}, p50 {lo * 1e3:.3g}-{hi * 1e3:.3g} ms "
+                 f"{size_text(reg.latency_sizes[-1])}, {what} {lo * 1e3:.3g}-{hi * 1e3:.3g} ms "
                  "across it" + (f"; {profile_note}" if profile_note else "")))
     s_min = reg.sizes[0]
     rows.append(laws.check(
         f"one alpha-beta line through every size, smallest size ({size_text(s_min)}, "
         f"N = {reg.ranks})", kind="naive", predicted=reg.naive_s(s_min) * 1e3,
-        measured=reg.times[0] * 1e3, unit="ms", tolerance_pct=25, note=_residual_note(reg)))
+        measured=reg.medians[0] * 1e3, unit="ms", tolerance_pct=25, note=_residual_note(reg)))
     return rows
 
 
-def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int) -> float | None:
+def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
+                    statistic: str = "p10") -> float | None:
     """The machine profile's prediction of the latency floor: the same statistic as the floor,
-    the median p50, over the profile's own idle all-reduce sizes inside the regime's range (a
-    floor does not depend on the size); where the profile measured none there, the median of
-    ``prof.allreduce_s(size, ranks=ranks)`` over the regime's sizes. None: no latency regime.
+    the median transfer (p10; ``statistic="p50"``: the median p50, for a sweep without
+    transfers), over the profile's own idle all-reduce sizes inside the regime's range (a floor
+    does not depend on the size); where the profile measured none there, the median of
+    ``prof.transfer_s(size, ranks=ranks)`` over the regime's sizes. None: no latency regime.
 
     >>> class Prof:
     ...     rows = [{"measurement": "allreduce", "context": "idle", "size_bytes": s,
-    ...              "time_p50_s": t} for s, t in ((8, 5e-4), (64, 3e-3), (512, 6e-4),
-    ...                                             (1 << 20, 2e-3))]
-    ...     def allreduce_s(self, s, *, ranks, busy=False):
+    ...              "time_p50_s": t, "time_p10_s": t / 2}
+    ...             for s, t in ((8, 5e-4), (64, 3e-3), (512, 6e-4), (1 << 20, 2e-3))]
+    ...     def transfer_s(self, s, *, ranks, busy=False):
     ...         return 1e-4 + s * 1e-9
     >>> round(profile_floor_s([8, 32, 128, 512], Prof(), ranks=2) * 1e6)
+    300
+    >>> round(profile_floor_s([8, 32, 128, 512], Prof(), ranks=2, statistic="p50") * 1e6)
     600
     >>> round(profile_floor_s([16, 32], Prof(), ranks=2) * 1e6, 3)
     100.024
@@ -312,18 +411,19 @@ def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int) -> floa
     if not latency_sizes:
         return None
     lo, hi = min(latency_sizes), max(latency_sizes)
-    own = [r["time_p50_s"] for r in prof.rows if r.get("measurement") == "allreduce"
+    key = f"time_{statistic}_s"
+    own = [r.get(key, r["time_p50_s"]) for r in prof.rows if r.get("measurement") == "allreduce"
            and r.get("context") == "idle" and lo <= r["size_bytes"] <= hi]
     if ranks != getattr(prof, "world_size", ranks) or not own:
-        own = [prof.allreduce_s(s, ranks=ranks) for s in latency_sizes]
+        own = [prof.transfer_s(s, ranks=ranks) for s in latency_sizes]
     return float(np.median(own))
 
 
 def busy_law(*, size_bytes: float, ranks: int, predicted_s: float, measured_s: float,
              matmuls: int | None, note: str = "", split: dict | None = None) -> dict:
-    """An all-reduce while every core computes, predicted by the machine profile's busy sweep
-    (another launch of the run). No mechanism, no law: it holds only where the busy thread
-    finished products while the all-reduce was timed.
+    """An all-reduce's transfer while every core computes, predicted by the machine profile's
+    busy sweep (another launch of the run). No mechanism, no law: it holds only where the busy
+    thread finished products while the all-reduce was timed.
 
     >>> busy_law(size_bytes=2 << 20, ranks=2, predicted_s=4e-3, measured_s=4.4e-3,
     ...          matmuls=12)["holds"]
@@ -333,8 +433,8 @@ def busy_law(*, size_bytes: float, ranks: int, predicted_s: float, measured_s: f
     False
     """
     return laws.check(
-        f"all-reduce while every core computes ({size_text(size_bytes)}, N = {ranks}), from the "
-        "machine profile", predicted=predicted_s * 1e3, measured=measured_s * 1e3, unit="ms",
+        f"all-reduce transfer while every core computes ({size_text(size_bytes)}, N = {ranks}), "
+        "from the machine profile", predicted=predicted_s * 1e3, measured=measured_s * 1e3, unit="ms",
         tolerance_pct=25, mechanism_observed=bool(matmuls), note=note, split=split,
         mechanism="the busy thread computed during the timed calls")
 
