@@ -12,7 +12,7 @@ import pytest
 
 from labkit import collectives
 from labkit.collectives import config as cconfig
-from labkit.collectives import formulas, regimes, verdicts
+from labkit.collectives import formulas, regimes, verdicts, waits
 from labkit.collectives.regimes import Regimes, find_regimes
 from labkit.errors import UsageError
 
@@ -328,12 +328,12 @@ def test_the_wait_law_counts_the_calls_that_waited_and_judges_their_wait():
                  for rank in (0, 1) for k in range(1, 9)]
         return {"time_p10_s": t, "timeline_s": calls}
 
-    w = verdicts.waits_of([row(0.3e-3, 2), row(1e-3, 1), row(5e-3, 0)])
+    w = waits.waits_of([row(0.3e-3, 2), row(1e-3, 1), row(5e-3, 0)])
     assert (w["calls"], w["waited"]) == (24, 3)
-    assert verdicts.wait_law(w, predicted_s=3.5e-3, ranks=2)["holds"]
-    assert not verdicts.wait_law(w, predicted_s=1.5e-3, ranks=2)["holds"]
-    few = verdicts.waits_of([row(0.3e-3, 1)])
-    law = verdicts.wait_law(few, predicted_s=3.6e-3, ranks=2)
+    assert waits.wait_law(w, predicted_s=3.5e-3, ranks=2)["holds"]
+    assert not waits.wait_law(w, predicted_s=1.5e-3, ranks=2)["holds"]
+    few = waits.waits_of([row(0.3e-3, 1)])
+    law = waits.wait_law(few, predicted_s=3.6e-3, ranks=2)
     assert not law["holds"] and "mechanism not observed" in law["note"]
 
 

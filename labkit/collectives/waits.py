@@ -1,0 +1,88 @@
+"""The calls of a sweep that waited for the scheduler, and the law on their wait (pure).
+
+On a machine whose cores all run ranks a gloo call is one of two kinds
+(:func:`labkit.machine.formulas.waits`): it moves at its transfer's pace, or it also waits for
+the scheduler to give one of gloo's threads a core. The collectives rows hold each size's
+transfer (its p10) and every rank's timed calls (``timeline_s``): :func:`waits_of` counts the
+calls that waited and what each took beyond its transfer, :func:`wait_law` judges that wait
+against the machine profile's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from labkit.book import laws
+
+
+def call_times(rows) -> list[float]:
+    """Every timed call of a sweep whose rows hold their calls (``timeline_s``: every rank's
+    calls on one clock), as the rows count a call: the slowest rank's."""
+    if hasattr(rows, "to_dict"):
+        rows = rows.to_dict("records")
+    out = []
+    for r in rows:
+        calls: dict = {}
+        for c in r.get("timeline_s") or []:
+            calls[c["call"]] = max(calls.get(c["call"], 0.0), c["end_s"] - c["start_s"])
+        out += list(calls.values())
+    return out
+
+
+def waits_of(rows) -> dict:
+    """The sweep's calls that also waited for the scheduler (:func:`labkit.machine.formulas.waits`,
+    each size's calls against that size's transfer, its p10): ``calls``, ``waited``, ``share``,
+    ``excess_s`` (what each that waited took beyond its transfer).
+
+    Two sizes, each with one call 4 ms over its transfer:
+
+    >>> row = lambda t: {"time_p10_s": t, "timeline_s": [
+    ...     {"call": k, "start_s": 0.0, "end_s": t + (4e-3 if k == 3 else 0.0)} for k in (1, 2, 3)]}
+    >>> w = waits_of([row(1e-3), row(2e-3)])
+    >>> w["calls"], w["waited"], [round(x * 1e3, 1) for x in w["excess_s"]]
+    (6, 2, [4.0, 4.0])
+    """
+    from labkit.machine.formulas import waits
+
+    if hasattr(rows, "to_dict"):
+        rows = rows.to_dict("records")
+    calls, excess = 0, []
+    for r in rows:
+        times = call_times([r])
+        if not times or r.get("time_p10_s") is None:
+            continue
+        w = waits(times, transfer_s=float(r["time_p10_s"]))
+        calls += len(times)
+        excess += w["wait_excess_s"]
+    return {"calls": calls, "waited": len(excess), "share": len(excess) / calls if calls else 0.0,
+            "excess_s": excess}
+
+
+#: the fewest calls that waited for a wait law to judge (fewer: its mechanism not observed)
+MIN_WAITED = 3
+
+
+def wait_law(w: dict, *, predicted_s: float, ranks: int, note: str = "") -> dict:
+    """The calls of this sweep that waited for the scheduler, against the machine profile's
+    wait (another launch: :meth:`labkit.machine.Profile.scheduler_wait_s`): the median of what
+    each took beyond its transfer. How often calls waited is this sweep's own (printed), how
+    long one waits is the machine's. Judged where at least :data:`MIN_WAITED` calls waited.
+
+    >>> w = {"calls": 40, "waited": 9, "share": 0.225, "excess_s": [3.6e-3] * 9}
+    >>> r = wait_law(w, predicted_s=3.5e-3, ranks=2)
+    >>> r["kind"], r["holds"], r["note"]
+    ('model', True, '9 of 40 calls (22%) waited')
+    >>> wait_law(dict(w, waited=1, excess_s=[3.6e-3]), predicted_s=3.5e-3, ranks=2)["holds"]
+    False
+    """
+    waited = w["excess_s"]
+    return laws.check(
+        f"a call that waited for the scheduler, beyond its transfer (N = {ranks}), from the "
+        "machine profile", predicted=predicted_s * 1e3,
+        measured=float(np.median(waited)) * 1e3 if waited else math.nan, unit="ms",
+        tolerance_pct=25, mechanism_observed=w["waited"] >= MIN_WAITED,
+        mechanism=f"at least {MIN_WAITED} calls that waited",
+        note="; ".join(p for p in (f"{w['waited']} of {w['calls']} calls ({w['share']:.0%}) "
+                                   "waited", note) if p))
