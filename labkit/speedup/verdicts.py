@@ -140,10 +140,14 @@ def live_laws(live, live_rows, *, designed_f: float, slowdowns: dict, cores: int
     if len(own) >= 2:
         times = [float(work[n].time_s) for n in own]
         f_own = metrics.fit_amdahl(own, times)
-        rows.append(_law(law="live: Amdahl fit (a core per rank) = the co-run model's f",
-                         kind="model", measured=f_own, tolerance_abs=FRACTION_TOLERANCE,
-                         predicted=formulas.apparent_serial_fraction(own, [model_s[n]
-                                                                          for n in own])))
+        # through two rank counts the fit is t_N's own number (judged above as a time) on a
+        # scale about six times stricter (f = 2 t_2 / t_1 - 1 at N = 2): a model law only
+        # where it fits three or more
+        if len(own) >= 3:
+            rows.append(_law(law="live: Amdahl fit (a core per rank) = the co-run model's f",
+                             kind="model", measured=f_own, tolerance_abs=FRACTION_TOLERANCE,
+                             predicted=formulas.apparent_serial_fraction(
+                                 own, [model_s[n] for n in own])))
         n2 = own[-1]
         rows.append(_law(law="live: Amdahl fit (a core per rank) = the designed f", kind="naive",
                          predicted=designed_f, measured=f_own, tolerance_abs=FRACTION_TOLERANCE,
