@@ -62,9 +62,11 @@ def test_pipeline_step_carries_the_co_run_slowdown_and_busy_messages():
     assert t["compute"] == pytest.approx(6 * 4 * 512 ** 2 * 128 / RATE * CO_RUN, rel=1e-9)
     msg = modelcheck.message_bytes(row)  # 64 x 512 x 4 B
     assert msg == 131072
-    assert t["messages"] == pytest.approx(2 * 2 * prof.message_s(msg, busy=True))
-    assert t["messages"] > 2 * 2 * prof.message_s(msg)  # busy, not idle
-    assert t["step"] == pytest.approx(t["compute"] + t["bubble"] + t["messages"])
+    assert t["transfers"] == pytest.approx(
+        2 * 2 * prof.transfer_s(msg, measurement="message", busy=True))
+    assert t["transfers"] > 2 * 2 * prof.transfer_s(msg, measurement="message")  # busy, not idle
+    assert t["scheduler waits"] == 0.0  # this profile's calls never waited
+    assert t["step"] == pytest.approx(t["compute"] + t["bubble"] + t["transfers"])
     with pytest.raises(UsageError):
         modelcheck.pipeline_terms(row, compute_flop_per_s=0)
 
@@ -119,7 +121,9 @@ def test_law_tolerances_one_semantic_per_quantity():
         [{"op": "all_reduce", "world_size": 2, "size_bytes": 1 << 20, "time_p50_s": 3e-3,
           "time_p10_s": 2e-3, "time_p90_s": 5e-3}], [_pipe_row(4, prof)], profile=prof)
     rows = modelcheck.check_laws(df)
-    assert rows[0]["note"] == "measured calls spread p10 0.002 s .. p90 0.005 s"
+    assert rows[0]["note"].startswith("transfers compared: the profile's ")
+    assert "against the calls' p10 0.002 s; the calls' p50 0.003 s, p90 0.005 s" in rows[0]["note"]
+    assert rows[0]["measured"] == 2e-3  # the calls' transfer, not their median
     for r in rows:
         if "bubble" in r["law"]:  # a fraction: absolute
             assert r["tolerance_abs"] == 0.05 and r["tolerance_pct"] is None

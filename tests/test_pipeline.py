@@ -1,5 +1,5 @@
 """Pipeline lab: bubble formulas, the ideal-schedule simulator, the timeline split, verdicts,
-config checks, 2-rank runs."""
+config checks (its 2-rank runs: tests/test_pipeline_launch.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ import subprocess
 
 import pytest
 
-from labkit import pipeline, results
+from labkit import pipeline
 from labkit.errors import UsageError
-from labkit.launch import LaunchOptions
-from labkit.pipeline import activations, formulas, rates, report, schedules, verdicts
+from labkit.pipeline import formulas, report, schedules, verdicts
 from labkit.pipeline.config import PipelineConfig
-
-from .conftest import LAUNCH_TIMEOUT_S
 
 
 def test_formulas_hand_computed():
@@ -180,7 +177,7 @@ def _rows(**over):
                 step_time_model_s=[0.125, 0.104, 0.112],
                 slot_time_s=[0.04, 0.019, 0.011], bubble_fill_drain=[0.34, 0.21, 0.12],
                 bubble_formula=[1 / 3, 0.2, 1 / 9], idle_other=[0.02, 0.03, 0.05],
-                compute_share=[0.64, 0.76, 0.83], corun_slowdown=1.25, message_s=3e-4)
+                compute_share=[0.64, 0.76, 0.83], corun_slowdown=1.25, message_transfer_s=3e-4)
     base.update(over)
     df = pd.DataFrame(base)
     return df.assign(step_model_error_pct=[symmetric_error_pct(m, s) for m, s in
@@ -355,93 +352,6 @@ def test_timed_blocks_are_seconds_since_the_step_start():
     assert blocks[4]["start_s"] == blocks[3]["end_s"]  # W after the B inside its pass
 
 
-def test_1f1b_holds_at_most_p_microbatches():
-    blocks = sorted(schedules.simulate("1f1b", 4, 8), key=lambda b: b["start_s"])
-    for r in range(4):
-        live = peak = 0
-        for b in (b for b in blocks if b["rank"] == r):
-            live += 1 if b["kind"] == "F" else -1
-            peak = max(peak, live)
-        assert peak <= 4 - r
-
-
-def test_activation_formula_closed_forms():
-    """Replayed from the ideal schedules: GPipe holds M microbatches on every rank, 1F1B
-    min(P − r, M) on rank r, ZB-H1 min(P, M) (a microbatch's activations wait for its W)."""
-    for p, m in ((2, 2), (2, 8), (4, 4), (4, 8)):
-        kw = dict(num_stages=p, num_microbatches=m, layers=2 * p, hidden=8, batch=16)
-        for r in range(p):
-            one = formulas.stage_activation_bytes(layers=2, microbatch_size=16 // m, hidden=8,
-                                                  first_stage=r == 0)
-            held = {s: activations.peak_activation_formula(s, rank=r, **kw) / one
-                    for s in ("gpipe", "1f1b", "zero_bubble")}
-            assert held == {"gpipe": m, "1f1b": min(p - r, m), "zero_bubble": min(p, m)}
-
-
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_stage_activations_formula_matches_the_meter(schedule):
-    """One process plays stage 0 of P = 2 (3 of the model's 6 Linear+tanh blocks) in the
-    schedule's order at M = 4, excluding the weights and the batch as the worker does: each
-    microbatch saves stage_activation_bytes, and the peak is the formula's to the byte."""
-    import time
-
-    import torch
-
-    from labkit.memory import SavedActivations
-    from labkit.pipeline.worker import Timed, build_model, synthetic_batch
-
-    cfg = PipelineConfig(layers=6, hidden=16, batch=8, microbatches=(4,))
-    cpu, m, mb = torch.device("cpu"), 4, 2
-    model = build_model(cfg, cpu)
-    x, target = synthetic_batch(cfg, cpu)
-    stage = Timed(model[:3], 0, device=cpu)
-    stage.reset(time.perf_counter())
-    held = [*model.parameters(), x, target]
-    for first in (True, False):  # a later stage's input is a received activation: it counts
-        with SavedActivations(exclude=held) as meter:
-            out = stage(x[:mb] if first else x[:mb].clone().requires_grad_())
-        assert meter.live_bytes == formulas.stage_activation_bytes(
-            layers=3, microbatch_size=mb, hidden=16, first_stage=first)
-        out.sum().backward()
-        assert meter.live_bytes == 0
-    order = sorted((b for b in schedules.simulate(schedule, 2, m) if b["rank"] == 0),
-                   key=lambda b: b["start_s"])
-    outs = {}
-    with SavedActivations(exclude=held) as meter:
-        for b in order:
-            i = b["microbatch"]
-            if b["kind"] == "F":
-                outs[i] = stage(x[i * mb:(i + 1) * mb])
-            else:
-                outs.pop(i).sum().backward()
-    assert meter.live_bytes == 0
-    assert meter.peak_bytes == activations.peak_activation_formula(
-        schedule, num_stages=2, num_microbatches=m, layers=6, hidden=16, batch=8)
-
-
-def test_activation_laws_and_sentence_follow_the_numbers():
-    import pandas as pd
-
-    from labkit.book.consistency import line_problems
-
-    mib = activations.MIB
-    df = pd.DataFrame({"schedule": ["gpipe", "1f1b", "zero_bubble"], "num_stages": 2,
-                       "num_microbatches": 8,
-                       "peak_activation_bytes": [8 * mib, 2 * mib, 3 * mib],
-                       "peak_activation_bytes_formula": [8 * mib, 2 * mib, 2 * mib]})
-    rows = activations.activation_laws(df)
-    assert [(r["law"], r["holds"]) for r in rows] == [
-        ("peak activations of stage 0, gpipe P=2 M=8", True),
-        ("peak activations of stage 0, 1f1b P=2 M=8", True),
-        ("peak activations of stage 0, zero_bubble P=2 M=8", False),
-        ("peak activations GPipe over 1F1B, P=2 M=8", True)]
-    assert rows[-1]["predicted"] == 4 and rows[-1]["measured"] == 4
-    text = activations.activation_sentence(df)
-    assert "zero_bubble more than 10% from what its schedule implies (-50.0%)" in text
-    assert "GPipe held 4.00x 1F1B's (M/P = 4): within 10% (+0.0%)" in text
-    assert line_problems(text) == []
-
-
 def test_stage_layers():
     assert schedules.stage_layers(8, 2) == [range(0, 4), range(4, 8)]
     assert [len(s) for s in schedules.stage_layers(10, 4)] == [3, 3, 2, 2]
@@ -478,65 +388,6 @@ def test_cli_bad_input_exit_2(args, labkit_cmd):
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
 
 
-def _check_rows(df, p):
-    assert df.matches_single_process.all(), df[["schedule", "max_output_diff", "max_grad_diff"]]
-    for r in df.itertuples():
-        blocks = r.blocks
-        v = r.virtual_stages
-        for kind in "FB":
-            assert sum(b["kind"] == kind for b in blocks) == p * r.num_microbatches * v
-        assert {b["rank"] for b in blocks} == set(range(p))
-        assert all(b["end_s"] >= b["start_s"] >= 0 for b in blocks)
-        assert 0 <= r.bubble_measured < 1
-        assert r.busy_time_s <= p * r.step_time_s * 1.001
-
-
-@pytest.mark.slow
-def test_every_schedule_on_two_ranks():
-    """One launch: output and gradients equal one process, P×M F and B blocks per schedule,
-    GPipe's measured bubble at M = 1 within 0.1 of (P−1)/P."""
-    config = PipelineConfig(schedules=("naive_gpipe", "gpipe", "1f1b", "interleaved"),
-                            microbatches=(1, 2), steps=3, warmup=1, skip_invalid=True,
-                            compare_placement_at=(1, 2))
-    df = pipeline.run(config, launch=LaunchOptions(nprocs=(2,), progress=False,
-                                                   timeout_s=LAUNCH_TIMEOUT_S))
-    got = sorted(zip(df.schedule, df.num_microbatches,
-                     (str(a) if a in (True, False) else "None" for a in df.recv_ahead)))
-    # gpipe and 1f1b both ways (receives posted ahead and torch's placement), the others once
-    assert got == sorted([("naive_gpipe", 1, "None"), ("naive_gpipe", 2, "None"),
-                          ("gpipe", 1, "True"), ("gpipe", 1, "False"), ("gpipe", 2, "True"),
-                          ("gpipe", 2, "False"), ("1f1b", 2, "True"), ("1f1b", 2, "False"),
-                          ("interleaved", 2, "None")])
-    _check_rows(df, 2)  # both placements give the single process's output and gradients
-    # stage 0's saved activations: what each schedule's ideal order implies, to the byte
-    assert (df.peak_activation_bytes == df.peak_activation_bytes_formula).all(), \
-        df[["schedule", "num_microbatches", "peak_activation_bytes",
-            "peak_activation_bytes_formula"]]
-    assert all(r["holds"] for r in activations.activation_laws(report.main_rows(df)))
-    assert sorted(zip(*[report.main_rows(df)[c] for c in ("schedule", "num_microbatches")])) \
-        == sorted([("naive_gpipe", 1), ("naive_gpipe", 2), ("gpipe", 1), ("gpipe", 2),
-                   ("1f1b", 2), ("interleaved", 2)])
-    assert (report.main_rows(df).recv_ahead.isin([True]).sum() == 3
-            and df.compared_placement.sum() == 3)
-    table = report.recv_ahead_table(df)
-    assert sorted(zip(table.schedule, table.num_microbatches)) == [("1f1b", 2), ("gpipe", 1),
-                                                                  ("gpipe", 2)]
-    assert "posting every receive" in verdicts.recv_ahead_sentence(table.iloc[0])
-    for r in df[df.num_microbatches == 1].itertuples():  # (P−1)/P = 0.5 at M = 1
-        assert r.bubble_formula == 0.5
-        # one microbatch: no two ranks ever compute at once, so at least half of 2 x the step
-        # is idle whatever the machine's load (messages only add to it; the lab judges how much)
-        assert r.bubble_measured >= 0.5 - 0.01, (r.schedule, r.bubble_measured)
-    blocks = report.schedule_blocks(df, "interleaved", 2, 2)
-    assert sorted(blocks.stage.unique()) == [0, 1, 2, 3]
-    with pytest.raises(UsageError):
-        report.schedule_blocks(df, "1f1b", 2, 1)
-    # every field a row carries is declared
-    assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
-    assert results.mismatches(df).empty
-    assert "bubble_measured" in report.bubble_table(df)
-
-
 def test_cli_uneven_microbatches_refused_before_launch(labkit_cmd):
     """One line, exit 2, and no launch (the run would take seconds; the refusal does not)."""
     p = subprocess.run([*labkit_cmd, "pipeline", "--batch", "100", "--microbatches", "3"],
@@ -545,69 +396,6 @@ def test_cli_uneven_microbatches_refused_before_launch(labkit_cmd):
     assert p.stderr.strip().splitlines() == [
         "labkit pipeline: error: batch 100 is not divisible by 3 microbatches"]
     assert "launch" not in p.stdout
-
-
-@pytest.mark.slow
-def test_zero_bubble_and_timeline_on_two_ranks():
-    """1F1B and zero bubble on 2 ranks: same output and gradients as one process, F, B and W
-    blocks per microbatch, the timeline split adding up, every row field declared."""
-    config = PipelineConfig(schedules=("1f1b", "zero_bubble"), microbatches=(2, 4), hidden=128,
-                            batch=32, steps=2, warmup=1)
-    df = pipeline.run(config, launch=LaunchOptions(nprocs=(2,), progress=False,
-                                                   timeout_s=LAUNCH_TIMEOUT_S))
-    assert sorted(zip(df.schedule, df.num_microbatches)) == [
-        ("1f1b", 2), ("1f1b", 4), ("zero_bubble", 2), ("zero_bubble", 4)]
-    assert df.matches_single_process.all(), df[["schedule", "max_output_diff", "max_grad_diff"]]
-    for r in df.itertuples():
-        kinds = "FBW" if r.schedule == "zero_bubble" else "FB"
-        assert sorted(b["kind"] for b in r.blocks) == sorted(kinds * 2 * r.num_microbatches)
-        assert r.compute_share + r.bubble_fill_drain + r.idle_other == pytest.approx(1, abs=0.05)
-        assert 0 <= r.bubble_fill_drain < 1 and r.slot_time_s > 0
-        assert r.step_time_predicted_s == pytest.approx(formulas.predicted_step_time(
-            num_stages=2, num_microbatches=r.num_microbatches, slot_s=r.slot_time_s,
-            schedule=r.schedule))
-        split = formulas.timeline_split(r.blocks)  # the stored blocks: one clock, from 0
-        assert split["compute_s"] > 0 and min(b["start_s"] for b in r.blocks) >= 0
-    assert df[df.schedule == "zero_bubble"].weight_time_s.notna().all()
-    assert (df.peak_activation_bytes == df.peak_activation_bytes_formula).all()
-    assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
-    assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
-    assert "bubble_fill_drain" in report.bubble_table(df)
-    assert len(report.ideal_blocks(df, "zero_bubble", 2, 4)) == 3 * 2 * 4
-    for r in df.itertuples():  # every rank's every kind of block, timed alone or not
-        kinds = "FBW" if r.schedule == "zero_bubble" else "FB"
-        assert {(t["rank"], t["kind"]) for t in r.block_times} == {
-            (rank, k) for rank in (0, 1) for k in kinds}
-        assert all(t["median_s"] >= 0 and 0 <= t["overlap"] <= 1 for t in r.block_times)
-
-    class Machine:  # a profile's two numbers: a co-run slowdown and a message time
-        def compute_slowdown(self, ranks):
-            return 1.0 if ranks == 1 else 1.2
-
-        def message_s(self, size_bytes, *, busy):
-            return 1e-4
-
-    modelled = report.add_model(df, Machine())
-    assert (modelled.step_time_model_s > 0).all() and (modelled.corun_slowdown == 1.2).all()
-    assert len(report.step_laws(modelled)) == 4 and len(report.best_m_laws(modelled)) == 2
-    # the median step's own split: its terms sum to a step of the row
-    from labkit.book import laws
-
-    assert all(laws.split_sums(row) for row in report.step_laws(modelled))
-    assert results.undeclared(modelled.to_dict("records"), report.COLUMNS) == []
-
-    class Products:  # a profile's matrix products: 1 GFLOP/s per n, measured at 64 and 256
-        rows = tuple({"measurement": "matmul", "context": "alone", "n": n} for n in (64, 256))
-
-        def matmul_flop_per_s(self, n, *, together=False):
-            return 1e9 * min(max(n, 64), 256)
-
-    rated = rates.add_rates(modelled, Products())
-    assert (rated.block_flop_per_s > 0).all()
-    assert (rated.block_flop == 6 * 8 / 2 * rated.microbatch_size * 128 ** 2).all()
-    assert results.undeclared(rated.to_dict("records"), report.COLUMNS) == []
-    assert rates.rate_sentence(rated, "1f1b").startswith(
-        "1f1b, P = 2, from microbatches of 16 to 8 samples (M = 2 to 4)")
 
 
 def test_skip_invalid_keeps_gpipe_m1():

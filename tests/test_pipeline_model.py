@@ -20,16 +20,17 @@ NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "07_pipeline_bubbles.ipynb"
 
 
 class Machine:
-    """A machine profile's two numbers the step model reads: a co-run slowdown (times
-    ranks/cores beyond 2 cores) and a message time."""
+    """A machine profile's numbers the step model reads: a co-run slowdown (times ranks/cores
+    beyond 2 cores), a message's transfer and the scheduler's wait."""
 
-    def __init__(self, co_run=1.25, message_s=1e-3, cores=2):
+    def __init__(self, co_run=1.25, message_s=1e-3, cores=2, wait_s=3.6e-3):
         self.co_run, self.msg, self.cores = co_run, message_s, cores
+        self.scheduler_wait_s = wait_s
 
     def compute_slowdown(self, ranks, *, n=None):
         return 1.0 if ranks == 1 else self.co_run * max(1.0, ranks / self.cores)
 
-    def message_s(self, size_bytes, *, busy=False):
+    def transfer_s(self, size_bytes, *, measurement="allreduce", busy=False):
         return self.msg
 
 
@@ -113,7 +114,7 @@ def test_add_model_on_a_synthetic_sweep_recovers_the_step():
     df = pd.DataFrame(rows)
     good = report.add_model(df, Machine(co_run=1.25, message_s=1e-3))
     assert good.step_model_error_pct.abs().max() < 1e-6
-    assert (good.corun_slowdown == 1.25).all() and (good.message_s == 1e-3).all()
+    assert (good.corun_slowdown == 1.25).all() and (good.message_transfer_s == 1e-3).all()
     assert all(r["holds"] and r["kind"] == "model" for r in report.step_laws(good))
     blind = report.add_model(df, Machine(co_run=1.0, message_s=0.0))  # no co-run, free messages
     assert (blind.step_model_error_pct[df.num_microbatches > 1] < 0).all()

@@ -4,27 +4,35 @@ notebook 08 section 11.
 
 A prediction on this machine uses this machine's profile of this run (:mod:`labkit.machine`),
 never ``data/local.yaml`` (a reference VM, another machine). Any object with the profile's
-attributes and methods will do (``alpha_s``, ``beta_bytes_per_s``, ``allreduce_s``,
-``message_s``, ``compute_slowdown``, ``step_flop_per_s``): the formulas below take plain
-numbers.
+attributes and methods will do (``alpha_s``, ``beta_bytes_per_s``, ``transfer_s``,
+``scheduler_wait_s``, ``wait_share``, ``compute_slowdown``, ``step_flop_per_s``): the formulas
+below take plain numbers.
 
-* a collective of ``S`` bytes on ``N`` ranks: the profile's all-reduce time *in context* at that
-  size (its measured sweep, the peer idle), beside the α–β ring law with the profile's fitted
-  α, β (:func:`labkit.collectives.formulas.collective_time`)::
+* a collective of ``S`` bytes on ``N`` ranks: a call moves at its transfer's pace or also
+  waits for the scheduler (:func:`labkit.machine.formulas.waits`), and how often changes from
+  second to second, so the transfers are compared: the profile's all-reduce transfer at that
+  size (its sweep's 10th percentiles, the peer idle) against the calls' 10th percentile, with
+  the calls' median, mean and share that waited beside them; the α–β ring law with the
+  profile's α, β fitted to its transfers (:func:`labkit.collectives.formulas.collective_time`)::
 
       t = 2(N−1)·α + 2(N−1)/N·S/β
 
 * a pipeline step of ``layers`` × Linear(h, h) over P stages, batch B, M microbatches, v chunks
   (:func:`pipeline_terms`)::
 
-      T = T_stage + (P−1)/(v·M)·T_stage + 2·v·M·t_msg,   T_stage = 6·(L/P)·h²·B / rate
+      T = T_stage + (P−1)/(v·M)·T_stage + 2·v·M·t_transfer + n_waited·t_wait,
+      T_stage = 6·(L/P)·h²·B / rate
 
   with ``rate`` the profile's training-step rate measured alone divided by the co-run
-  slowdown of P ranks computing at once, and ``t_msg`` the one-way message time of one microbatch's
-  activations ((B/M)·h·4 bytes) with the cores busy;
+  slowdown of P ranks computing at once, ``t_transfer`` the one-way transfer of one
+  microbatch's activations ((B/M)·h·4 bytes) with the cores busy (a message that waited for
+  nothing), ``n_waited`` the messages of the row's median step that waited for the scheduler
+  (counted from its timeline: :func:`labkit.pipeline.messages.row_waits`) and ``t_wait`` the
+  profile's scheduler wait (about a tick);
 * the bubble fraction (P−1)/(v·M+P−1) beside the fill and drain idle read off the timeline.
 
-Errors are symmetric (:func:`labkit.book.laws.symmetric_error_pct`).
+Errors are symmetric (:func:`labkit.book.laws.symmetric_error_pct`). The laws' notes and the
+sentence on the messages and calls that waited: :mod:`labkit.perfmodel.checknotes`.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ import statistics
 from labkit.book import laws
 from labkit.collectives import formulas as collectives
 from labkit.errors import UsageError
+from labkit.machine import formulas as machine_formulas
+from labkit.perfmodel.checknotes import collective_note, step_note
 from labkit.pipeline.formulas import bubble_fraction
 
 #: every prediction here is a time or a ratio (relative) or a fraction of a step (absolute)
@@ -94,40 +104,115 @@ def message_bytes(row: dict) -> int:
 
 
 def pipeline_terms(row: dict, *, compute_flop_per_s: float, compute_slowdown: float = 1.0,
-                   message_s: float = 0.0) -> dict:
+                   transfer_s: float = 0.0, waited: float = 0.0,
+                   scheduler_wait_s: float = 0.0) -> dict:
     """The model's step of a pipeline-lab row (``layers`` × Linear(h, h), ``batch``, P, M, v),
     term by term, in seconds: ``compute`` (one stage's work, T_stage), ``bubble``
-    ((P−1)/(v·M)·T_stage), ``messages`` (2·v·M·t_msg) and their sum ``step``.
-    ``compute_flop_per_s`` is the rate of one rank computing alone; the ``compute_slowdown`` of
-    P ranks computing at once divides it (every stage computes while the others do).
+    ((P−1)/(v·M)·T_stage), ``transfers`` (2·v·M·t_transfer), ``scheduler waits``
+    (``waited`` × ``scheduler_wait_s``) and their sum ``step``. ``compute_flop_per_s`` is the
+    rate of one rank computing alone; the ``compute_slowdown`` of P ranks computing at once
+    divides it (every stage computes while the others do).
 
-    8 layers of 256, batch 64, P = 2, M = 4 at 40 GFLOP/s, slowdown 1.25, 100 µs messages:
-    T_stage = 6·4·256²·64/40e9 · 1.25 = 3.146 ms, bubble 1/4 of it, 8 messages 0.8 ms.
+    8 layers of 256, batch 64, P = 2, M = 4 at 40 GFLOP/s, slowdown 1.25, 100 µs transfers, 2
+    of the messages waited 3.6 ms: T_stage = 6·4·256²·64/40e9 · 1.25 = 3.146 ms, bubble 1/4 of
+    it, 8 transfers 0.8 ms, waits 7.2 ms.
 
     >>> t = pipeline_terms(dict(layers=8, hidden=256, batch=64, num_stages=2, num_microbatches=4),
-    ...                    compute_flop_per_s=40e9, compute_slowdown=1.25, message_s=1e-4)
+    ...                    compute_flop_per_s=40e9, compute_slowdown=1.25, transfer_s=1e-4,
+    ...                    waited=2, scheduler_wait_s=3.6e-3)
     >>> {k: round(v * 1e3, 3) for k, v in t.items()}
-    {'compute': 3.146, 'bubble': 0.786, 'messages': 0.8, 'step': 4.732}
+    {'compute': 3.146, 'bubble': 0.786, 'transfers': 0.8, 'scheduler waits': 7.2, 'step': 11.932}
     """
-    if not compute_flop_per_s > 0 or not compute_slowdown > 0 or message_s < 0:
-        raise UsageError("compute_flop_per_s and compute_slowdown must be > 0, message_s >= 0")
+    if not compute_flop_per_s > 0 or not compute_slowdown > 0 or min(
+            transfer_s, waited, scheduler_wait_s) < 0:
+        raise UsageError("compute_flop_per_s and compute_slowdown must be > 0; transfer_s, "
+                         "waited and scheduler_wait_s >= 0")
     p, m = int(row["num_stages"]), int(row["num_microbatches"])
     v = int(row.get("virtual_stages", 1) or 1)
     h, batch, layers = int(row["hidden"]), int(row["batch"]), int(row["layers"])
     stage = 6.0 * layers / p * h * h * batch / compute_flop_per_s * compute_slowdown
     terms = {"compute": stage, "bubble": stage * (p - 1) / (v * m),
-             "messages": 2 * v * m * message_s if p > 1 else 0.0}
+             "transfers": 2 * v * m * transfer_s if p > 1 else 0.0,
+             "scheduler waits": waited * scheduler_wait_s if p > 1 else 0.0}
     return {**terms, "step": sum(terms.values())}
+
+
+def message_waits(prof, row: dict) -> dict:
+    """The messages of a pipeline row as the model prices them: ``transfer_s`` (the profile's
+    one-way transfer of one microbatch's activations, cores busy), ``scheduler_wait_s`` (the
+    profile's), and ``waited``: the messages of the row's median step that waited for the
+    scheduler, ``counted`` from its timeline (:func:`labkit.pipeline.messages.row_waits`, with
+    ``messages`` and ``measured_s``, what they took of the step); a row that holds no
+    per-message timeline gets the profile's share of waits times its 2·v·M messages instead
+    (``counted`` False)."""
+    from labkit.pipeline.messages import row_waits
+
+    transfer = float(prof.transfer_s(message_bytes(row), measurement="message", busy=True))
+    out = {"transfer_s": transfer, "scheduler_wait_s": float(prof.scheduler_wait_s)}
+    got = row_waits(row, transfer_s=transfer)
+    if got is not None:
+        return {**out, "counted": True, "messages": got["messages"], "waited": got["count"],
+                "measured_s": got["measured_s"]}
+    n = 2 * int(row.get("virtual_stages", 1) or 1) * int(row["num_microbatches"])
+    return {**out, "counted": False, "messages": n,
+            "waited": float(prof.wait_share(busy=True)) * n, "measured_s": None}
 
 
 def profile_terms(prof, row: dict) -> dict:
     """:func:`pipeline_terms` of a pipeline row with a machine profile's numbers: the rate of
     its miniature training step alone (Linear + tanh layers forward and backward, the pipeline
-    lab's own kind of layer), the co-run slowdown of P ranks training at once, and the one-way
-    message of one microbatch's activations with the cores busy."""
+    lab's own kind of layer), the co-run slowdown of P ranks training at once, the one-way
+    transfer of one microbatch's activations with the cores busy, and a scheduler wait for
+    each message that waited (:func:`message_waits`)."""
+    w = message_waits(prof, row)
     return pipeline_terms(row, compute_flop_per_s=prof.step_flop_per_s(),
                           compute_slowdown=prof.compute_slowdown(int(row["num_stages"])),
-                          message_s=prof.message_s(message_bytes(row), busy=True))
+                          transfer_s=w["transfer_s"], waited=w["waited"],
+                          scheduler_wait_s=w["scheduler_wait_s"])
+
+
+def call_times(row: dict) -> list[float]:
+    """Each timed call's seconds (the slowest rank's, as the row's percentiles count them) from
+    a collectives row's timeline (``timeline_s``: the first calls of every rank); [] where the
+    row holds none.
+
+    >>> call_times({"timeline_s": [{"rank": 0, "call": 1, "start_s": 0.0, "end_s": 1e-3},
+    ...                            {"rank": 1, "call": 1, "start_s": 0.0, "end_s": 2e-3},
+    ...                            {"rank": 0, "call": 2, "start_s": 2e-3, "end_s": 6e-3}]})
+    [0.002, 0.004]
+    """
+    timeline = row.get("timeline_s")
+    if not isinstance(timeline, list):
+        return []
+    longest: dict = {}
+    for c in timeline:
+        longest[c["call"]] = max(longest.get(c["call"], 0.0), float(c["end_s"]) - float(c["start_s"]))
+    return [longest[k] for k in sorted(longest)]
+
+
+def _collective_row(r: dict, *, op: str, n: int, ab: float, a: float, b: float,
+                    profile) -> dict:
+    """One collective row of :func:`model_check`: with a profile, the transfers (the
+    profile's against the calls' p10, their p50 where the row keeps no p10) and the calls'
+    wait share; fitted, the α–β line against the p50."""
+    out = {"lab": "collectives", "what": op, "world_size": n, "size_bytes": r["size_bytes"],
+           "quantity": "time_s", "alpha_beta_s": ab, "alpha_s": a, "beta_gb_per_s": b / 1e9,
+           "measured_p10_s": r.get("time_p10_s"), "measured_p50_s": r["time_p50_s"],
+           "measured_p90_s": r.get("time_p90_s"), "measured_mean_s": r.get("time_mean_s")}
+    if profile is None:
+        return {**out, "measured": r["time_p50_s"], "model": ab, "statistic": "p50",
+                "error_pct": laws.symmetric_error_pct(ab, r["time_p50_s"])}
+    model = profile.transfer_s(r["size_bytes"], ranks=n) if op == "all_reduce" else ab
+    p10 = r.get("time_p10_s")
+    measured, stat = (p10, "p10") if p10 is not None and p10 == p10 else (r["time_p50_s"], "p50")
+    calls = call_times(r)
+    w = machine_formulas.waits(calls) if calls else None
+    share = w["wait_share"] if w else None
+    return {**out, "measured": measured, "model": model, "statistic": stat,
+            "error_pct": laws.symmetric_error_pct(model, measured), "calls": len(calls),
+            "calls_waited": len(w["wait_excess_s"]) if w else None, "wait_share": share,
+            "scheduler_wait_s": profile.scheduler_wait_s,
+            "in_context_s": None if w is None else model + share * profile.scheduler_wait_s}
 
 
 def model_check(collective_rows=None, pipeline_rows=None, *, profile=None, fit: bool = False,
@@ -135,13 +220,17 @@ def model_check(collective_rows=None, pipeline_rows=None, *, profile=None, fit: 
     """The model beside each measurement, with its symmetric error (a DataFrame with ``lab,
     what, world_size, size_bytes, num_microbatches, quantity, measured, model, error_pct``).
 
-    Collective rows get the profile's in-context time (``model``) and the α–β law with the
-    profile's α, β (``alpha_beta_s``); with ``fit`` (no profile needed) α, β are fitted to the
-    rows themselves (per op and world size): the errors then show how well the *shape* of the
-    α–β law holds. Pipeline rows get the bubble fraction beside ``bubble_fill_drain``
-    (``bubble_measured``, all idle time, where absent) and, with a profile, the step time of
-    :func:`profile_terms` beside ``step_time_s``, with the measured split of the step
-    (compute, fill/drain bubble, other waits: shares of the timeline times the step).
+    Collective rows, with a profile: the profile's all-reduce transfer at that size
+    (``model``) against the calls' 10th percentile (``measured``; ``statistic`` says which),
+    the calls' median and mean, how many of the calls in the row's timeline waited for the
+    scheduler (``calls_waited``, ``wait_share``: :func:`labkit.machine.formulas.waits`) and
+    the profile's transfer + that share × its scheduler wait (``in_context_s``); the α–β law
+    with the profile's α, β beside them (``alpha_beta_s``). With ``fit`` (no profile needed)
+    α, β are fitted to the rows' medians (per op and world size): the errors then show how well
+    the *shape* of the α–β law holds. Pipeline rows get the bubble fraction beside
+    ``bubble_fill_drain`` (``bubble_measured``, all idle time, where absent) and, with a
+    profile, the step time of :func:`profile_terms` beside ``step_time_s``, with the measured
+    split of the step (compute, fill/drain bubble, the counted scheduler waits, other waits).
     """
     import pandas as pd
 
@@ -163,14 +252,8 @@ def model_check(collective_rows=None, pipeline_rows=None, *, profile=None, fit: 
         for r in sorted(part, key=lambda r: r["size_bytes"]):
             ab = collectives.collective_time(op=op, ranks=n, size_bytes=r["size_bytes"],
                                              alpha_s=a, beta_bytes_per_s=b)
-            in_context = (profile.allreduce_s(r["size_bytes"], ranks=n)
-                          if profile is not None and not fit and op == "all_reduce" else ab)
-            out.append({"lab": "collectives", "what": op, "world_size": n,
-                        "size_bytes": r["size_bytes"], "quantity": "time_s",
-                        "measured": r["time_p50_s"], "model": in_context, "alpha_beta_s": ab,
-                        "error_pct": laws.symmetric_error_pct(in_context, r["time_p50_s"]),
-                        "alpha_s": a, "beta_gb_per_s": b / 1e9,
-                        "measured_p10_s": r.get("time_p10_s"), "measured_p90_s": r.get("time_p90_s")})
+            out.append(_collective_row(r, op=op, n=n, ab=ab, a=a, b=b,
+                                       profile=None if fit else profile))
     for r in _rows(pipeline_rows):
         out += _pipeline_rows(r, profile)
     if not out:
@@ -193,24 +276,33 @@ def _pipeline_rows(r: dict, profile) -> list[dict]:
     out = [{**head, "quantity": "bubble_fraction", "measured": meas, "model": f,
             "error_pct": laws.symmetric_error_pct(f, meas), "error_abs": f - meas}]
     if profile is not None and "hidden" in r:
-        t = profile_terms(profile, r)
+        t, w = profile_terms(profile, r), message_waits(profile, r)
         step = float(r["step_time_s"])
         split = None
         if r.get("compute_share") is not None and r.get("idle_other") is not None:
-            split = {"compute": step * float(r["compute_share"]),
-                     "fill/drain bubble": step * meas,
-                     "other waits (messages, scheduling)": step * float(r["idle_other"])}
+            other = step * float(r["idle_other"])
+            split = {"compute": step * float(r["compute_share"]), "fill/drain bubble": step * meas}
+            if w["counted"]:  # what the counted waits took of the step, read off its timeline
+                waits = min(w["measured_s"], other)
+                split.update({"scheduler waits (counted)": waits,
+                              "other waits (transfers, scheduling)": other - waits})
+            else:
+                split["other waits (messages, scheduling)"] = other
         out.append({**head, "quantity": "step_time_s", "measured": step, "model": t["step"],
                     "error_pct": laws.symmetric_error_pct(t["step"], step),
                     "model_compute_s": t["compute"], "model_bubble_s": t["bubble"],
-                    "model_messages_s": t["messages"], "split": split})
+                    "model_transfers_s": t["transfers"], "model_waits_s": t["scheduler waits"],
+                    "transfer_s": w["transfer_s"], "scheduler_wait_s": w["scheduler_wait_s"],
+                    "messages": w["messages"], "messages_waited": w["waited"],
+                    "waits_counted": w["counted"], "split": split})
     return out
 
 
 def check_laws(check) -> list[dict]:
     """The law rows of a :func:`model_check` table (kind ``model``): the largest size of each
-    collective (time: relative), each pipeline bubble (a fraction: absolute) and step time
-    (relative, with its measured split).
+    collective (its transfer: relative, with the calls' median and waits in the note), each
+    pipeline bubble (a fraction: absolute) and step time (relative, with its measured split
+    and its counted waits in the note).
 
     >>> import pandas as pd
     >>> rows = check_laws(pd.DataFrame([
@@ -224,14 +316,10 @@ def check_laws(check) -> list[dict]:
     if len(coll):
         largest = coll.sort_values("size_bytes").groupby(["what", "world_size"]).tail(1)
         for r in largest.to_dict("records"):
-            p10, p90 = r.get("measured_p10_s"), r.get("measured_p90_s")
-            spread = (f"measured calls spread p10 {p10:.3g} s .. p90 {p90:.3g} s"
-                      if None not in (p10, p90) and not math.isnan(p10) and not math.isnan(p90)
-                      else "")
             rows.append(laws.check(
                 f"{r['what']} of {r['size_bytes']:,.0f} B on {r['world_size']} ranks (this run's "
                 "machine profile)", predicted=r["model"], measured=r["measured"], unit="s",
-                tolerance_pct=STEP_TOLERANCE_PCT, note=spread))
+                tolerance_pct=STEP_TOLERANCE_PCT, note=collective_note(r)))
     for r in check[check.quantity != "time_s"].to_dict("records"):
         name = f"P = {int(r['num_stages'])}, M = {int(r['num_microbatches'])}"
         if r["quantity"] == "bubble_fraction":
@@ -242,7 +330,7 @@ def check_laws(check) -> list[dict]:
             rows.append(laws.check(
                 f"pipeline step_time_s, {name}", predicted=r["model"], measured=r["measured"],
                 unit="s", tolerance_pct=STEP_TOLERANCE_PCT,
-                split=split if isinstance(split, dict) else None))
+                split=split if isinstance(split, dict) else None, note=step_note(r)))
     return rows
 
 

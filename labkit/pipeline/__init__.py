@@ -3,8 +3,9 @@ interleaved 1F1B and zero bubble (ZB-H1) over M microbatches. Every forward and 
 every microbatch is timed on every rank; the timeline is split into compute, the fill/drain
 bubble (idle waiting for another rank's compute) and the rest, and set beside the formula
 (P−1)/(P−1+M); the step beside (M + P − 1) × t_slot(M) and beside the step model of this
-machine (each block's time alone, the machine profile's co-run slowdown and message time,
-played through the schedule); every step checked against one process.
+machine (each block's time alone, the machine profile's co-run slowdown and message
+transfers, and its scheduler wait on each message that waited in the measured step, played
+through the schedule); every step checked against one process.
 
 Read in this order:
 
@@ -16,6 +17,8 @@ Read in this order:
   size, beside the machine profile's matrix product of as many operations;
 * :mod:`~labkit.pipeline.schedules` (pure) -- the ideal schedule each rank runs, simulated, and
   the step model;
+* :mod:`~labkit.pipeline.messages` (pure) -- a measured step's messages, and which of them
+  waited for the scheduler;
 * :mod:`~labkit.pipeline.config` (pure) -- what a sweep asks for, validated before any launch,
   and its estimated time (refused over the notebook's budget);
 * :mod:`~labkit.pipeline.worker` (rank side) -- one launch: every (schedule, M) at one P;

@@ -14,7 +14,7 @@ should hold, the worker measures what it does hold (``peak_activation_bytes``,
 
 from __future__ import annotations
 
-from labkit.pipeline.formulas import held_peak_bytes, stage_activation_bytes
+from labkit.config import positive_int
 from labkit.pipeline.schedules import simulate, stage_layers
 from labkit.pipeline.verdicts import trend
 from labkit.results import select_rows
@@ -25,13 +25,66 @@ ACTIVATION_TOLERANCE_PCT = 10.0
 MIB = 2 ** 20
 
 
+def stage_activation_bytes(*, layers: int, microbatch_size: int, hidden: int,
+                           first_stage: bool) -> int:
+    """The bytes autograd saves for one microbatch on a stage of ``layers`` Linear+tanh blocks:
+    each tanh saves its output, each Linear its input (its weight is held anyway), and a
+    Linear's input is the tanh output before it (one tensor, counted once), except the stage's
+    first Linear's: the stage's input, a received activation, or on the first stage a slice of
+    the batch, which the step holds anyway. Each is b/M × hidden float32 numbers:
+    (layers + [not the first stage]) × (b/M) × hidden × 4.
+
+    The lab's default model on P = 2 (4 layers a stage, hidden 512, batch 128, M = 8):
+
+    >>> stage_activation_bytes(layers=4, microbatch_size=16, hidden=512, first_stage=True)
+    131072
+    >>> stage_activation_bytes(layers=4, microbatch_size=16, hidden=512, first_stage=False)
+    163840
+    """
+    tensors = positive_int("layers", layers) + (0 if first_stage else 1)
+    return tensors * positive_int("microbatch_size", microbatch_size) * \
+        positive_int("hidden", hidden) * 4
+
+
+def held_peak_bytes(blocks, *, rank: int, stage_bytes: dict) -> int:
+    """The most activation bytes ``rank`` holds at once in a step, its blocks replayed in time
+    order: a forward of (stage, microbatch) adds ``stage_bytes[stage]``, that microbatch's last
+    backward pass on the stage frees them (its W where there is one: the weight gradient needs
+    the saved inputs; else its B). ``blocks``: dicts with rank, stage, kind, microbatch,
+    start_s (an ideal schedule, :func:`labkit.pipeline.schedules.simulate`, or a measured step).
+
+    GPipe runs every forward before the first backward: stage 0 holds M microbatches. 1F1B
+    starts backwards after P − r forwards on rank r: stage 0 holds min(P, M). P = 2, M = 4,
+    1 byte a microbatch:
+
+    >>> def on_rank0(order):
+    ...     return [dict(rank=0, stage=0, kind=k, microbatch=i, start_s=t)
+    ...             for t, (k, i) in enumerate(order)]
+    >>> gpipe = [("F", i) for i in range(4)] + [("B", i) for i in range(4)]
+    >>> f1b1 = [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("F", 3), ("B", 2), ("B", 3)]
+    >>> [held_peak_bytes(on_rank0(o), rank=0, stage_bytes={0: 1}) for o in (gpipe, f1b1)]
+    [4, 2]
+    """
+    mine = sorted((b for b in blocks if int(b["rank"]) == rank), key=lambda b: b["start_s"])
+    has_w = {(int(b["stage"]), int(b["microbatch"])) for b in mine if b["kind"] == "W"}
+    held = peak = 0
+    for b in mine:
+        key = (int(b["stage"]), int(b["microbatch"]))
+        if b["kind"] == "F":
+            held += stage_bytes[key[0]]
+        elif b["kind"] == ("W" if key in has_w else "B"):
+            held -= stage_bytes[key[0]]
+        peak = max(peak, held)
+    return peak
+
+
 def peak_activation_formula(schedule: str, *, num_stages: int, num_microbatches: int,
                             layers: int, hidden: int, batch: int, virtual_stages: int = 1,
                             rank: int = 0) -> int:
     """The most activation bytes rank ``rank`` holds at once in a step: its blocks in the ideal
     schedule (:func:`labkit.pipeline.schedules.simulate`, torch's order) replayed by
-    :func:`labkit.pipeline.formulas.held_peak_bytes`, a microbatch of each of its stages
-    counted by :func:`~labkit.pipeline.formulas.stage_activation_bytes` (the layers split as
+    :func:`held_peak_bytes`, a microbatch of each of its stages
+    counted by :func:`stage_activation_bytes` (the layers split as
     :func:`~labkit.pipeline.schedules.stage_layers` splits them, V chunks a rank interleaved).
 
     The lab's default model (8 layers, hidden 512, batch 128) on P = 2 at M = 8: a microbatch

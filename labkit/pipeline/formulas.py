@@ -14,8 +14,8 @@ step of M + P − 1 slots the bubble is written two ways, both in use:
 Interleaving V chunks per rank makes the fill/drain slots V times shorter; the zero-bubble
 schedule ZB-H1 fills them with weight gradients, leaving about a third of them (forward,
 input-gradient and weight-gradient passes of equal length). 1F1B does not shrink the bubble;
-it caps the activations a stage holds at P microbatches instead of M: :func:`held_peak_bytes`
-replays a schedule's blocks, :func:`stage_activation_bytes` counts one microbatch's.
+it caps the activations a stage holds at P microbatches instead of M
+(:mod:`labkit.pipeline.activations` counts them).
 
 :func:`timeline_split` reads the bubble off a measured timeline instead: compute, the idle
 spent waiting for another rank's compute (fill and drain), and the rest (messages, scheduling).
@@ -147,10 +147,14 @@ def measured_bubble(busy_s_per_rank, step_time_s: float) -> float:
     return 1.0 - sum(busy) / (len(busy) * step_time_s)
 
 
-def _needs(kind: str, stage: int, microbatch: int, last_stage: int):
+def needs(kind: str, stage: int, microbatch: int, last_stage: int):
     """The block whose result this block waits for: a forward the previous stage's forward, a
     backward (input gradient) the next stage's, the last stage's backward its own forward, a
-    weight gradient its own input gradient."""
+    weight gradient its own input gradient (None: the first stage's forward, which reads data).
+
+    >>> needs("F", 1, 3, 1), needs("B", 0, 3, 1), needs("B", 1, 3, 1), needs("F", 0, 3, 1)
+    (('F', 0, 3), ('B', 1, 3), ('F', 1, 3), None)
+    """
     if kind == "F":
         return ("F", stage - 1, microbatch) if stage > 0 else None
     if kind == "B":
@@ -158,24 +162,28 @@ def _needs(kind: str, stage: int, microbatch: int, last_stage: int):
     return ("B", stage, microbatch)
 
 
-def ideal_replay(orders, *, last_stage: int, start_s: float = 0.0) -> dict:
+def ideal_replay(orders, *, last_stage: int, start_s: float = 0.0,
+                 delay_s: dict | None = None) -> dict:
     """The ideal run of a pipeline step: each rank runs its blocks in the order given, with the
     durations given, and a block starts as soon as its rank is free and the block it waits for
-    (:func:`_needs`) has ended. Messages cost nothing and nothing else delays a block; a block
+    (:func:`needs`) has ended. Messages cost nothing and nothing else delays a block; a block
     waited for that is not in ``orders`` at all (a timeline that lost it) holds nothing up.
 
     ``orders``: {rank: [(kind, stage, microbatch, duration_s), ...]} in each rank's order;
     ``last_stage``: the pipeline's last stage (P·V − 1). Returns {(rank, position in its
     order): (start_s, end_s)} in the order the blocks were placed. Both the ideal schedules
     (:func:`labkit.pipeline.schedules.simulate`) and the ideal replay of a measured step
-    (:func:`timeline_split`) are this run.
+    (:func:`timeline_split`) are this run. ``delay_s``: {(kind, stage, microbatch): seconds}
+    a block starts later than its rank and its input allow (a message that waited).
 
     GPipe, P = 2, M = 1 (forward 1 s, backward 2 s): rank 1's forward waits for rank 0's, rank
-    0's backward for rank 1's.
+    0's backward for rank 1's; delaying rank 1's forward 0.5 s delays all that follows.
 
-    >>> ideal_replay({0: [("F", 0, 0, 1.0), ("B", 0, 0, 2.0)],
-    ...               1: [("F", 1, 0, 1.0), ("B", 1, 0, 2.0)]}, last_stage=1)
+    >>> o = {0: [("F", 0, 0, 1.0), ("B", 0, 0, 2.0)], 1: [("F", 1, 0, 1.0), ("B", 1, 0, 2.0)]}
+    >>> ideal_replay(o, last_stage=1)
     {(0, 0): (0.0, 1.0), (1, 0): (1.0, 2.0), (1, 1): (2.0, 4.0), (0, 1): (4.0, 6.0)}
+    >>> ideal_replay(o, last_stage=1, delay_s={("F", 1, 0): 0.5})[(0, 1)]
+    (4.5, 6.5)
     """
     keys = {(kind, stage, mb) for blocks in orders.values() for kind, stage, mb, _ in blocks}
     ended, placed = {}, {}
@@ -186,10 +194,11 @@ def ideal_replay(orders, *, last_stage: int, start_s: float = 0.0) -> dict:
         for rank, blocks in orders.items():
             while pos[rank] < len(blocks):
                 kind, stage, mb, duration = blocks[pos[rank]]
-                need = _needs(kind, stage, mb, last_stage)
+                need = needs(kind, stage, mb, last_stage)
                 if need in keys and need not in ended:
                     break  # its input is not placed yet: another rank first
-                t0 = max(free[rank], ended.get(need, start_s))
+                t0 = max(free[rank], ended.get(need, start_s)) + (delay_s or {}).get(
+                    (kind, stage, mb), 0.0)
                 placed[(rank, pos[rank])] = (t0, t0 + duration)
                 ended[(kind, stage, mb)] = free[rank] = t0 + duration
                 pos[rank] += 1
@@ -199,7 +208,8 @@ def ideal_replay(orders, *, last_stage: int, start_s: float = 0.0) -> dict:
     return placed
 
 
-def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | None = None) -> dict:
+def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | None = None,
+                   delay_s: dict | None = None) -> dict:
     """Split a step of P ranks into compute, fill/drain bubble and the rest, from its blocks.
 
     ``blocks``: dicts with ``rank, stage, kind ("F", "B" or "W"), microbatch, start_s, end_s``
@@ -217,7 +227,8 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
     Returns totals over ranks (``compute_s``, ``bubble_s``, ``other_s``), their shares of
     P × the measured step (``compute_share``, ``bubble_share``, ``other_share``; they sum to
     1), the step (``step_s``) and ``per_rank``: the same seconds for each rank. ``step_end_s``:
-    the last block's end when not given.
+    the last block's end when not given. ``delay_s`` (:func:`ideal_replay`'s) puts delays the
+    replay should count as known into it: what they explain leaves ``other``.
 
     GPipe, P = 2, M = 1 (forward 1 s, backward 2 s): rank 1 waits 1 s for the forward and 2 s
     for rank 0's backward, rank 0 3 s for the gradient. With a 0.5 s message before rank 0's
@@ -264,7 +275,7 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
     placed = ideal_replay(
         {rank: [(m["block"]["kind"], int(m["block"]["stage"]), int(m["block"]["microbatch"]),
                  m["duration_s"]) for m in mine] for rank, mine in mine_by_rank.items()},
-        last_stage=last_stage, start_s=start)
+        last_stage=last_stage, start_s=start, delay_s=delay_s)
     ideal_step_end = max(z for _, z in placed.values())
     per_rank = []
     for rank in ranks:
@@ -364,12 +375,14 @@ def alone_seconds(times, *, slowdown: float) -> dict:
 
 
 def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict,
-                 message_s: float = 0.0) -> dict:
+                 message_s: float = 0.0, wait_s: dict | None = None) -> dict:
     """A pipeline step on a machine whose ranks slow each other down: like
     :func:`ideal_replay` (each rank runs its blocks in its order, a block starts once its rank
     is free and the block it waits for has ended), but a block that waits for another rank's
     block starts ``message_s`` after that block ended (the message), and while k ranks compute
     at once each advances at 1 / ``slowdown[k]`` of its alone speed (``slowdown[1]`` = 1).
+    ``wait_s``: {(kind, stage, microbatch): seconds} a block waits beyond its rank being free
+    and its message arrived (a message that waited for the scheduler).
 
     ``orders``: {rank: [(kind, stage, microbatch, alone_seconds), ...]}. Returns the same map
     as :func:`ideal_replay`: {(rank, position): (start_s, end_s)}.
@@ -387,10 +400,14 @@ def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict
     >>> p = corun_replay(o, last_stage=1, rank_of_stage={0: 0, 1: 1}, slowdown={1: 1.0, 2: 1.0})
     >>> max(z for _, z in p.values())  # no slowdown, free messages: (M + P − 1)(F + B)
     9.0
+    >>> p = corun_replay(o, last_stage=1, rank_of_stage={0: 0, 1: 1}, slowdown={1: 1.0, 2: 1.0},
+    ...                  wait_s={("F", 1, 0): 0.25})  # on the critical path: all of it
+    >>> max(z for _, z in p.values())
+    9.25
     """
     keys = {(kind, stage, mb) for blocks in orders.values() for kind, stage, mb, _ in blocks}
     ended, placed, running = {}, {}, {}
-    pos = dict.fromkeys(orders, 0)
+    pos, free = dict.fromkeys(orders, 0), dict.fromkeys(orders, 0.0)
     total = sum(len(blocks) for blocks in orders.values())
     t = 0.0
     while len(placed) < total:
@@ -399,13 +416,15 @@ def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict
             if rank in running or pos[rank] >= len(blocks):
                 continue
             kind, stage, mb, work = blocks[pos[rank]]
-            need = _needs(kind, stage, mb, last_stage)
+            need = needs(kind, stage, mb, last_stage)
             if need in keys and need not in ended:
                 continue
             ready = 0.0
             if need in ended:
                 far = rank_of_stage[need[1]] != rank
                 ready = ended[need] + (message_s if far else 0.0)
+            if (kind, stage, mb) in (wait_s or {}):
+                ready = max(ready, free[rank]) + wait_s[(kind, stage, mb)]
             if ready <= t + 1e-15:
                 running[rank] = [pos[rank], t, float(work)]
             else:
@@ -427,62 +446,9 @@ def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict
             if work <= 1e-12:
                 kind, stage, mb, _ = orders[rank][i]
                 placed[(rank, i)] = (t0, t)
-                ended[(kind, stage, mb)] = t
+                ended[(kind, stage, mb)] = free[rank] = t
                 pos[rank] += 1
                 del running[rank]
             else:
                 running[rank][2] = work
     return placed
-
-
-def stage_activation_bytes(*, layers: int, microbatch_size: int, hidden: int,
-                           first_stage: bool) -> int:
-    """The bytes autograd saves for one microbatch on a stage of ``layers`` Linear+tanh blocks:
-    each tanh saves its output, each Linear its input (its weight is held anyway), and a
-    Linear's input is the tanh output before it (one tensor, counted once), except the stage's
-    first Linear's: the stage's input, a received activation, or on the first stage a slice of
-    the batch, which the step holds anyway. Each is b/M × hidden float32 numbers:
-    (layers + [not the first stage]) × (b/M) × hidden × 4.
-
-    The lab's default model on P = 2 (4 layers a stage, hidden 512, batch 128, M = 8):
-
-    >>> stage_activation_bytes(layers=4, microbatch_size=16, hidden=512, first_stage=True)
-    131072
-    >>> stage_activation_bytes(layers=4, microbatch_size=16, hidden=512, first_stage=False)
-    163840
-    """
-    tensors = positive_int("layers", layers) + (0 if first_stage else 1)
-    return tensors * positive_int("microbatch_size", microbatch_size) * \
-        positive_int("hidden", hidden) * 4
-
-
-def held_peak_bytes(blocks, *, rank: int, stage_bytes: dict) -> int:
-    """The most activation bytes ``rank`` holds at once in a step, its blocks replayed in time
-    order: a forward of (stage, microbatch) adds ``stage_bytes[stage]``, that microbatch's last
-    backward pass on the stage frees them (its W where there is one: the weight gradient needs
-    the saved inputs; else its B). ``blocks``: dicts with rank, stage, kind, microbatch,
-    start_s (an ideal schedule, :func:`labkit.pipeline.schedules.simulate`, or a measured step).
-
-    GPipe runs every forward before the first backward: stage 0 holds M microbatches. 1F1B
-    starts backwards after P − r forwards on rank r: stage 0 holds min(P, M). P = 2, M = 4,
-    1 byte a microbatch:
-
-    >>> def on_rank0(order):
-    ...     return [dict(rank=0, stage=0, kind=k, microbatch=i, start_s=t)
-    ...             for t, (k, i) in enumerate(order)]
-    >>> gpipe = [("F", i) for i in range(4)] + [("B", i) for i in range(4)]
-    >>> f1b1 = [("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("F", 3), ("B", 2), ("B", 3)]
-    >>> [held_peak_bytes(on_rank0(o), rank=0, stage_bytes={0: 1}) for o in (gpipe, f1b1)]
-    [4, 2]
-    """
-    mine = sorted((b for b in blocks if int(b["rank"]) == rank), key=lambda b: b["start_s"])
-    has_w = {(int(b["stage"]), int(b["microbatch"])) for b in mine if b["kind"] == "W"}
-    held = peak = 0
-    for b in mine:
-        key = (int(b["stage"]), int(b["microbatch"]))
-        if b["kind"] == "F":
-            held += stage_bytes[key[0]]
-        elif b["kind"] == ("W" if key in has_w else "B"):
-            held -= stage_bytes[key[0]]
-        peak = max(peak, held)
-    return peak

@@ -5,7 +5,8 @@ results file upserts by; :func:`bubble_table` the table ``labkit pipeline`` prin
 verdicts of :mod:`labkit.pipeline.verdicts` under it; :func:`main_rows` and
 :func:`conventions` the selections notebook 07 makes (with
 :func:`labkit.pipeline.verdicts.series` and :func:`~labkit.pipeline.verdicts.best_microbatches`);
-:func:`add_model` the step model on this machine (its profile's co-run slowdown and messages),
+:func:`add_model` the step model on this machine (its profile's co-run slowdown and transfers,
+the scheduler waits counted in each row's median step: :mod:`labkit.pipeline.messages`),
 :func:`bubble_laws`, :func:`step_laws`, :func:`best_m_laws` and :func:`over_ideal_laws` its law
 tables (:mod:`labkit.book.laws`, every row of kind ``model``); :func:`recv_ahead_table` GPipe and 1F1B with and without their
 receives posted ahead; :func:`schedule_blocks` and :func:`ideal_blocks` the measured and the
@@ -16,6 +17,8 @@ ideal forward and backward blocks of one row, for
 """
 
 from __future__ import annotations
+
+import functools
 
 from labkit.pipeline import verdicts
 from labkit.pipeline.formulas import bubble_text
@@ -84,13 +87,32 @@ COLUMNS = (
                               "(formulas.block_times, over the timed steps)"),
     Column("step_split_s", "s", "the median step taken apart, per rank (averaged): compute, "
                                 "fill/drain bubble, messages and other waits; they sum to it"),
+    Column("median_step_blocks", "", "the median step's blocks (the step step_time_s and "
+                                     "step_split_s describe), as blocks"),
+    Column("step_messages", "", "each activation or gradient that crossed to another rank in "
+                                "the median step (messages.step_messages): kind, stage, "
+                                "microbatch of the block that needed it, from_rank, to_rank, "
+                                "delay_s (its start - the later of the sender's block end and "
+                                "its own rank's previous block end)"),
     Column("step_time_model_s", "s", "the step model on this machine (report.add_model): alone "
                                      "blocks x the profile's co-run slowdown while ranks compute "
-                                     "at once, the profile's message time per activation"),
+                                     "at once, the profile's transfer per message, and a "
+                                     "scheduler wait on each message that waited in the median "
+                                     "step"),
     Column("step_model_error_pct", "%", "symmetric error of step_time_model_s against "
                                         "step_time_s (laws.symmetric_error_pct)"),
     Column("corun_slowdown", "", "the profile's compute slowdown with P ranks at once"),
-    Column("message_s", "s", "the profile's one-way message of one activation, cores busy"),
+    Column("message_transfer_s", "s", "the profile's one-way transfer of one activation (a "
+                                      "message that waited for nothing), cores busy"),
+    Column("scheduler_wait_s", "s", "the profile's scheduler wait: what a message that waited "
+                                    "took beyond its transfer (about a scheduler tick)"),
+    Column("messages", "", "messages in the median step (None: the row has no step_messages)"),
+    Column("messages_waited", "", "of them, those whose delay exceeded the transfer + "
+                                  "max(1.5 ms, transfer / 4) (machine.formulas.counted_waits)"),
+    Column("step_waits_model_s", "s", "what the counted waits, each priced at scheduler_wait_s "
+                                      "where it happened, add to the modelled step"),
+    Column("step_waits_measured_s", "s", "what the counted waits took of the median step, read "
+                                         "off its timeline (messages.wait_share_s)"),
     Column("block_flop", "FLOP", "one stage's forward + backward of one microbatch, 6 x "
                                  "(layers / P) x microbatch_size x hidden^2 (rates.add_rates)"),
     Column("block_flop_per_s", "FLOP/s", "block_flop / slot_time_s: a stage's compute rate in "
@@ -234,47 +256,64 @@ def conventions(df):
 def model_inputs(row, machine) -> dict:
     """What the step model reads off the machine profile for one row: the co-run slowdown with
     k = 1..P ranks computing at once (the profile's training-step slowdown, times k/cores
-    beyond the cores) and one activation's one-way message with the cores busy (float32: 4
-    bytes a number). ``machine``: a :class:`labkit.machine.Profile` (or anything with its
-    ``compute_slowdown`` and ``message_s``).
+    beyond the cores), one activation's one-way transfer with the cores busy (float32: 4 bytes
+    a number; a message that waited for nothing) and the scheduler wait of a message that did.
+    ``machine``: a :class:`labkit.machine.Profile` (or anything with its
+    ``compute_slowdown``, ``transfer_s`` and ``scheduler_wait_s``).
 
     >>> class Machine:
+    ...     scheduler_wait_s = 3.6e-3
     ...     def compute_slowdown(self, ranks): return 1.0 if ranks == 1 else 1.25 * ranks / 2
-    ...     def message_s(self, size_bytes, *, busy): return 1e-4 + size_bytes / 1e9
+    ...     def transfer_s(self, size_bytes, *, measurement, busy): return 1e-4 + size_bytes / 1e9
     >>> got = model_inputs({"num_stages": 2, "microbatch_size": 16, "hidden": 1024}, Machine())
-    >>> got["slowdown"], round(got["message_s"] * 1e6, 1)
-    ({1: 1.0, 2: 1.25}, 165.5)
+    >>> got["slowdown"], round(got["transfer_s"] * 1e6, 1), got["scheduler_wait_s"]
+    ({1: 1.0, 2: 1.25}, 165.5, 0.0036)
     """
     p = int(row["num_stages"])
+    size = 4 * row["microbatch_size"] * row["hidden"]
     return {"slowdown": {k: float(machine.compute_slowdown(k)) for k in range(1, p + 1)},
-            "message_s": float(machine.message_s(4 * row["microbatch_size"] * row["hidden"],
-                                                 busy=True))}
+            "transfer_s": float(machine.transfer_s(size, measurement="message", busy=True)),
+            "scheduler_wait_s": float(machine.scheduler_wait_s)}
 
 
 def add_model(df, machine):
     """``df`` with the step model's columns (``step_time_model_s``, ``step_model_error_pct``,
-    ``corun_slowdown``, ``message_s``): each row's alone blocks (``block_times``) replayed in
-    its schedule with the profile's co-run slowdown and message time
-    (:func:`labkit.pipeline.schedules.model_step`)."""
+    ``corun_slowdown``, ``message_transfer_s``, ``scheduler_wait_s``, ``messages``,
+    ``messages_waited``, ``step_waits_model_s``, ``step_waits_measured_s``): each row's alone
+    blocks (``block_times``) replayed in its schedule with the profile's co-run slowdown and
+    transfer time (:func:`labkit.pipeline.schedules.model_step`), and the profile's scheduler
+    wait on each message that waited in the row's median step, counted from its timeline
+    (:func:`labkit.pipeline.messages.row_waits`)."""
     from labkit.book.laws import symmetric_error_pct
     from labkit.pipeline.formulas import alone_seconds
+    from labkit.pipeline.messages import row_waits
     from labkit.pipeline.schedules import model_step
 
-    out = df.copy()
-    model, err, slow, msg = [], [], [], []
+    cols = {k: [] for k in ("step_time_model_s", "step_model_error_pct", "corun_slowdown",
+                            "message_transfer_s", "scheduler_wait_s", "messages",
+                            "messages_waited", "step_waits_model_s", "step_waits_measured_s")}
     for row in df.to_dict("records"):
         got = model_inputs(row, machine)
         p = int(row["num_stages"])
-        alone = alone_seconds(row["block_times"], slowdown=got["slowdown"][p])
-        t = model_step(row["schedule"], p, int(row["num_microbatches"]), alone=alone,
-                       slowdown=got["slowdown"], message_s=got["message_s"],
-                       virtual_stages=int(row["virtual_stages"]))
-        model.append(t)
-        err.append(symmetric_error_pct(t, row["step_time_s"]))
-        slow.append(got["slowdown"][p])
-        msg.append(got["message_s"])
-    return out.assign(step_time_model_s=model, step_model_error_pct=err, corun_slowdown=slow,
-                      message_s=msg)
+        waits = row_waits(row, transfer_s=got["transfer_s"])
+        at = {k: got["scheduler_wait_s"] for k in (waits["waited"] if waits else {})}
+        kw = dict(alone=alone_seconds(row["block_times"], slowdown=got["slowdown"][p]),
+                  slowdown=got["slowdown"], message_s=got["transfer_s"],
+                  virtual_stages=int(row["virtual_stages"]))
+        step = functools.partial(model_step, row["schedule"], p, int(row["num_microbatches"]),
+                                 **kw)
+        t = step(wait_s=at)
+        for k, v in (("step_time_model_s", t),
+                     ("step_model_error_pct", symmetric_error_pct(t, row["step_time_s"])),
+                     ("corun_slowdown", got["slowdown"][p]),
+                     ("message_transfer_s", got["transfer_s"]),
+                     ("scheduler_wait_s", got["scheduler_wait_s"]),
+                     ("messages", waits["messages"] if waits else None),
+                     ("messages_waited", waits["count"] if waits else None),
+                     ("step_waits_model_s", t - step() if at else 0.0),
+                     ("step_waits_measured_s", waits["measured_s"] if waits else None)):
+            cols[k].append(v)
+    return df.copy().assign(**cols)
 
 
 def bubble_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
@@ -301,38 +340,76 @@ def over_ideal_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> 
         for r in select_rows(df, schedule=schedules).itertuples()]
 
 
+def counted(r) -> bool:
+    """Whether a row's messages were counted (:func:`add_model` on a row with
+    ``step_messages``); a row read back into a DataFrame has NaN for None."""
+    n = getattr(r, "messages", None)
+    return n is not None and n == n
+
+
 def step_split(r) -> dict:
     """A row's measured step taken apart from its timeline (per rank, averaged), in ms:
     compute, the fill/drain bubble, and the other idle time (messages, the scheduler's work,
     waits). The median step's own split (``step_split_s``) where the row has it, else the
-    median shares times the step.
+    median shares times the step. Where :func:`add_model` counted the messages that waited,
+    the other idle time splits in two: what those scheduler waits took
+    (``step_waits_measured_s``) and the rest (transfers, other waits).
 
     >>> import pandas as pd
     >>> r = pd.Series({"step_time_s": 0.1, "compute_share": 0.7, "bubble_fill_drain": 0.2,
     ...                "idle_other": 0.1})
     >>> {k: round(float(v), 6) for k, v in step_split(r).items()}
     {'compute': 70.0, 'fill/drain bubble': 20.0, 'messages and other waits': 10.0}
+    >>> r = pd.concat([r, pd.Series({"messages": 16, "step_waits_measured_s": 0.004})])
+    >>> {k: round(float(v), 6) for k, v in step_split(r).items()}
+    {'compute': 70.0, 'fill/drain bubble': 20.0, 'scheduler waits (counted)': 4.0, 'transfers and other waits': 6.0}
     """
     got = getattr(r, "step_split_s", None)
     if isinstance(got, dict):
-        return {k: v * 1e3 for k, v in got.items()}
-    step = r.step_time_s * 1e3
-    return {"compute": r.compute_share * step, "fill/drain bubble": r.bubble_fill_drain * step,
-            "messages and other waits": r.idle_other * step}
+        out = {k: v * 1e3 for k, v in got.items()}
+    else:
+        step = r.step_time_s * 1e3
+        out = {"compute": r.compute_share * step, "fill/drain bubble": r.bubble_fill_drain * step,
+               "messages and other waits": r.idle_other * step}
+    if not counted(r):
+        return out
+    other = out.pop("messages and other waits")
+    waits = min(float(r.step_waits_measured_s) * 1e3, other)
+    return {**out, "scheduler waits (counted)": waits, "transfers and other waits": other - waits}
+
+
+def step_note(r) -> str:
+    """The note of a step law: the profile's numbers the model used and what it counted.
+
+    >>> import pandas as pd
+    >>> r = pd.Series({"corun_slowdown": 1.25, "message_transfer_s": 2e-4, "messages": 16,
+    ...                "messages_waited": 3, "scheduler_wait_s": 3.6e-3,
+    ...                "step_waits_model_s": 7.1e-3, "step_waits_measured_s": 6.8e-3})
+    >>> print(step_note(r))
+    co-run slowdown 1.25, transfer 0.20 ms a message (the profile's, cores busy); 3 of 16 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each where they waited: +7.1 ms on the predicted step (measured: 6.8 ms of the step)
+    """
+    head = (f"co-run slowdown {r.corun_slowdown:.2f}, transfer {r.message_transfer_s * 1e3:.2f} "
+            "ms a message (the profile's, cores busy)")
+    if not counted(r):
+        return head + "; scheduler waits not counted (the row holds no per-message timeline)"
+    return (head + f"; {int(r.messages_waited)} of {int(r.messages)} messages waited for the "
+            "scheduler in the median step (counted from its timeline), priced at the profile's "
+            f"{r.scheduler_wait_s * 1e3:.1f} ms each where they waited: "
+            f"+{r.step_waits_model_s * 1e3:.1f} ms on the predicted step (measured: "
+            f"{r.step_waits_measured_s * 1e3:.1f} ms of the step)")
 
 
 def step_laws(df, schedules=None, tolerance_pct: float = STEP_TOLERANCE_PCT) -> list[dict]:
     """One law-table row per (schedule, M): the step model on this machine (alone blocks, the
-    profile's co-run slowdown and messages: :func:`add_model`) against the measured step, with
-    the measured step's split."""
+    profile's co-run slowdown and transfers, the scheduler waits counted in the median step:
+    :func:`add_model`) against the measured step, with the measured step's split
+    (:func:`step_split`) and what the model counted (:func:`step_note`)."""
     from labkit.book import laws
 
     return [laws.check(f"step model, {r.schedule} P={r.num_stages} M={r.num_microbatches}",
                        predicted=r.step_time_model_s * 1e3, measured=r.step_time_s * 1e3,
                        kind="model", unit="ms", tolerance_pct=tolerance_pct,
-                       split=step_split(r),
-                       note=f"co-run slowdown {r.corun_slowdown:.2f}, message "
-                            f"{r.message_s * 1e3:.2f} ms")
+                       split=step_split(r), note=step_note(r))
             for r in select_rows(df, schedule=schedules).itertuples()]
 
 

@@ -113,13 +113,16 @@ def stage_layers(num_layers: int, num_chunks: int) -> list[range]:
 
 
 def model_step(schedule: str, num_stages: int, num_microbatches: int, *, alone: dict,
-               slowdown: dict, message_s: float, virtual_stages: int = 1) -> float:
+               slowdown: dict, message_s: float, virtual_stages: int = 1,
+               wait_s: dict | None = None) -> float:
     """The step this machine should take: each rank runs torch's order for the schedule
     (``_order``), every block its measured alone time (``alone``: {(rank, kind): seconds},
     :func:`labkit.pipeline.formulas.alone_seconds`), slowed down by ``slowdown[k]`` while k
     ranks compute at once (the machine profile's co-run slowdown), and every activation or
     gradient that crosses to another rank ``message_s`` on its way
-    (:func:`labkit.pipeline.formulas.corun_replay`).
+    (:func:`labkit.pipeline.formulas.corun_replay`), and the blocks named in ``wait_s``
+    ({(kind, stage, microbatch): seconds}: messages that waited for the scheduler) that much
+    longer once their rank is free and their message has arrived.
 
     With no slowdown and free messages it is the ideal schedule: (M + P − 1)(F + B) for GPipe.
 
@@ -128,6 +131,9 @@ def model_step(schedule: str, num_stages: int, num_microbatches: int, *, alone: 
     15.0
     >>> model_step("gpipe", 2, 4, alone=alone, slowdown={1: 1.0, 2: 1.25}, message_s=0.0) > 15
     True
+    >>> model_step("gpipe", 2, 4, alone=alone, slowdown={1: 1.0, 2: 1.0}, message_s=0.0,
+    ...            wait_s={("B", 0, 3): 0.5})  # the last gradient: on the critical path
+    15.5
     """
     p = positive_int("num_stages", num_stages)
     m = positive_int("num_microbatches", num_microbatches)
@@ -138,5 +144,5 @@ def model_step(schedule: str, num_stages: int, num_microbatches: int, *, alone: 
                   for kind, mb, chunk in _order(schedule, p, m, v, r)] for r in range(p)}
     placed = corun_replay(orders, last_stage=p * v - 1,
                           rank_of_stage={s: s % p for s in range(p * v)}, slowdown=slowdown,
-                          message_s=message_s)
+                          message_s=message_s, wait_s=wait_s)
     return max(z for _, z in placed.values())

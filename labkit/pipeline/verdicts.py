@@ -3,7 +3,7 @@ computed from the rows it is given (pure: pandas only).
 
 :func:`bubble_sentence` whether the fill/drain bubble falls with M and the formula holds;
 :func:`step_sentence` whether the step model (:func:`labkit.pipeline.report.add_model`) predicts
-the step; :func:`best_m_sentence` which M gave the shortest step, which M the model picks and
+the step; :func:`waits_sentence` how many messages waited for the scheduler and what that cost; :func:`best_m_sentence` which M gave the shortest step, which M the model picks and
 what that costs; :func:`recv_ahead_sentence` what posting the receives ahead did (one line of
 :func:`labkit.pipeline.report.recv_ahead_table`). Each judges as its law rows do
 (:func:`labkit.book.laws.check`: the same error, the same tolerance); :func:`trend` words a
@@ -153,6 +153,45 @@ def step_sentence(df, schedule: str, num_stages: int | None = None,
     return (f"{schedule}, P = {p}: the step model does not hold within {tolerance_pct:g}% at "
             f"M = {ms} ({where}, where the idle time outside the fill and drain, messages and "
             f"waits, is {worst.idle_other:.2f} of the step).")
+
+
+def waits_sentence(df, schedule: str, num_stages: int | None = None) -> str:
+    """How many messages of each M's median step waited for the scheduler (counted from the
+    timeline against the profile's transfer: :func:`labkit.pipeline.report.add_model`), why,
+    and what the waits add to the step, in the model and measured; or that none waited.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"schedule": "gpipe", "num_stages": 2, "num_microbatches": [2, 8],
+    ...                    "messages": [4, 16], "messages_waited": [0, 3],
+    ...                    "scheduler_wait_s": 3.6e-3, "step_waits_model_s": [0.0, 7.1e-3],
+    ...                    "step_waits_measured_s": [0.0, 6.8e-3]})
+    >>> print(waits_sentence(df, "gpipe"))
+    gpipe, P = 2: 3 of 20 messages waited for the scheduler in the median steps (M = 2: 0 of 4, M = 8: 3 of 16), counted from their timelines: a message whose receiver's core is computing waits for the scheduler's next turn, which the profile's waits put at 3.6 ms on this machine. Where they waited, they add up to 7.1 ms to the predicted step (M = 8) and took up to 6.8 ms of the measured one.
+    >>> print(waits_sentence(df.assign(messages_waited=0), "gpipe"))
+    gpipe, P = 2: none of the 20 messages of the median steps waited for the scheduler (each arrived within its transfer + max(1.5 ms, transfer / 4), counted from their timelines): the model prices their transfers only.
+    """
+    from labkit.machine.formulas import WAIT_THRESHOLD_S
+
+    part, p = _series_at(df, schedule, num_stages)
+    head = f"{schedule}, P = {p}: "
+    if "messages" not in part or part.messages.isna().any():
+        return head + ("the rows hold no per-message timeline, so no message's wait for the "
+                       "scheduler was counted.")
+    n, k = int(part.messages.sum()), int(part.messages_waited.sum())
+    if k == 0:
+        return head + (f"none of the {n} messages of the median steps waited for the scheduler "
+                       f"(each arrived within its transfer + max({WAIT_THRESHOLD_S * 1e3:g} ms, transfer / 4), "
+                       "counted from their timelines): the model prices their transfers only.")
+    each = ", ".join(f"M = {r.num_microbatches}: {int(r.messages_waited)} of {int(r.messages)}"
+                     for r in part.itertuples())
+    top = part.loc[part.step_waits_model_s.idxmax()]
+    return head + (f"{k} of {n} messages waited for the scheduler in the median steps ({each}), "
+                   "counted from their timelines: a message whose receiver's core is computing "
+                   "waits for the scheduler's next turn, which the profile's waits put at "
+                   f"{part.scheduler_wait_s.iloc[0] * 1e3:.1f} ms on this machine. Where they "
+                   f"waited, they add up to {top.step_waits_model_s * 1e3:.1f} ms to the "
+                   f"predicted step (M = {top.num_microbatches}) and took up to "
+                   f"{part.step_waits_measured_s.max() * 1e3:.1f} ms of the measured one.")
 
 
 def best_m_sentence(df, schedule: str, num_stages: int | None = None,

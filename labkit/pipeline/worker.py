@@ -25,8 +25,11 @@ timed step: a few microseconds per saved tensor). Per step: busy = Σ (forward +
 backward) on a rank, step time = the step's span on one clock (the first rank's start to the
 last rank's end; across hosts, the slowest rank's own step), bubble = 1 − Σ_ranks busy / (P ×
 step time), and the timeline's split into compute, fill/drain bubble and the rest
-(:func:`labkit.pipeline.formulas.timeline_split`). Known: pipelining on gloo can hang; the
-launcher's timeout ends such a run.
+(:func:`labkit.pipeline.formulas.timeline_split`). The median step's blocks are kept with
+the delay of each message between them (:func:`labkit.pipeline.messages.step_messages`: read
+off the blocks' stamps, no clock read more), from which the step model counts the messages
+that waited for the scheduler. Known: pipelining on gloo can hang; the launcher's timeout ends
+such a run.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from labkit.pipeline.formulas import (
     predicted_step_time,
     timeline_split,
 )
+from labkit.pipeline.messages import step_messages
 from labkit.pipeline.schedules import stage_layers
 
 
@@ -417,6 +421,9 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
         "block_times": block_times([blocks for _, blocks in timeline]),
         "step_split_s": step_split,
         "blocks": last,
+        # the median step's blocks and the messages between them (what the step model counts)
+        "median_step_blocks": timeline[middle][1],
+        "step_messages": step_messages(timeline[middle][1]),
         "peak_activation_bytes": int(max(peaks)),
     }
 

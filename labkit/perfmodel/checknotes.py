@@ -1,0 +1,110 @@
+"""What notebook 08's model check says about messages and calls that waited for the
+scheduler (pure): the notes of its laws (:func:`collective_note`, :func:`step_note`) and the
+sentence under them (:func:`waits_sentence`), each computed from a
+:func:`labkit.perfmodel.modelcheck.model_check` table's rows.
+
+A gloo call moves at its transfer's pace, or it also waits for the scheduler to give one of
+its threads a core (about a scheduler tick on a machine whose cores compute); how often
+changes from second to second (:func:`labkit.machine.formulas.waits`). So the all-reduce law
+compares transfers and says how many calls waited, and the pipeline's step model counts the
+messages that waited in the row's own median step.
+"""
+
+from __future__ import annotations
+
+
+def _given(x) -> bool:
+    return x is not None and x == x
+
+
+def collective_note(r: dict) -> str:
+    """What a collective's law compares, and the calls' medians and waits beside it.
+
+    >>> print(collective_note({"statistic": "p10", "model": 2.1e-3, "measured": 2.0e-3,
+    ...     "measured_p50_s": 4.9e-3, "measured_mean_s": 4.2e-3, "measured_p90_s": 6e-3,
+    ...     "calls": 10, "calls_waited": 4, "wait_share": 0.4, "scheduler_wait_s": 3.6e-3,
+    ...     "in_context_s": 3.54e-3}))
+    transfers compared: the profile's 0.0021 s against the calls' p10 0.002 s; the calls' p50 0.0049 s, mean 0.0042 s, p90 0.006 s: 4 of 10 calls waited for the scheduler (share 0.40), so transfer + 0.40 x the profile's 3.6 ms wait = 0.00354 s
+    """
+    if not _given(r.get("scheduler_wait_s")):  # fitted: no profile
+        return (f"the alpha-beta line fitted to the rows' medians, {r['model']:.3g} s, against "
+                f"the calls' p50 {r['measured']:.3g} s")
+    head = (f"transfers compared: the profile's {r['model']:.3g} s against the calls' "
+            f"{r['statistic']} {r['measured']:.3g} s" if r.get("statistic") == "p10" else
+            f"the profile's transfer {r['model']:.3g} s against the calls' p50 "
+            f"{r['measured']:.3g} s (the row keeps no p10)")
+    calls = [f"{k} {r[c]:.3g} s" for k, c in (("p50", "measured_p50_s"),
+                                              ("mean", "measured_mean_s"),
+                                              ("p90", "measured_p90_s"))
+             if r.get("statistic") == "p10" and _given(r.get(c))]
+    text = head + ("; the calls' " + ", ".join(calls) if calls else "")
+    if not _given(r.get("wait_share")):
+        return text + " (no per-call times in the row: their waits not counted)"
+    return text + (f": {int(r['calls_waited'])} of {int(r['calls'])} calls waited for the "
+                   f"scheduler (share {r['wait_share']:.2f}), so transfer + "
+                   f"{r['wait_share']:.2f} x the profile's {r['scheduler_wait_s'] * 1e3:.1f} ms "
+                   f"wait = {r['in_context_s']:.3g} s")
+
+
+def step_note(r: dict) -> str:
+    """What a pipeline step's law priced its messages at.
+
+    >>> print(step_note({"num_microbatches": 4, "transfer_s": 2.1e-4, "messages": 8,
+    ...                  "messages_waited": 3, "waits_counted": True, "scheduler_wait_s": 3.6e-3}))
+    transfers 8 x 0.21 ms (the profile's, cores busy); 3 of 8 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each
+    """
+    head = (f"transfers {int(r['messages'])} x {r['transfer_s'] * 1e3:.2f} ms (the profile's, "
+            "cores busy)")
+    if _given(r.get("waits_counted")) and bool(r["waits_counted"]):
+        return head + (f"; {int(r['messages_waited'])} of {int(r['messages'])} messages waited "
+                       "for the scheduler in the median step (counted from its timeline), "
+                       f"priced at the profile's {r['scheduler_wait_s'] * 1e3:.1f} ms each")
+    return head + (f"; the row holds no per-message timeline: the profile's share of waits, "
+                   f"{r['messages_waited']:.2g} of {int(r['messages'])} messages, at "
+                   f"{r['scheduler_wait_s'] * 1e3:.1f} ms each")
+
+
+def waits_sentence(check) -> str:
+    """How many of the live runs' messages and calls waited for the scheduler, from a
+    :func:`model_check` table: the pipeline's per M (counted in each median step), the largest
+    all-reduce's calls; why they wait, and how the laws price them.
+
+    >>> import pandas as pd
+    >>> print(waits_sentence(pd.DataFrame([
+    ...     {"quantity": "step_time_s", "num_microbatches": 2, "messages": 4,
+    ...      "messages_waited": 1, "waits_counted": True, "scheduler_wait_s": 3.6e-3},
+    ...     {"quantity": "step_time_s", "num_microbatches": 4, "messages": 8,
+    ...      "messages_waited": 3, "waits_counted": True, "scheduler_wait_s": 3.6e-3}])))
+    Messages that waited for the scheduler in the pipeline's median steps: 1 of 4 at M = 2, 3 of 8 at M = 4 (counted from the timelines). A message whose receiver's core is computing waits for the scheduler's next turn, which the profile's waits put at 3.6 ms on this machine: the step model adds that for each one counted, beside every message's transfer.
+    >>> print(waits_sentence(pd.DataFrame([{"quantity": "time_s", "size_bytes": 512,
+    ...     "calls": 10, "calls_waited": 0, "wait_share": 0.0}])))
+    The all-reduce of 512 B: none of its 10 timed calls waited for the scheduler; its law compares transfers, which do not depend on how many calls wait.
+    """
+    parts = []
+    steps = check[check.quantity == "step_time_s"] if "quantity" in check else check.iloc[:0]
+    counted = [r for r in steps.to_dict("records")
+               if _given(r.get("waits_counted")) and bool(r["waits_counted"])]
+    if counted:
+        each = ", ".join(f"{int(r['messages_waited'])} of {int(r['messages'])} at M = "
+                         f"{int(r['num_microbatches'])}" for r in counted)
+        wait = counted[0]["scheduler_wait_s"] * 1e3
+        if sum(r["messages_waited"] for r in counted):
+            parts.append("Messages that waited for the scheduler in the pipeline's median steps: "
+                         f"{each} (counted from the timelines). A message whose receiver's core "
+                         "is computing waits for the scheduler's next turn, which the profile's "
+                         f"waits put at {wait:.1f} ms on this machine: the step model adds that "
+                         "for each one counted, beside every message's transfer.")
+        else:
+            parts.append(f"No message of the pipeline's median steps waited for the scheduler "
+                         f"({each}, counted from the timelines): the step model prices their "
+                         "transfers only.")
+    coll = check[check.quantity == "time_s"] if "quantity" in check else check.iloc[:0]
+    if len(coll) and _given(coll.sort_values("size_bytes").iloc[-1].get("wait_share")):
+        r = coll.sort_values("size_bytes").iloc[-1]
+        k = int(r["calls_waited"])
+        who = f"{k} of its {int(r['calls'])} timed calls" if k else \
+            f"none of its {int(r['calls'])} timed calls"
+        parts.append(f"The all-reduce of {r['size_bytes']:,.0f} B: {who} waited for the "
+                     "scheduler; its law compares transfers, which do not depend on how many "
+                     "calls wait.")
+    return " ".join(parts) or "No live rows: no message's wait was counted."
