@@ -11,7 +11,7 @@ import pytest
 
 from labkit import cli, cp, results
 from labkit.cp import config as cp_config
-from labkit.cp import formulas, report, verdicts
+from labkit.cp import exchanges, formulas, report, verdicts
 from labkit.cp.config import CPConfig
 from labkit.errors import UsageError
 from labkit.launch import LaunchOptions
@@ -177,6 +177,14 @@ def test_two_ranks_match_one_process_and_count_the_formulas(tmp_path):
         assert r.saved_bytes_one_rank_measured == r.saved_bytes_one_rank_formula
         assert r.step_time_p50_s > 0 and r.message_time_s > 0
         assert len(r.compute_alone_per_rank_s) == 2
+        # one block of each kind the variant computes, timed alone; the kinds per rank
+        kinds = [formulas.block_kinds(k, 2, r.variant) for k in (0, 1)]
+        assert r.block_kinds_per_rank == kinds
+        assert set(r.block_time_alone_s) == {k for x in kinds for k, n in x.items() if n}
+        assert all(t > 0 for t in r.block_time_alone_s.values())
+        # the pass's two exchanges read off its timeline, each what it cost a rank
+        assert [(x["direction"], x["ring_step"]) for x in
+                exchanges.exchange_times(r.timeline_s, 2)] == [("forward", 0), ("backward", 0)]
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     assert len(results.read_rows(store)) == 3
     assert list(report.summary_frame(df).matches) == [True] * 3

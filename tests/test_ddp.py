@@ -375,7 +375,8 @@ def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
 
     prof = SimpleNamespace(compute_slowdown=lambda ranks, n=None: 1.2,  # a synthetic profile
                            copy_bytes_per_s=lambda together=False: 5e9,
-                           allreduce_s=lambda size, ranks=2, busy=False: 1e-4 + size / 1e9,
+                           transfer_s=lambda size, ranks=2, busy=False: 1e-4 + size / 1e9,
+                           scheduler_wait_s=3.6e-3,
                            rows=[{"measurement": "matmul", "context": "alone", "n": 64}],
                            matmul_flop_per_s=lambda n, together=False: 1e10)
     df = ddp.run(config, launch=LaunchOptions(nprocs=(1, 2), threads_per_rank=1,
@@ -405,6 +406,13 @@ def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
         assert len(intervals) == len(two.bucket_bytes) >= 1
         for launched, done in intervals:
             assert start <= launched <= done <= end
+    # the median step's buckets counted against their transfers: some waited, or none
+    assert two.allreduces_counted == len(two.bucket_bytes)
+    assert 0 <= two.allreduces_waited <= two.allreduces_counted
+    assert two.model_scheduler_waits_s == pytest.approx(3.6e-3 * two.allreduces_waited)
+    assert len(two.allreduce_fit_times_p10_s) == len(two.allreduce_fit_bytes)
+    assert all(p10 <= p50 for p10, p50 in zip(two.allreduce_fit_times_p10_s,
+                                               two.allreduce_fit_times_s))
     assert 0 <= two.comm_hidden_share <= 1 and two.comm_exposed_s >= 0
     assert two.comm_hidden_s + two.comm_exposed_s == pytest.approx(two.comm_total_s)
     assert two.nosync_backward_s > 0 and two.backward_s > 0

@@ -16,7 +16,7 @@ import torch
 from labkit import moe, results
 from labkit.errors import UsageError
 from labkit.launch import LaunchOptions
-from labkit.moe import formulas, layer, report, verdicts
+from labkit.moe import formulas, layer, report, verdicts, waits
 from labkit.moe.config import MoEConfig
 
 from .conftest import LAUNCH_TIMEOUT_S
@@ -299,3 +299,16 @@ def test_two_rank_launch(tmp_path):
     laws = verdicts.laws(row, verdicts.FakeProfile())
     assert laws[0]["holds"] and laws[1]["holds"]
     assert sum(laws[-1]["split"].values()) > 0
+    # every all-to-all of the median step stamped on every rank, inside its phase's span
+    for rank in (0, 1):
+        calls = sorted((c for c in row["a2a_timeline_s"] if c["rank"] == rank),
+                       key=lambda c: c["call"])
+        assert [c["tag"] for c in calls] == ["counts", "dispatch", "combine", "combine_grad",
+                                             "dispatch_grad"]
+        spans = [s for s in row["timeline_s"] if s["rank"] == rank]
+        for c in calls:
+            assert c["start_s"] <= c["end_s"]
+            assert any(s["phase"] == waits.PHASE_OF[c["tag"]]
+                       and s["start_s"] <= c["start_s"] and c["end_s"] <= s["end_s"]
+                       for s in spans), c
+    assert verdicts.context(row, verdicts.FakeProfile())["waits"]["calls"] == 5

@@ -325,8 +325,8 @@ def test_sequence_parallel_rows_are_priced_by_their_collectives():
     sp = _tp_row(allreduce_calls_formula=1, allreduce_bytes_formula=12288,
                  allgather_calls_formula=12, reduce_scatter_calls_formula=8, backend="gloo")
     ctx = verdicts.context(sp, prof)
-    # gloo: an all-gather or a reduce-scatter priced as a whole all-reduce of its size
-    assert ctx["comm_s"] == pytest.approx((1 + 12 + 8) * 8e-4)
+    # gloo: an all-gather priced as a whole all-reduce of its size, a reduce-scatter as two
+    assert ctx["comm_s"] == pytest.approx((1 + 12 + 2 * 8) * 8e-4)
     assert verdicts.context({**sp, "backend": "nccl"}, prof)["comm_s"] == \
         pytest.approx((1 + 0.5 * 20) * 8e-4)
     # a row without the gather columns (stored before them) prices its all-reduces as before
@@ -336,14 +336,14 @@ def test_sequence_parallel_rows_are_priced_by_their_collectives():
 def test_each_ranks_compute_rate_is_set_beside_the_profiles_products():
     """A rank's rate is its FLOPs over its own median compute-only step; the profile's is its
     n x n rate at each product's equivalent cube, time-weighted over the layer's products."""
-    from labkit.tp import verdicts
+    from labkit.tp import rates, verdicts
 
     shape = dict(batch_size=8, seq_len=32, hidden=256, num_heads=8, num_layers=2)
     one = {**shape, "world_size": 1, "compute_time_p50_s": 0.09, "compute_flop_per_s": 3e10}
     two = {**shape, "world_size": 2, "compute_time_rank_p50_s": [0.04, 0.05],
            "compute_flop_per_s": 3.2e10}
     prof = verdicts.FakeProfile()
-    rows = verdicts.rate_rows(one, two, prof)
+    rows = rates.rate_rows(one, two, prof)
     assert [r["ranks"] for r in rows] == [1, 2, 2, 2]
     flops2 = formulas.flops_per_rank(**{k: v for k, v in shape.items() if k != "num_heads"},
                                      world_size=2)
@@ -361,8 +361,8 @@ def test_each_ranks_compute_rate_is_set_beside_the_profiles_products():
         batch_size=8, seq_len=32, hidden=256, num_heads=8, world_size=2))
     assert 3 * 2 * fwd == pytest.approx(flops2)
     # the slower rank's 0.05 s of the whole's 0.09 s: more than half the time
-    slow = verdicts.rate_sentence(one, two, prof)
+    slow = rates.rate_sentence(one, two, prof)
     assert "the slower rank took 0.56 of the whole's time, above 1/2" in slow
     fast = {**two, "compute_time_rank_p50_s": [0.03, 0.04]}
-    assert "took 0.44 of the whole's time, below 1/2" in verdicts.rate_sentence(one, fast, prof)
+    assert "took 0.44 of the whole's time, below 1/2" in rates.rate_sentence(one, fast, prof)
     assert list(report.rate_frame(one, two, prof).columns)[0] == "compute"

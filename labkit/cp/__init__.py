@@ -17,6 +17,8 @@ Read in this order:
 * :mod:`~labkit.cp.timeline` (rank side) -- each ring step's moments on the rank's clock;
 * :mod:`~labkit.cp.worker` (rank side) -- one launch: check, counts, memory, timings;
 * :mod:`~labkit.cp.run` (host side) -- :func:`run`, what the notebook and ``labkit cp`` call;
+* :mod:`~labkit.cp.exchanges` (pure) -- the K/V exchanges of a measured pass that waited for
+  the scheduler;
 * :mod:`~labkit.cp.verdicts` (pure) -- laws and sentences; :mod:`~labkit.cp.trace` (pure) --
   the median timed pass of every rank as a Chrome trace; :mod:`~labkit.cp.budget` (pure) --
   how long a launch runs, estimated before it; :mod:`~labkit.cp.report`,
@@ -25,8 +27,9 @@ Read in this order:
 Importing this package imports nothing heavy (no torch).
 """
 
-from labkit.cp import budget, formulas, plots, report, trace, verdicts
+from labkit.cp import budget, exchanges, formulas, plots, report, trace, verdicts
 from labkit.cp.config import CPConfig
 from labkit.cp.run import run
 
-__all__ = ["CPConfig", "budget", "formulas", "plots", "report", "run", "trace", "verdicts"]
+__all__ = ["CPConfig", "budget", "exchanges", "formulas", "plots", "report", "run", "trace",
+           "verdicts"]

@@ -4,7 +4,8 @@ The estimate counts what a launch of :mod:`labkit.cp.worker` does, variant by va
 float64 check (the one-process attention over the whole sequence, and the ring), the counted
 pass, the timed passes with the ring and with a loopback (the ranks at once), each rank's
 passes alone (forward and backward, then forward only, the ranks taking turns), the exchanges
-alone and rank 0's forward over the whole sequence. A pass of the busiest rank costs its ring
+alone, each rank's blocks of each kind alone, and rank 0's forward over the whole sequence. A
+pass of the busiest rank costs its ring
 steps (:data:`RING_STEP_S`) and its score blocks (:func:`score_seconds`: the softmax's
 elementwise work and the two products of depth d, at the machine's matrix-product rate, more
 where a block spills out of the caches). With more ranks than cores every rank runs that much
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from labkit.cp.config import CPConfig
 from labkit.cp.formulas import (
+    block_kinds,
     blocks_per_rank,
     chunk_count,
     kv_block_bytes,
@@ -98,8 +100,10 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
     σ (t64 + f t) + 2(P-1) x, t64 the one-process attention over the whole sequence and f
     :data:`FLOAT64_FACTOR`; (1 + s) r for the counted and the timed passes; s σ t for the
     loopback's; P s (4/3) t for each rank's passes alone (forward + backward, then forward
-    only, the others waiting); s (1 + 2(P-1)) x for the exchanges alone; a third of the pass
-    over the whole sequence on rank 0 (P = 1) for its saved bytes. Plus :data:`LAUNCH_S`.
+    only, the others waiting); P s k b for each rank's blocks alone, b one block of c x c scores
+    a head and sequence and k the kinds of block the variant computes (full, causal); s (1 +
+    2(P-1)) x for the exchanges alone; a third of the pass over the whole sequence on rank 0
+    (P = 1) for its saved bytes. Plus :data:`LAUNCH_S`.
 
     The notebook's defaults (three variants, S = 256) on 2 cores, then S = 2048, whose
     blocks spill out of the caches:
@@ -107,7 +111,7 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
     >>> round(launch_seconds(CPConfig(), 2, flop_per_s=48e9, cores=2), 1)
     4.5
     >>> round(launch_seconds(CPConfig(seq_len=2048), 2, flop_per_s=48e9, cores=2))
-    42
+    51
     """
     p, s = world_size, config.steps
     slow = (CO_RUN_SLOWDOWN if p > 1 else 1.0) * max(1.0, p / cores)
@@ -126,4 +130,8 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
         total += slow * (reference + FLOAT64_FACTOR * t) + sends * x  # the check
         total += (1 + s) * ring + s * slow * t + p * s * (4 / 3) * t + s * (1 + sends) * x
         total += pass_seconds(config, 1, variant, flop_per_s=flop_per_s) / 3
+        c = config.seq_len // chunk_count(p, variant)
+        kinds = {k for r in range(p) for k, n in block_kinds(r, p, variant).items() if n}
+        total += p * s * len(kinds) * config.batch_size * config.num_heads * c * c \
+            * score_seconds(config, c, flop_per_s=flop_per_s)
     return total

@@ -32,6 +32,8 @@ COLUMNS = (
     Column("chunks", "", "chunks the sequence is cut into: P, or 2P for causal_balanced"),
     Column("blocks_per_rank", "", "score blocks (chunk x chunk) each rank computes, in rank "
                                   "order (a list)"),
+    Column("block_kinds_per_rank", "", "each rank's score blocks by kind, {full, causal} (a "
+                                       "chunk against itself under the mask), in rank order"),
     Column("kv_block_bytes", "bytes", "one rank's K and V blocks: 2 b (S/P) h x 4 bytes"),
     Column("ring_bytes_forward_measured", "bytes",
            "bytes one rank sent in the forward (the K/V blocks), counted at the sends"),
@@ -60,6 +62,9 @@ COLUMNS = (
                                             "(the others waiting), median, in rank order"),
     Column("compute_alone_s", "s", "the largest of compute_alone_per_rank_s"),
     Column("forward_alone_per_rank_s", "s", "each rank's loopback forward alone, median"),
+    Column("block_time_alone_s", "s", "one score block of each kind the variant computes, "
+                                      "{full, causal}: forward + backward of its c x c scores, "
+                                      "timed alone on each rank in turn, the ranks' median"),
     Column("exchange_time_s", "s", "one K/V block exchanged with the neighbours, nothing "
                                    "else, p50 of the slowest rank"),
     Column("message_time_s", "s", "the 2 (P-1) exchanges of a forward + backward alone, "

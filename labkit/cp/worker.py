@@ -19,7 +19,9 @@ Per variant, every rank on the same seeded Q, K, V (b, H, S, d) and output gradi
    pass gathered to rank 0 on one clock (its trace, :mod:`labkit.cp.trace`); the same with
    the messages replaced by a loopback (the compute, ranks together); each rank's compute
    **alone** (the ranks taking turns: the work of each rank, forward + backward and forward
-   only); one K/V exchange alone, and the 2(P-1) exchanges of a pass alone (the messages).
+   only), and one score block of each kind the variant computes, forward + backward, alone
+   (what a rank's compute is made of: :func:`labkit.cp.formulas.rank_compute`); one K/V
+   exchange alone, and the 2(P-1) exchanges of a pass alone (the messages).
 
 Everything lives on the rank's device.
 """
@@ -37,7 +39,7 @@ from labkit import runtime, timing, trace
 from labkit.cp import formulas
 from labkit.cp.comm import Ring
 from labkit.cp.config import CPConfig
-from labkit.cp.ring import local_chunks, loopback, reference, ring_attention
+from labkit.cp.ring import block_attention, local_chunks, loopback, reference, ring_attention
 from labkit.cp.timeline import NO_CLOCK, RingClock
 from labkit.harness import worker_main
 from labkit.memory import SavedActivations
@@ -116,6 +118,30 @@ def _alone(rt, cfg, fn) -> list[float]:
     return _every_rank(mine)
 
 
+def _block_times(rt, cfg: CPConfig, variant: str) -> dict:
+    """One score block of each kind ``variant`` computes (c x c scores a head and sequence, c
+    its chunks' length; ``causal``: a chunk against itself, under the mask), forward +
+    backward of its output, each rank's median alone (:func:`_alone`): {kind: the median over
+    ranks}. Collective."""
+    c = cfg.seq_len // formulas.chunk_count(rt.world_size, variant)
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    shape = (cfg.batch_size, cfg.num_heads, c, cfg.head_dim)
+    q, k, v, go = [torch.randn(shape, generator=g).to(rt.device) for _ in range(4)]
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    kinds = {kind for r in range(rt.world_size)
+             for kind, n in formulas.block_kinds(r, rt.world_size, variant).items() if n}
+    out = {}
+    for kind in sorted(kinds):
+        def one(causal=kind == "causal"):
+            o, _ = block_attention(*leaves, causal=causal)
+            o.backward(go)
+            for t in leaves:
+                t.grad = None
+
+        out[kind] = statistics.median(_alone(rt, cfg, one))
+    return out
+
+
 def _timed(rt, cfg, fn, prefix: str) -> dict:
     local = timing.repeat_timed(fn, warmup=cfg.warmup, repeat=cfg.measured_steps,
                                 device=rt.device)
@@ -188,6 +214,7 @@ def measure(rt, cfg: CPConfig, variant: str) -> dict:
     alone = _alone(rt, cfg, lambda: _pass(rt, cfg, variant, leaves, gol, loopback))
     forward = _alone(rt, cfg, lambda: _pass(rt, cfg, variant, leaves, gol, loopback,
                                             backward=False))
+    block_s = _block_times(rt, cfg, variant)
     kb, vb = (local_chunks(t, rt.rank, p, variant) for t in (k, v))
     if p > 1:
         one = _timed(rt, cfg, lambda: ring.exchange_alone(kb, vb), "t")["t_p50_s"]
@@ -205,6 +232,7 @@ def measure(rt, cfg: CPConfig, variant: str) -> dict:
             "saved_bytes_measured": max(saved), "saved_bytes_one_rank_measured": one_rank,
             **steps, **compute, "compute_alone_per_rank_s": alone,
             "compute_alone_s": max(alone), "forward_alone_per_rank_s": forward,
+            "block_time_alone_s": block_s,
             "exchange_time_s": one, "message_time_s": msgs}
 
 
@@ -221,6 +249,7 @@ def on_rank(rt: runtime.Runtime, cfg: CPConfig) -> dict:
             "matches_single_process": bool(err <= cfg.tolerance), "max_rel_error": err,
             "chunks": formulas.chunk_count(p, variant),
             "blocks_per_rank": [formulas.blocks_per_rank(r, p, variant) for r in range(p)],
+            "block_kinds_per_rank": [formulas.block_kinds(r, p, variant) for r in range(p)],
             "kv_block_bytes": formulas.kv_block_bytes(batch_size=b, seq_len=s, hidden=h,
                                                       world_size=p),
             "ring_bytes_formula": formulas.ring_bytes_per_rank(batch_size=b, seq_len=s,

@@ -17,7 +17,9 @@ Read in this order:
   hidden and exposed communication, from the measured timeline;
 * :mod:`~labkit.ddp.abtest` (pure) -- the bucket A/B, timed in turn, judged beyond its spread;
 * :mod:`~labkit.ddp.predict` (pure) -- the model of a DDP step on this machine from its machine
-  profile (the co-run slowdown, the all-reduces in context), and the measured split;
+  profile (the co-run slowdown, the all-reduces' transfers in context), and the measured split;
+* :mod:`~labkit.ddp.waits` (pure) -- the all-reduces that waited for the scheduler, counted in
+  a step's timeline, and the standalone all-reduce's transfer against the profile's;
 * :mod:`~labkit.ddp.budget` (pure) -- notebook 05's run time estimated before launch;
 * :mod:`~labkit.ddp.worker` (rank side) -- one launch: baseline, DDP and breakdown per batch;
 * :mod:`~labkit.ddp.run` (host side) -- :func:`run`, what notebook 05 and ``labkit ddp`` call;
@@ -29,9 +31,20 @@ Read in this order:
 package imports nothing heavy (no torch), so ``labkit diff`` never pays for it.
 """
 
-from labkit.ddp import abtest, budget, diff, formulas, overlap, plots, predict, report, verdicts
+from labkit.ddp import (
+    abtest,
+    budget,
+    diff,
+    formulas,
+    overlap,
+    plots,
+    predict,
+    report,
+    verdicts,
+    waits,
+)
 from labkit.ddp.config import DDPConfig
 from labkit.ddp.run import run
 
-__all__ = ["DDPConfig", "abtest", "budget", "diff", "formulas", "overlap", "plots", "predict", "report",
-           "run", "verdicts"]
+__all__ = ["DDPConfig", "abtest", "budget", "diff", "formulas", "overlap", "plots", "predict",
+           "report", "run", "verdicts", "waits"]

@@ -13,15 +13,20 @@ A DDP step on N ranks is predicted from what was measured *alone* and what the m
   bandwidth with every rank copying (:func:`copy_bytes`);
 * the all-reduces *in context*: where a rank has a core to spare for the communication (a GPU
   rank; a CPU rank whose threads leave a core free), every bucket but the last is all-reduced
-  while backward still runs (``profile.allreduce_s(size, busy=True)``) and hides in
+  while backward still runs (``profile.transfer_s(size, busy=True)``) and hides in
   ``t_window`` (:func:`labkit.ddp.formulas.overlap_window`), the last after backward ends
   (``busy=False``). A CPU rank whose one core runs backward runs gloo's all-reduce on that same
   core: the core does both jobs one after the other, each all-reduce costs its time with the
-  cores idle, and nothing hides.
+  cores idle, and nothing hides. Each all-reduce is priced at its **transfer** (one that
+  waited for nothing), plus the profile's **scheduler wait** (``profile.scheduler_wait_s``,
+  about a tick here) where it waited in the row's own median step, counted from rank 0's
+  timeline of the buckets (:func:`labkit.ddp.waits.count`): how often a call waits changes from
+  second to second, how long a wait lasts is the machine's.
 
 A miss is explained by the measured split (:func:`measured_split`): the ``no_sync`` step on N
-ranks (the compute as it ran), the copies as timed, the all-reduces of the buckets as timed
-standalone, and the imbalance of the ranks' step times.
+ranks (the compute as it ran), the copies as timed, the transfers of the buckets' all-reduces
+as timed standalone (the calls' 10th percentile), what the counted waits took of the median
+step, and the imbalance of the ranks' step times.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from labkit.book.laws import symmetric_error_pct
+from labkit.ddp import waits
 from labkit.ddp.config import DDP_FLAGS
 from labkit.ddp.formulas import (
     BENCHMARK,
@@ -42,37 +48,56 @@ from labkit.ddp.formulas import (
 
 
 def step_in_context(*, compute_alone_s: float, slowdown: float, copy_s: float, bucket_bytes,
-                    allreduce_s: Callable[[float, bool], float], spare_core: bool) -> dict:
+                    transfer_s: Callable[[float, bool], float], spare_core: bool,
+                    waited=(), wait_s: float = 0.0) -> dict:
     """The model's terms of one DDP step (seconds) and their sum ``step_s``.
 
-    ``allreduce_s(size_bytes, busy)``: one all-reduce in context (the profile's). With a core to
-    spare, every bucket but the last is all-reduced while backward runs (``busy``) and hides in
-    the window; without one, the rank's core does the all-reduces' work and backward's one
-    after the other: each costs its time with the cores idle, and nothing hides. 100 ms of
-    compute alone, 1.2x slower with every rank computing, 8 ms of copies, one bucket (15 ms);
-    then four buckets (busy 6 ms, idle 4 ms each), without and with a core to spare:
+    ``transfer_s(size_bytes, busy)``: one all-reduce's transfer in context (the profile's);
+    ``waited``: a flag per bucket, the all-reduces that waited for the scheduler (counted in
+    the measured step), each ``wait_s`` more. With a core to spare, every bucket but the last
+    is all-reduced while backward runs (``busy``) and hides in the window, transfers first;
+    without one, the rank's core does the all-reduces' work and backward's one after the
+    other: each costs its time with the cores idle, and nothing hides. 100 ms of compute alone,
+    1.2x slower with every rank computing, 8 ms of copies, one bucket (15 ms); then four
+    buckets (busy 6 ms, idle 4 ms each), without and with a core to spare, then with two of
+    them waiting 3.6 ms:
 
     >>> ar = lambda size, busy: (6e-3 if busy else 4e-3) if size < 10e6 else 15e-3
     >>> t = step_in_context(compute_alone_s=0.1, slowdown=1.2, copy_s=0.008,
-    ...                     bucket_bytes=[16e6], allreduce_s=ar, spare_core=False)
+    ...                     bucket_bytes=[16e6], transfer_s=ar, spare_core=False)
     >>> round(t["step_s"], 6), t["window_s"]
     (0.143, 0.0)
     >>> four = dict(compute_alone_s=0.1, slowdown=1.2, copy_s=0.008, bucket_bytes=[4e6] * 4,
-    ...             allreduce_s=ar)
+    ...             transfer_s=ar)
     >>> round(step_in_context(**four, spare_core=False)["step_s"], 6)
     0.144
     >>> round(step_in_context(**four, spare_core=True)["step_s"], 6)  # 18 ms hidden in 60 ms
     0.132
+    >>> t = step_in_context(**four, spare_core=False, waited=[True, False, False, True],
+    ...                     wait_s=3.6e-3)
+    >>> round(t["step_s"], 6), round(t["exposed_waits_s"], 6)
+    (0.1512, 0.0072)
     """
     compute = float(compute_alone_s) * float(slowdown)
     sizes = [float(b) for b in bucket_bytes]
-    during = sum(allreduce_s(b, spare_core) for b in sizes[:-1])
-    after = allreduce_s(sizes[-1], False)
+    flags = list(waited) or [False] * len(sizes)
+    if len(flags) != len(sizes):
+        raise ValueError("one waited flag per bucket")
+    last = len(sizes) - 1
+    moved = [transfer_s(b, spare_core and i < last) for i, b in enumerate(sizes)]
+    waits_each = [float(wait_s) if f else 0.0 for f in flags]
+    during_transfer, during_waits = sum(moved[:-1]), sum(waits_each[:-1])
+    after = moved[-1] + waits_each[-1]
     window = overlap_window(compute_s=compute, bucket_bytes=sizes) if spare_core else 0.0
-    exposed = max(0.0, during - window) + after
-    return {"compute_s": compute, "copies_s": float(copy_s), "allreduce_during_s": during,
-            "allreduce_after_s": after, "window_s": window, "exposed_allreduce_s": exposed,
-            "step_s": compute + float(copy_s) + exposed}
+    # the window hides the transfers first, then the waits: what is left of each is exposed
+    exposed_transfers = max(0.0, during_transfer - window) + moved[-1]
+    exposed_waits = max(0.0, during_waits - max(0.0, window - during_transfer)) + waits_each[-1]
+    exposed = exposed_transfers + exposed_waits
+    return {"compute_s": compute, "copies_s": float(copy_s),
+            "allreduce_during_s": during_transfer + during_waits, "allreduce_after_s": after,
+            "transfers_s": sum(moved), "waits_s": sum(waits_each), "window_s": window,
+            "exposed_transfers_s": exposed_transfers, "exposed_waits_s": exposed_waits,
+            "exposed_allreduce_s": exposed, "step_s": compute + float(copy_s) + exposed}
 
 
 def copy_bytes(*, grad_bytes: float, as_view: bool = False) -> float:
@@ -113,12 +138,16 @@ def _alone_key(r: dict) -> tuple:
 def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dict] = ()) -> list:
     """DDP rows of more than one rank with the model's terms and prediction beside the measured
     step and speedups. ``profile``: this run's machine profile (:mod:`labkit.machine`; anything
-    with its ``compute_slowdown``, ``allreduce_s`` and ``copy_bytes_per_s``); ``alone``: more
-    rows to take the no-DDP step from (a run without a baseline of its own). Rows without a
-    no-DDP step of the same model and batch are left as they are.
+    with its ``compute_slowdown``, ``transfer_s``, ``scheduler_wait_s`` and
+    ``copy_bytes_per_s``); ``alone``: more rows to take the no-DDP step from (a run without a
+    baseline of its own). Rows without a no-DDP step of the same model and batch are left as
+    they are.
 
     Adds ``model_compute_s``, ``compute_slowdown``, ``model_copies_s``, ``model_comm_s``
-    (every bucket's all-reduce in context), ``model_overlap_window_s``,
+    (every bucket's all-reduce in context: transfers and counted waits),
+    ``model_transfers_s``, ``model_scheduler_waits_s``, ``scheduler_wait_s``,
+    ``allreduces_counted`` and ``allreduces_waited`` (:func:`labkit.ddp.waits.count`; None
+    without a timeline), ``allreduce_waits_measured_s``, ``model_overlap_window_s``,
     ``model_exposed_comm_s``, ``predicted_step_time_s``, ``predicted_step_error_pct``,
     ``predicted_speedup_vs_no_ddp`` (and its error) and, with a 1-rank DDP row,
     ``predicted_speedup`` (N t_1 / predicted step).
@@ -126,7 +155,8 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
     >>> from types import SimpleNamespace
     >>> prof = SimpleNamespace(compute_slowdown=lambda ranks, n=None: 1.25,
     ...                        copy_bytes_per_s=lambda together=False: 8e9,
-    ...                        allreduce_s=lambda size, ranks=2, busy=False: 0.016)
+    ...                        transfer_s=lambda size, ranks=2, busy=False: 0.016,
+    ...                        scheduler_wait_s=3.6e-3)
     >>> rows = [{"variant": "no_ddp", "world_size": 1, "step_time_p50_s": 0.080},
     ...         {"variant": "ddp", "world_size": 2, "step_time_p50_s": 0.125,
     ...          "grad_bytes": 16_000_000}]
@@ -147,16 +177,28 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
         slowdown = float(profile.compute_slowdown(n))
         copy_s = copy_bytes(grad_bytes=nbytes, as_view=bool(r.get("gradient_as_bucket_view"))) \
             / float(profile.copy_bytes_per_s(together=True))
+        sizes, spare = buckets or [nbytes], spare_core(r)
+
+        def transfer(size, busy, n=n):
+            return float(profile.transfer_s(size, ranks=n, busy=busy))
+
+        wait = float(profile.scheduler_wait_s)
+        got = waits.count(r, [transfer(b, spare and i < len(sizes) - 1)
+                              for i, b in enumerate(sizes)], spare_core=spare)
         terms = step_in_context(
-            compute_alone_s=t0, slowdown=slowdown, copy_s=copy_s,
-            bucket_bytes=buckets or [nbytes], spare_core=spare_core(r),
-            allreduce_s=lambda size, busy, n=n: float(profile.allreduce_s(size, ranks=n,
-                                                                          busy=busy)))
+            compute_alone_s=t0, slowdown=slowdown, copy_s=copy_s, bucket_bytes=sizes,
+            spare_core=spare, transfer_s=transfer, waited=got["waited"] if got else (),
+            wait_s=wait)
         step, t = terms["step_s"], row_value(r, "step_time_p50_s")
         pred = ddp_speedup(ranks=n, noddp_step_s=t0, ddp_step_s=step)
         r.update(model_compute_s=terms["compute_s"], compute_slowdown=slowdown,
                  model_copies_s=copy_s,
                  model_comm_s=terms["allreduce_during_s"] + terms["allreduce_after_s"],
+                 model_transfers_s=terms["transfers_s"],
+                 model_scheduler_waits_s=terms["waits_s"], scheduler_wait_s=wait,
+                 allreduces_counted=got["buckets"] if got else None,
+                 allreduces_waited=got["count"] if got else None,
+                 allreduce_waits_measured_s=got["excess_s"] if got else None,
                  model_overlap_window_s=terms["window_s"],
                  model_exposed_comm_s=terms["exposed_allreduce_s"],
                  predicted_step_time_s=step,
@@ -169,18 +211,26 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
     return rows
 
 
-def measured_allreduce_s(row: dict, sizes) -> float:
+def measured_allreduce_s(row: dict, sizes, *, transfers: bool = False) -> float:
     """The all-reduces of ``sizes`` bytes as this run timed them standalone (the rounds' sizes
-    and times, interpolated in log-log; beyond them, the nearest scaled by its size), summed.
+    and p50 times, or with ``transfers`` their 10th percentiles where the row has them: the
+    calls that waited for nothing; interpolated in log-log; beyond them, the nearest scaled by
+    its size), summed.
 
     >>> row = {"allreduce_fit_bytes": [1e6, 4e6, 16e6], "allreduce_fit_times_s": [2e-3, 5e-3, 17e-3]}
     >>> round(measured_allreduce_s(row, [16e6]) * 1e3, 3), round(measured_allreduce_s(row, [2e6]) * 1e3, 3)
     (17.0, 3.162)
+    >>> round(measured_allreduce_s({**row, "allreduce_fit_times_p10_s": [1e-3, 4e-3, 15e-3]},
+    ...                            [16e6], transfers=True) * 1e3, 3)
+    15.0
     """
     import numpy as np
 
+    key = "allreduce_fit_times_s"
+    if transfers and isinstance(row.get("allreduce_fit_times_p10_s"), list):
+        key = "allreduce_fit_times_p10_s"
     xs = np.log(np.asarray(row.get("allreduce_fit_bytes") or [], dtype=float))
-    ys = np.log(np.asarray(row.get("allreduce_fit_times_s") or [], dtype=float))
+    ys = np.log(np.asarray(row.get(key) or [], dtype=float))
     if len(xs) == 0:
         t = row_value(row, "allreduce_time_p50_s")
         g = row_value(row, "grad_bytes")
@@ -212,27 +262,38 @@ def imbalance_s(rank_step_times) -> float:
     return float(np.median(a.max(axis=0) - a.mean(axis=0)))
 
 
+#: the split's terms for the buckets' all-reduces: their transfers as timed standalone, and
+#: what the scheduler waits counted in the median step took beyond them
+TRANSFERS_TERM, WAITS_TERM = "all-reduce transfers", "scheduler waits (counted)"
+
+
 def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     """A measured DDP step taken apart into its measured terms (times ``scale``; 1e3: ms):
     the compute as it ran on N ranks (the ``no_sync`` step), DDP's copies as timed, the
-    all-reduces of its buckets as timed standalone, and the imbalance between the ranks' step
-    times. The terms are measured separately: their sum is the step only as far as nothing
-    hid (no overlap) and nothing else took time.
+    buckets' all-reduce transfers as timed standalone (the calls' 10th percentiles: the calls
+    that waited for nothing), what the all-reduces that waited for the scheduler in the median
+    step took beyond their transfers (where :func:`add_prediction_columns` counted them), and
+    the imbalance between the ranks' step times: the model's parts, measured. The terms are
+    measured separately: their sum is the step only as far as nothing hid (no overlap) and
+    nothing else took time.
 
     >>> row = {"step_time_p50_s": 0.092, "nosync_step_time_p50_s": 0.066,
     ...        "bucket_copy_time_p50_s": 0.008, "grad_bytes": 16e6, "bucket_bytes": [16e6],
     ...        "allreduce_fit_bytes": [16e6], "allreduce_fit_times_s": [0.0176],
+    ...        "allreduce_fit_times_p10_s": [0.0138], "allreduce_waits_measured_s": 0.0038,
     ...        "rank_step_times_s": [[0.092, 0.093], [0.091, 0.092]]}
     >>> {k: round(v, 1) for k, v in measured_split(row, scale=1e3).items()}
-    {'compute': 66.0, 'copies': 8.0, 'all-reduce': 17.6, 'imbalance': 0.5}
+    {'compute': 66.0, 'copies': 8.0, 'all-reduce transfers': 13.8, 'scheduler waits (counted)': 3.8, 'imbalance': 0.5}
     """
     compute = row_value(row, "nosync_step_time_p50_s")
     copies = row_value(row, "bucket_copy_time_p50_s")
     buckets = [b for b in (row.get("bucket_bytes") or []) if isinstance(b, (int, float))]
-    ar = measured_allreduce_s(row, buckets or [row_value(row, "grad_bytes")])
+    ar = measured_allreduce_s(row, buckets or [row_value(row, "grad_bytes")], transfers=True)
+    counted = row.get("allreduce_waits_measured_s")
+    waited = float(counted) if isinstance(counted, (int, float)) and counted == counted else 0.0
     wait = imbalance_s(row.get("rank_step_times_s") or [])
-    return {"compute": compute * scale, "copies": copies * scale, "all-reduce": ar * scale,
-            "imbalance": wait * scale}
+    return {"compute": compute * scale, "copies": copies * scale, TRANSFERS_TERM: ar * scale,
+            WAITS_TERM: waited * scale, "imbalance": wait * scale}
 
 
 def measured_overlap(row: dict) -> float:

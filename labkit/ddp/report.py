@@ -89,13 +89,27 @@ COLUMNS = (
     Column("bucket_bytes", "bytes", "sizes of DDP's gradient buckets as its last step used them"),
     Column("allreduce_fit_bytes", "bytes", "sizes of the standalone all-reduces the α–β fit uses"),
     Column("allreduce_fit_times_s", "s", "their p50 times over the slowest rank (a list)"),
+    Column("allreduce_fit_times_p10_s", "s", "their 10th percentiles, slowest rank: the calls "
+                                             "that waited for nothing, the transfers (a list)"),
     Column("allreduce_alpha_s", "s", "α of the fit: latency of one ring step"),
     Column("allreduce_beta_bytes_per_s", "B/s", "β of the fit: bandwidth"),
     Column("compute_slowdown", "", "the profile's co-run slowdown of N ranks computing at once"),
     Column("model_compute_s", "s", "the model's compute: the no-DDP step alone x compute_slowdown"),
     Column("model_copies_s", "s", "the model's copies: gradient bytes copied at the profile's rate"),
     Column("model_comm_s", "s",
-           "the model's all-reduces of one step, in context (busy during backward, idle after)"),
+           "the model's all-reduces of one step, in context (busy during backward, idle after): "
+           "model_transfers_s + model_scheduler_waits_s"),
+    Column("model_transfers_s", "s", "the buckets' all-reduces that waited for nothing, the "
+                                     "profile's transfers in context"),
+    Column("model_scheduler_waits_s", "s", "allreduces_waited x scheduler_wait_s"),
+    Column("scheduler_wait_s", "s", "the profile's scheduler wait: what a call that waited "
+                                    "took beyond its transfer (about a tick)"),
+    Column("allreduces_counted", "", "buckets' all-reduces in the median timed step (rank 0's "
+                                     "timeline; None without one)"),
+    Column("allreduces_waited", "", "of them, those that took longer than their transfer + "
+                                    "max(1.5 ms, transfer / 4) (labkit.ddp.waits.count)"),
+    Column("allreduce_waits_measured_s", "s", "what those took beyond their transfers in the "
+                                              "median step, measured"),
     Column("model_overlap_window_s", "s", "backward time the model lets the all-reduce hide behind"),
     Column("model_exposed_comm_s", "s", "the model's all-reduce time the window does not hide"),
     Column("predicted_step_time_s", "s",
@@ -309,9 +323,11 @@ PREDICTION_LEGEND = (
     "compute = no_ddp (one process alone) x slowdown (the profile's, N ranks computing at once)\n"
     "predicted step = compute + copies + max(0, allreduce during backward - window) + "
     "allreduce after it\n"
-    "allreduce = DDP's buckets all-reduced in context (the profile's: busy while backward runs "
-    "where a core is spare for it, else idle, one after the other); window = 0 without a spare "
-    "core\ncopies = DDP's gradient copies at the profile's rate\n"
+    "allreduce = DDP's buckets all-reduced in context (the profile's transfers: busy while "
+    "backward runs where a core is spare for it, else idle, one after the other), plus the "
+    "profile's scheduler wait for each that waited in the median step (counted from rank 0's "
+    "timeline); window = 0 without a spare core\n"
+    "copies = DDP's gradient copies at the profile's rate\n"
     "predicted / measured = N t_no_ddp / (predicted / measured step)   "
     "error = the larger relative error, + when the model is larger")
 

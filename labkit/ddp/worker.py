@@ -359,10 +359,13 @@ def _breakdown(cfg, rt, ddp, row: dict, local: dict) -> dict:
     exposed = formulas.exposed_comm_s(t_ddp, t_ns)
     algbw = algbw_gb_per_s(size_bytes=nbytes, time_s=t_ar)
     sizes = sorted(k for k in local if isinstance(k, int))
-    times = [float(np.median(timing.slowest_step_times(local[k])[0])) for k in sizes]
+    slowest = [timing.slowest_step_times(local[k])[0] for k in sizes]
+    times = [float(np.median(t)) for t in slowest]
     fit = _alpha_beta(rt.world_size, [*sizes, nbytes], [*times, t_ar])
+    # each size's calls that waited for nothing (their 10th percentile): the transfers
+    p10 = [float(np.percentile(t, 10)) for t in [*slowest, ar["allreduce_times_s"]]]
     return {
-        **nosync, **ar, **copies, **fit,
+        **nosync, **ar, **copies, **fit, "allreduce_fit_times_p10_s": p10,
         "bucket_bytes": _bucket_bytes(ddp),
         "allreduce_bytes": nbytes,
         "allreduce_algbw_gb_per_s": algbw,

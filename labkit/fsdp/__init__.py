@@ -20,8 +20,9 @@ Read in this order:
   one clock, and as a Chrome trace;
 * :mod:`~labkit.fsdp.worker` (rank side) -- one launch: reference, checks, counts, timings;
 * :mod:`~labkit.fsdp.run` (host side) -- :func:`run`, what notebook 09 and ``labkit fsdp`` call;
-* :mod:`~labkit.fsdp.verdicts` (pure) -- notebook 09's laws and sentences, the step model in
-  context (the machine profile's co-run slowdown and collectives);
+* :mod:`~labkit.fsdp.model` (pure) -- the step model in context (the machine profile's co-run
+  slowdown and collectives' transfers, the scheduler waits counted in the row's median step);
+* :mod:`~labkit.fsdp.verdicts` (pure) -- notebook 09's laws and sentences;
 * :mod:`~labkit.fsdp.report`, :mod:`~labkit.fsdp.plots`, :mod:`~labkit.fsdp.widgets` (memory
   per GPU under DP / ZeRO-1/2/3 / TP), :mod:`~labkit.fsdp.cli`.
 
@@ -29,8 +30,8 @@ Read in this order:
 package imports nothing heavy (no torch).
 """
 
-from labkit.fsdp import formulas, plots, report, verdicts, widgets
+from labkit.fsdp import formulas, model, plots, report, verdicts, widgets
 from labkit.fsdp.config import FSDPConfig
 from labkit.fsdp.run import run
 
-__all__ = ["FSDPConfig", "formulas", "plots", "report", "run", "verdicts", "widgets"]
+__all__ = ["FSDPConfig", "formulas", "model", "plots", "report", "run", "verdicts", "widgets"]

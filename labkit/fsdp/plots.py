@@ -26,7 +26,7 @@ def memory_and_comm(df, title: str | None = None, prof=None):
     """Three panels per variant: the bytes one rank holds (stacked, measured; the formula as a
     black tick), the bytes one step moves (measured volume by collective; formula tick), and the
     step time (measured p50; the prediction as a tick: in context with a machine profile
-    ``prof``, :func:`labkit.fsdp.verdicts.context`, else the launch's α–β one)."""
+    ``prof``, :func:`labkit.fsdp.model.context`, else the launch's α–β one)."""
     from labkit.fsdp.report import select
 
     rows = select(df)
@@ -53,7 +53,7 @@ def memory_and_comm(df, title: str | None = None, prof=None):
     ax.bar(x, rows["step_time_p50_s"] * 1e3 - compute, bottom=compute, color="C1",
            label="the rest")
     if prof is not None:
-        from labkit.fsdp.verdicts import context
+        from labkit.fsdp.model import context
 
         predicted = [context(r, prof)["step_s"] * 1e3 for _, r in rows.iterrows()]
     else:

@@ -155,11 +155,11 @@ def one(df, variant: str, **equal):
 def summary_frame(df, prof=None):
     """One line per run: the check, the state held and the bytes moved against DDP's, the step
     time beside its prediction (MB, ms): the in-context model with a machine profile ``prof``
-    (:func:`labkit.fsdp.verdicts.context`), else the launch's own (alone, α–β)."""
+    (:func:`labkit.fsdp.model.context`), else the launch's own (alone, α–β)."""
     import pandas as pd
 
     from labkit.book.laws import symmetric_error_pct
-    from labkit.fsdp.verdicts import context
+    from labkit.fsdp.model import context
 
     out = []
     for _, r in select(df).iterrows():
@@ -189,7 +189,8 @@ SUMMARY_LEGEND = (
 SUMMARY_LEGEND_IN_CONTEXT = SUMMARY_LEGEND.replace(
     "predicted = F/R + the variant's collectives (α–β fitted in the launch)",
     "predicted = F/R alone x the co-run slowdown + the variant's collectives in context (the "
-    "machine profile)")
+    "machine profile's transfers, + its scheduler wait for each collective of the median step "
+    "that waited; DDP, whose all-reduces are not stamped: the profile's average all-reduce)")
 
 
 LAWS = {"ddp": ("4 Ψ", "4 Ψ", "8 Ψ"), "zero1": ("4 Ψ", "4 Ψ", "8 Ψ / N"),

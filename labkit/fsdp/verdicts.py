@@ -1,28 +1,21 @@
 """The sharded-data-parallel lab's laws and sentences, computed from a run's rows and this
 machine's profile (pure: no torch).
 
-The step model: a rank's compute measured alone in the launch (``predicted_compute_s``) times
-the profile's co-run slowdown at N ranks, plus each collective of the variant
-(:func:`labkit.fsdp.formulas.collectives_per_step`) priced by the profile's all-reduce in
-context (:meth:`labkit.machine.Profile.allreduce_s`): an all-reduce of S as measured, an
-all-gather or a reduce-scatter of S as
-:data:`labkit.tp.verdicts.GATHER_SCATTER` of it (NCCL: half, a ring
-all-reduce being one of each; gloo: a whole one). Busy
-where the collective runs beside compute (DDP's all-reduce during backward, FSDP's gathers
-ahead of the layer that needs them), idle where the ranks wait for it (ZeRO-1's, after
-backward). ``prof`` is a :class:`labkit.machine.Profile` or anything with its
-``compute_slowdown`` and ``allreduce_s`` (:class:`labkit.tp.verdicts.FakeProfile`).
+The step model (:mod:`labkit.fsdp.model`): a rank's compute measured alone in the launch times
+the profile's co-run slowdown at N ranks, plus the variant's collectives, each priced as its
+transfer plus, for each one of the row's median step that waited for the scheduler (counted
+from its timeline), the profile's scheduler wait; DDP's, run inside its C++ reducer and never
+stamped, at the profile's average in context. ``prof`` is a :class:`labkit.machine.Profile` or
+:class:`labkit.tp.verdicts.FakeProfile`.
 """
 
 from __future__ import annotations
 
 from labkit.book.laws import check
-from labkit.fsdp.formulas import collectives_per_step
-from labkit.tp.formulas import BYTES_PER_VALUE, param_count
-from labkit.tp.verdicts import GATHER_SCATTER, TOLERANCE_PCT
+from labkit.fsdp.model import context, step_split, wait_note
+from labkit.tp import waits
+from labkit.tp.verdicts import TOLERANCE_PCT
 
-#: whether each stage's collectives run while the cores compute (the profile's busy sweep)
-BUSY = {"ddp": True, "zero1": False, "zero2": False, "zero3": True}
 #: the state and the bytes moved are counts, exact but for Adam's step counters and DDP's few
 #: bytes of bookkeeping beside the gradients
 COUNT_TOLERANCE_PCT = 1.0
@@ -31,67 +24,6 @@ STATE_LAW = {"ddp": "16 Ψ", "zero1": "8 Ψ + 8 Ψ/N", "zero2": "4 Ψ + 12 Ψ/N"
 
 def _ms(x: float) -> float:
     return float(x) * 1e3
-
-
-def comm_in_context(row, prof) -> float:
-    """Seconds of the variant's collectives, one after the other, each priced by the profile.
-
-    >>> from labkit.tp.verdicts import FakeProfile
-    >>> row = {"stage": "zero3", "world_size": 2, "hidden": 64, "num_layers": 2}
-    >>> round(comm_in_context(row, FakeProfile(allreduce_s=1e-3, busy_factor=2)) * 1e3, 1)
-    12.0
-    >>> round(comm_in_context({**row, "backend": "nccl"}, FakeProfile(allreduce_s=1e-3,
-    ...                                                                busy_factor=2)) * 1e3, 1)
-    6.0
-    """
-    n = int(row["world_size"])
-    if n == 1:
-        return 0.0
-    unit = param_count(hidden=int(row["hidden"]), num_layers=1) * BYTES_PER_VALUE
-    coll = collectives_per_step(stage=row["stage"], unit_bytes=[unit] * int(row["num_layers"]),
-                                reshard_after_forward=bool(row.get("reshard_after_forward",
-                                                                   True)))
-    busy = BUSY[row["stage"]]
-    part = GATHER_SCATTER.get(row.get("backend") or "gloo", 1.0)
-    return sum(prof.allreduce_s(s, ranks=n, busy=busy) * (1.0 if op == "all_reduce" else part)
-               for op, s in coll)
-
-
-def context(row, prof) -> dict:
-    """``slowdown``, ``compute_s``, ``comm_s``, ``step_s`` of one row, in context.
-
-    >>> from labkit.tp.verdicts import FakeProfile
-    >>> row = {"stage": "ddp", "world_size": 2, "hidden": 64, "num_layers": 2,
-    ...        "predicted_compute_s": 0.06}
-    >>> ctx = context(row, FakeProfile())
-    >>> ctx["slowdown"], [round(ctx[k] * 1e3, 1) for k in ("compute_s", "comm_s", "step_s")]
-    (1.25, [75.0, 1.2, 76.2])
-    """
-    n = int(row["world_size"])
-    slow = prof.compute_slowdown(n, n=int(row["hidden"])) if n > 1 else 1.0
-    compute = float(row["predicted_compute_s"]) * slow
-    comm = comm_in_context(row, prof)
-    return {"slowdown": slow, "compute_s": compute, "comm_s": comm, "step_s": compute + comm}
-
-
-def step_split(row) -> dict:
-    """The measured step (ms, p50): the plain model's step on the same batch, the variant's
-    collectives timed alone (when measured), and the rest (the wrapper's own work, waits); the
-    terms add up to the step.
-
-    >>> step_split({"step_time_p50_s": 0.217, "compute_time_p50_s": 0.103,
-    ...             "collectives_time_alone_s": 0.02})
-    {'the plain model': 103.0, 'its collectives (timed alone)': 20.0, "the rest (the wrapper's work, waits)": 94.0}
-    """
-    import math
-
-    compute = _ms(row["compute_time_p50_s"])
-    alone = float(row.get("collectives_time_alone_s", math.nan))
-    out = {"the plain model": compute}
-    if math.isfinite(alone):
-        out["its collectives (timed alone)"] = _ms(alone)
-    out["the rest (the wrapper's work, waits)"] = _ms(row["step_time_p50_s"]) - sum(out.values())
-    return {k: round(v, 6) for k, v in out.items()}
 
 
 def laws(rows, comm_rows, prof) -> list[dict]:
@@ -111,10 +43,12 @@ def laws(rows, comm_rows, prof) -> list[dict]:
                          tolerance_pct=COUNT_TOLERANCE_PCT))
     for r in rows:
         ctx = context(r, prof)
-        out.append(check(f"{r['variant']}, N = {int(r['world_size'])}: step = F/R x slowdown + "
+        n = int(r["world_size"])
+        out.append(check(f"{r['variant']}, N = {n}: step = F/R x slowdown + "
                          "its collectives (in context)", predicted=_ms(ctx["step_s"]),
                          measured=_ms(r["step_time_p50_s"]), unit="ms",
-                         tolerance_pct=TOLERANCE_PCT, split=step_split(r)))
+                         tolerance_pct=TOLERANCE_PCT, split=step_split(r, ctx),
+                         note=wait_note(ctx) if n > 1 else ""))
     return out
 
 
@@ -140,20 +74,40 @@ def against_ddp_sentence(r) -> str:
 
 
 def step_sentence(r, prof) -> str:
-    """A variant's step, split as measured, beside the model's parts.
+    """A variant's step, split as measured, beside the model's parts: the compute, the
+    collectives' transfers and the scheduler waits it counted in the median step (or, without
+    a timeline, the collectives at their average in context).
 
     >>> from labkit.tp.verdicts import FakeProfile
     >>> r = {"variant": "ddp", "stage": "ddp", "world_size": 2, "hidden": 64, "num_layers": 2,
     ...      "predicted_compute_s": 0.06, "step_time_p50_s": 0.0755, "compute_time_p50_s": 0.0645,
     ...      "collectives_time_alone_s": 0.003}
     >>> step_sentence(r, FakeProfile())
-    "ddp: step 75.5 ms = the plain model 64.5 + its collectives (timed alone) 3.0 + the rest (the wrapper's work, waits) 8.0; the model: F/R alone x 1.25 = 75.0 + its collectives in context 1.2"
+    "ddp: step 75.5 ms = the plain model 64.5 + its collectives (timed alone) 3.0 + the rest (the wrapper's work, waits) 8.0; the model: F/R alone x 1.25 = 75.0 + its collectives at the profile's average in context 1.2"
+    >>> tl = [{"rank": k, "name": n, "cat": c, "start_s": 0.01 * i, "end_s": 0.01 * i + d}
+    ...       for k in (0, 1) for i, (n, c, d) in enumerate([("RS all layers", "reduce-scatter",
+    ...                                                      6e-3), ("AG all layers", "all-gather", 1e-3)])]
+    >>> print(step_sentence({**r, "variant": "zero1", "stage": "zero1", "timeline_s": tl},
+    ...                     FakeProfile(allreduce_s=1e-3)).split("; ")[1])
+    the model: F/R alone x 1.25 = 75.0 + its collectives' transfers 3.0 + 1 scheduler wait counted in the median step 3.6
     """
     ctx = context(r, prof)
-    parts = " + ".join(f"{k} {v:.1f}" for k, v in step_split(r).items())
+    parts = " + ".join(f"{k} {v:.1f}" for k, v in step_split(r, ctx).items())
+    got = ctx["waits"]
+    comm = (f"its collectives' transfers {_ms(ctx['transfers_s']):.1f} + {got['count']} scheduler "
+            f"wait{'s' if got['count'] != 1 else ''} counted in the median step "
+            f"{_ms(ctx['waits_s']):.1f}" if got else
+            f"its collectives at the profile's average in context {_ms(ctx['comm_s']):.1f}")
     return (f"{r['variant']}: step {_ms(r['step_time_p50_s']):.1f} ms = {parts}; the model: F/R "
-            f"alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + its collectives in "
-            f"context {_ms(ctx['comm_s']):.1f}")
+            f"alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + {comm}")
+
+
+def waits_sentence(r, prof) -> str:
+    """How many of a variant's collectives waited for the scheduler in its median step, and
+    why (:func:`labkit.tp.waits.sentence`), named by the variant."""
+    ctx = context(r, prof)
+    return f"{r['variant']}: " + waits.sentence(ctx["waits"], wait_s=ctx["scheduler_wait_s"],
+                                                step=r.get("timeline_step"))
 
 
 def fits_sentence(name: str, *, gpus: int, ddp_bytes: float, fsdp_bytes: float,

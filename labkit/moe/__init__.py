@@ -13,6 +13,8 @@ Read in this order:
 * :mod:`~labkit.moe.layer` (rank side) -- routing, dispatch, experts, combine, the reference;
 * :mod:`~labkit.moe.worker` (rank side) -- one launch: check, counts, timings;
 * :mod:`~labkit.moe.run` (host side) -- :func:`run`, what the notebook and ``labkit moe`` call;
+* :mod:`~labkit.moe.waits` (pure) -- the all-to-alls of a measured step that waited for the
+  scheduler;
 * :mod:`~labkit.moe.verdicts` (pure) -- the step model from the machine profile, the laws and
   sentences;
 * :mod:`~labkit.moe.trace` (pure) -- the median timed step of every rank as a Chrome trace;
@@ -23,8 +25,9 @@ Read in this order:
 package imports nothing heavy (no torch).
 """
 
-from labkit.moe import budget, formulas, plots, report, trace, verdicts
+from labkit.moe import budget, formulas, plots, report, trace, verdicts, waits
 from labkit.moe.config import MoEConfig
 from labkit.moe.run import run
 
-__all__ = ["MoEConfig", "budget", "formulas", "plots", "report", "run", "trace", "verdicts"]
+__all__ = ["MoEConfig", "budget", "formulas", "plots", "report", "run", "trace", "verdicts",
+           "waits"]

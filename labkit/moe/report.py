@@ -91,6 +91,11 @@ COLUMNS = (
            "end_s} (a list; its trace: labkit.moe.trace)"),
     Column("timeline_step", "", "which timed step timeline_s shows (1: the first): the "
                                 "median of the slowest rank's"),
+    Column("a2a_timeline_s", "s",
+           "the same step's all-to-alls on every rank, on the same clock: the split sizes' "
+           "(tag counts), then dispatch, combine, combine_grad, dispatch_grad, each "
+           "{rank, call, tag, start_s, end_s} (a list; None on one rank; the calls that waited "
+           "for the scheduler: labkit.moe.waits)"),
     *DEVICE_MEMORY_COLUMNS,
 )
 
@@ -168,9 +173,11 @@ def summary_frame(df, prof=None):
         if prof is not None:
             from labkit.moe.verdicts import context
 
-            predicted = context(r, prof)["step"]
-            line["predicted_ms"] = ms(predicted)
-            line["error_pct"] = symmetric_error_pct(predicted, r["step_time_p50_s"])
+            ctx = context(r, prof)
+            line["predicted_ms"] = ms(ctx["step"])
+            line["error_pct"] = symmetric_error_pct(ctx["step"], r["step_time_p50_s"])
+            got = ctx["waits"]
+            line["a2a_waited"] = f"{got['count']}/{got['calls']}" if got else "-"
         out.append(line)
     return pd.DataFrame(out)
 
@@ -181,7 +188,8 @@ SUMMARY_LEGEND = (
     "kB = bytes leaving the ranks per step, counted on the collective / from the routing drawn\n"
     "the phases (routing, dispatch, experts, combine; each forward + backward) are those of the "
     "rank whose phases sum to the most; predicted = the machine profile's model "
-    "(labkit.moe.verdicts)")
+    "(labkit.moe.verdicts); a2a_waited = all-to-alls of the median step that waited for the "
+    "scheduler / all of them (labkit.moe.waits)")
 
 
 def load_frame(row):

@@ -16,19 +16,26 @@ The step model (:func:`context`) prices each phase from the machine profile
 * **all-to-all**: from the profile's **message** sweep (one-way point-to-point, peers idle: in
   an MoE step nothing computes while the rows travel): the exchanges with the P − 1 peers one
   after another, each one message of the larger direction's bytes
-  (:func:`labkit.moe.formulas.alltoall_s`), for the rank that waits the longest; dispatch and
-  combine each run twice a step (forward, and their gradients backward), the dispatch also
-  exchanges the split sizes (one small message per peer).
+  (:func:`labkit.moe.formulas.alltoall_s`), for the rank that waits the longest, at its
+  **transfer** (a message that waited for nothing); dispatch and combine each run twice a step
+  (forward, and their gradients backward), the dispatch also exchanges the split sizes (one
+  small message per peer);
+* **scheduler waits**: a message also waits, now and then, for the scheduler to give one of
+  gloo's threads a core (about a tick here); how often changes from second to second, so the
+  waits are **counted** in the row's own median step (its all-to-alls' timeline,
+  :mod:`labkit.moe.waits`) and each is priced at the profile's ``scheduler_wait_s``, in the
+  phase whose all-to-all waited.
 
 ``prof`` below is a :class:`labkit.machine.Profile` or anything with its ``step_flop_per_s()``,
-``matmul_flop_per_s(n)``, ``compute_slowdown(ranks, n=...)`` and ``message_s(size_bytes)``. The
-step law's split is the measured phases of the slowest rank; they add up to its step.
+``matmul_flop_per_s(n)``, ``compute_slowdown(ranks, n=...)``, ``transfer_s(size_bytes,
+measurement=...)`` and ``scheduler_wait_s``. The step law's split is the measured phases of the
+slowest rank, what the counted waits took apart; they add up to its step.
 """
 
 from __future__ import annotations
 
 from labkit.book.laws import check, symmetric_error_pct
-from labkit.moe import formulas
+from labkit.moe import formulas, waits
 from labkit.moe.formulas import PHASES
 
 #: the relative tolerance of every time law of the lab
@@ -41,13 +48,15 @@ def _ms(x: float) -> float:
 
 class FakeProfile:
     """A stand-in machine profile for examples and tests: every product at ``flop_per_s``
-    alone, ``slowdown`` with two ranks or more, a message ``alpha_s`` + bytes / ``bytes_per_s``.
+    alone, ``slowdown`` with two ranks or more, a message's transfer ``alpha_s`` + bytes /
+    ``bytes_per_s``, a scheduler wait ``wait_s``.
     """
 
     def __init__(self, flop_per_s: float = 3e10, slowdown: float = 1.25, alpha_s: float = 1e-4,
-                 bytes_per_s: float = 1e9):
+                 bytes_per_s: float = 1e9, wait_s: float = 3.6e-3):
         self.rate, self.slowdown = flop_per_s, slowdown
         self.alpha_s, self.bytes_per_s = alpha_s, bytes_per_s
+        self.scheduler_wait_s = wait_s
 
     def matmul_flop_per_s(self, n, *, together=False):
         return self.rate / (self.slowdown if together else 1.0)
@@ -58,20 +67,36 @@ class FakeProfile:
     def compute_slowdown(self, ranks, *, n=None):
         return 1.0 if ranks == 1 else self.slowdown
 
-    def message_s(self, size_bytes, *, busy=False):
+    def transfer_s(self, size_bytes, *, measurement="allreduce", busy=False):
         return self.alpha_s + size_bytes / self.bytes_per_s
 
 
 def context(row, prof) -> dict:
     """The model's phases and step (seconds) for one row:
     :func:`labkit.moe.formulas.step_model`'s ``routing``, ``dispatch``, ``experts``,
-    ``combine``, ``step``, and the ``slowdown`` and ``alltoall_s`` (one all-to-all) it used.
+    ``combine``, ``step`` (the dispatch and the combine each with the scheduler waits counted
+    in their all-to-alls), and what it used: ``slowdown``, ``alltoall_s`` (one all-to-all of
+    rows, its transfer), ``counts_s`` (the split sizes' transfer), ``scheduler_wait_s`` (the
+    profile's, one wait), ``waits`` (:func:`labkit.moe.waits.count` of the row's timeline:
+    None where it has none, and the model then prices transfers only) and ``waits_s`` (what
+    the counted waits add).
 
     >>> row = {"world_size": 2, "num_experts": 4, "hidden": 128, "ffn": 512,
     ...        "tokens_per_rank": 256, "kept_by_rank": [[160, 100, 90, 120], [110, 130, 90, 120]]}
     >>> ctx = context(row, FakeProfile())
     >>> round(ctx["experts"] * 1e3, 2), round(ctx["alltoall_s"] * 1e3, 3), round(ctx["step"] * 1e3, 2)
     (16.38, 0.223, 17.41)
+
+    The same row with its all-to-alls' timeline, the combine's backward 4 ms long: one wait,
+    3.6 ms more in the combine.
+
+    >>> tl = [{"rank": r, "call": i, "tag": tag, "start_s": 0.01 * i, "end_s": 0.01 * i + d}
+    ...       for r in (0, 1) for i, (tag, d) in enumerate(
+    ...           [("counts", 1e-4), ("dispatch", 2e-4), ("combine", 2e-4),
+    ...            ("combine_grad", 4e-3), ("dispatch_grad", 2e-4)])]
+    >>> ctx = context({**row, "a2a_timeline_s": tl}, FakeProfile())
+    >>> ctx["waits"]["count"], round(ctx["waits_s"] * 1e3, 1), round(ctx["step"] * 1e3, 2)
+    (1, 3.6, 21.01)
     """
     p, e = int(row["world_size"]), int(row["num_experts"])
     h, f, t = int(row["hidden"]), int(row["ffn"]), int(row["tokens_per_rank"])
@@ -84,21 +109,79 @@ def context(row, prof) -> dict:
     n_router = formulas.matmul_size(rows=t, hidden=h, ffn=e)
     routing_s = (formulas.router_flops(tokens=t, hidden=h, num_experts=e)
                  / prof.matmul_flop_per_s(n_router) * slow)
-    a2a = counts = 0.0
+    a2a = counts = wait = 0.0
+    got = None
     if p > 1:
         row_bytes = h * formulas.BYTES_PER_VALUE
+
+        def transfer(size):  # one way, the peers idle: nothing computes while rows travel
+            return prof.transfer_s(size, measurement="message")
+
         a2a = max(formulas.alltoall_s([max(between[r][d], between[d][r]) * row_bytes
-                                       for d in range(p) if d != r], prof.message_s)
+                                       for d in range(p) if d != r], transfer)
                   for r in range(p))
-        counts = formulas.alltoall_s([8 * (e // p)] * (p - 1), prof.message_s)
-    model = formulas.step_model(routing_s=routing_s, dispatch_s=2 * a2a + counts,
-                                expert_s=expert_s, combine_s=2 * a2a)
-    return {**model, "slowdown": slow, "alltoall_s": a2a}
+        counts = formulas.alltoall_s([8 * (e // p)] * (p - 1), transfer)
+        wait = float(prof.scheduler_wait_s)
+        got = waits.count(_timeline(row), transfers={"counts": counts, "rows": a2a})
+    n = got["waited"] if got else {"dispatch": 0, "combine": 0}
+    model = formulas.step_model(routing_s=routing_s,
+                                dispatch_s=2 * a2a + counts + n["dispatch"] * wait,
+                                expert_s=expert_s, combine_s=2 * a2a + n["combine"] * wait)
+    return {**model, "slowdown": slow, "alltoall_s": a2a, "counts_s": counts,
+            "scheduler_wait_s": wait, "waits": got,
+            "waits_s": (n["dispatch"] + n["combine"]) * wait}
 
 
-def measured_split(row) -> dict:
-    """The measured step's four phases (ms, p50, the slowest rank's), for the step law."""
-    return {ph: _ms(row[f"{ph}_time_s"]) for ph in PHASES}
+def _timeline(row):
+    """The row's all-to-alls' timeline (a list), or None (none, or NaN in a DataFrame)."""
+    tl = row.get("a2a_timeline_s") if hasattr(row, "get") else None
+    return tl if isinstance(tl, list) else None
+
+
+#: the split's term for what the counted scheduler waits took of the measured step
+WAITS_TERM = "scheduler waits (counted)"
+
+
+def measured_split(row, ctx: dict | None = None) -> dict:
+    """The measured step's four phases (ms, p50, the slowest rank's), for the step law; with
+    the model's ``ctx`` (:func:`context`) that counted scheduler waits, what those took of the
+    median step (measured, beyond their transfers) apart from the dispatch and the combine
+    (:data:`WAITS_TERM`): the terms still add up to the phases.
+
+    >>> row = {"routing_time_s": 0.001, "dispatch_time_s": 0.002, "experts_time_s": 0.01,
+    ...        "combine_time_s": 0.005}
+    >>> measured_split(row, {"waits": {"count": 1, "excess_s": {"dispatch": 0.0,
+    ...                                                          "combine": 0.0038}}})
+    {'routing': 1.0, 'dispatch': 2.0, 'experts': 10.0, 'combine': 1.2, 'scheduler waits (counted)': 3.8}
+    """
+    out = {ph: _ms(row[f"{ph}_time_s"]) for ph in PHASES}
+    got = (ctx or {}).get("waits")
+    if not got or not got["count"]:
+        return out
+    total = 0.0
+    for ph, excess in got["excess_s"].items():
+        part = min(_ms(excess), out[ph])  # the median step's waits, within the p50 phase
+        out[ph] = round(out[ph] - part, 12)
+        total += part
+    return {**out, WAITS_TERM: total}
+
+
+def waits_note(ctx: dict) -> str:
+    """What the step model counted and priced for the all-to-alls, in one sentence.
+
+    >>> waits_note({"waits": {"calls": 5, "count": 2}, "scheduler_wait_s": 3.6e-3})
+    "2 of 5 all-to-alls waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each; transfers from the profile's message sweep"
+    >>> waits_note({"waits": None, "scheduler_wait_s": 3.6e-3})
+    "no all-to-all's wait was counted (the row holds no timeline of them): transfers from the profile's message sweep only"
+    """
+    got = ctx["waits"]
+    if not got:
+        return ("no all-to-all's wait was counted (the row holds no timeline of them): "
+                "transfers from the profile's message sweep only")
+    return (f"{got['count']} of {got['calls']} all-to-alls waited for the scheduler in the "
+            f"median step (counted from its timeline), priced at the profile's "
+            f"{_ms(ctx['scheduler_wait_s']):.1f} ms each; transfers from the profile's message "
+            "sweep")
 
 
 def laws(row, prof) -> list[dict]:
@@ -124,7 +207,8 @@ def laws(row, prof) -> list[dict]:
     out.append(check(f"{pre}: step = routing + 2 dispatches + busiest rank's experts x slowdown "
                      "+ 2 combines", predicted=_ms(ctx["step"]),
                      measured=_ms(row["step_time_p50_s"]), unit="ms",
-                     tolerance_pct=TOLERANCE_PCT, split=measured_split(row)))
+                     tolerance_pct=TOLERANCE_PCT, split=measured_split(row, ctx),
+                     note=waits_note(ctx) if p > 1 else ""))
     return out
 
 
@@ -183,3 +267,46 @@ def step_sentence(row, prof) -> str:
     return (f"step on {int(row['world_size'])} ranks: {_ms(row['step_time_p50_s']):.1f} ms "
             f"measured ({got} ms on the slowest rank); the model {_ms(ctx['step']):.1f} ms "
             f"({model} ms): {err:+.0f}%, {word} {TOLERANCE_PCT:g}%.")
+
+
+def waits_sentence(row, prof) -> str:
+    """How many all-to-alls of the median step waited for the scheduler, why, and what that
+    adds to the model and took of the measured step; or that none waited.
+
+    >>> tl = [{"rank": r, "call": i, "tag": tag, "start_s": 0.01 * i, "end_s": 0.01 * i + d}
+    ...       for r in (0, 1) for i, (tag, d) in enumerate(
+    ...           [("counts", 1e-4), ("dispatch", 2e-4), ("combine", 2e-4),
+    ...            ("combine_grad", 4e-3), ("dispatch_grad", 2e-4)])]
+    >>> row = {"world_size": 2, "num_experts": 4, "hidden": 128, "ffn": 512,
+    ...        "tokens_per_rank": 256, "kept_by_rank": [[160, 100, 90, 120], [110, 130, 90, 120]],
+    ...        "a2a_timeline_s": tl}
+    >>> print(waits_sentence(row, FakeProfile()))
+    on 2 ranks, 1 of the median step's 5 all-to-alls waited for the scheduler (counted from its timeline: longer than its transfer + max(1.5 ms, transfer / 4)): a message whose receiver's core is busy waits for the scheduler's next turn (the profile's 3.6 ms a wait). The model adds 3.6 ms for it; it took 3.8 ms of the measured step beyond its transfer.
+    >>> print(waits_sentence({**row, "a2a_timeline_s": tl[:3] + tl[4:8] + tl[9:]}, FakeProfile()))
+    on 2 ranks, none of the median step's 4 all-to-alls waited for the scheduler (each ended within its transfer + max(1.5 ms, transfer / 4), counted from its timeline): the model prices their transfers only.
+    """
+    from labkit.machine.formulas import WAIT_THRESHOLD_S
+
+    p = int(row["world_size"])
+    head = f"on {p} rank{'s' if p != 1 else ''}, "
+    if p < 2:
+        return head + "no all-to-all moves anything: nothing waited for the scheduler."
+    ctx = context(row, prof)
+    got = ctx["waits"]
+    rule = f"its transfer + max({WAIT_THRESHOLD_S * 1e3:g} ms, transfer / 4)"
+    if not got:
+        return head + ("the row holds no timeline of its all-to-alls, so no wait for the "
+                       "scheduler was counted: the model prices their transfers only.")
+    if not got["count"]:
+        return head + (f"none of the median step's {got['calls']} all-to-alls waited for the "
+                       f"scheduler (each ended within {rule}, counted from its timeline): the "
+                       "model prices their transfers only.")
+    k = got["count"]
+    them, it = ("it", "it") if k == 1 else ("them", "they")
+    took = _ms(sum(got["excess_s"].values()))
+    return head + (f"{k} of the median step's {got['calls']} all-to-alls waited for the "
+                   f"scheduler (counted from its timeline: longer than {rule}): a message "
+                   "whose receiver's core is busy waits for the scheduler's next turn (the "
+                   f"profile's {_ms(ctx['scheduler_wait_s']):.1f} ms a wait). The model adds {_ms(ctx['waits_s']):.1f} ms for {them}; {it} took "
+                   f"{took:.1f} ms of the measured step beyond {'its' if k == 1 else 'their'} "
+                   "transfer" + ("." if k == 1 else "s."))

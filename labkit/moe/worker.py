@@ -20,8 +20,10 @@ What one launch does, every rank on its own seeded tokens:
    ``steps`` steps, the first ``warmup`` untimed, each timed on every rank with its four phases
    (routing, dispatch, expert compute, combine: each forward and backward), the slowest rank's
    step taken (:func:`labkit.timing.summarize`); each phase's start and end in every timed
-   step too (:class:`SpanWatch`), those of the median step gathered to rank 0 on one clock
-   (its trace, :mod:`labkit.moe.trace`).
+   step too (:class:`SpanWatch`), and each all-to-all's (the split sizes' and the four of
+   rows: one clock reading before and after each), those of the median step gathered to rank
+   0 on one clock (its trace, :mod:`labkit.moe.trace`; the all-to-alls that waited for the
+   scheduler, :mod:`labkit.moe.waits`).
 
 Every tensor handed to torch.distributed lives on the rank's device; the row carries its
 device memory peak (None on a CPU).
@@ -50,13 +52,24 @@ class SpanWatch(timing.Stopwatch):
     """A :class:`labkit.timing.Stopwatch` (the same totals, the same synchronisations around
     each clock read) that also keeps every span it timed: ``spans``, (name, start_s, end_s) in
     seconds since it was made, and ``origin_s``, that moment on this machine's monotonic clock.
+    ``calls``: the all-to-alls a :class:`CountedAllToAll` stamped meanwhile (tag, start, end),
+    as :func:`labkit.timing.stamp` readings (events on CUDA: no synchronisation inside a
+    phase); :meth:`call_spans` gives them in seconds, once the step is over.
     """
 
     def __init__(self, device):
         super().__init__(device)
         runtime.sync(self._device())
         self.origin_s = time.perf_counter()
+        self.origin = timing.stamp(self._device())
         self.spans: list[tuple[str, float, float]] = []
+        self.calls: list[tuple] = []
+
+    def call_spans(self) -> list[tuple[str, float, float]]:
+        """The stamped all-to-alls as (tag, start_s, end_s) since the watch was made (after the
+        step: every phase ends with a synchronisation, so every event has been reached)."""
+        since = timing.seconds_between
+        return [(tag, since(self.origin, a), since(self.origin, b)) for tag, a, b in self.calls]
 
     def __exit__(self, *exc) -> None:
         runtime.sync(self._device())
@@ -66,17 +79,20 @@ class SpanWatch(timing.Stopwatch):
         self.spans.append((name, self._t0 - self.origin_s, now - self.origin_s))
 
 
-def _timeline(rt, seconds: float, watch: SpanWatch) -> list[dict] | None:
-    """One timed step's phases of every rank (``watch``: this rank's, ``seconds`` its step) on
-    one clock from the first rank's start, on rank 0 (None on the others): each a dict of
-    ``rank, phase, direction`` (:data:`labkit.moe.layer.STEP_ORDER`), ``start_s, end_s``.
-    Collective."""
+def _timeline(rt, seconds: float, watch: SpanWatch) -> tuple[list, list] | None:
+    """One timed step's phases and all-to-alls of every rank (``watch``: this rank's,
+    ``seconds`` its step) on one clock from the first rank's start, on rank 0 (None on the
+    others): the phases, each a dict of ``rank, phase, direction``
+    (:data:`labkit.moe.layer.STEP_ORDER`), ``start_s, end_s``; the all-to-alls, each a dict of
+    ``rank, call`` (its place in the step), ``tag, start_s, end_s``. Collective."""
     names = [name for name, _, _ in watch.spans]
     if names != [phase for phase, _ in STEP_ORDER]:
         raise RuntimeError(f"the layer timed its phases in the order {names}, not STEP_ORDER's")
     spans = [{"phase": phase, "direction": direction, "start_s": a, "end_s": b}
              for (_, a, b), (phase, direction) in zip(watch.spans, STEP_ORDER)]
-    mine = (seconds, spans, watch.origin_s, socket.gethostname())
+    calls = [{"call": i, "tag": tag, "start_s": a, "end_s": b}
+             for i, (tag, a, b) in enumerate(watch.call_spans())]
+    mine = (seconds, spans, calls, watch.origin_s, socket.gethostname())
     gathered = [mine]
     if rt.world_size > 1:
         gathered = [None] * rt.world_size
@@ -84,20 +100,30 @@ def _timeline(rt, seconds: float, watch: SpanWatch) -> list[dict] | None:
     if rt.rank != 0:
         return None
     # the ranks of one host share its monotonic clock: the first rank's start is the origin
-    timeline = trace.on_one_clock([sp for _, sp, _, _ in gathered],
-                                   starts=[o for _, _, o, _ in gathered],
-                                   hosts=[host for _, _, _, host in gathered])
-    return timeline
+    starts, hosts = [g[3] for g in gathered], [g[4] for g in gathered]
+    return (trace.on_one_clock([g[1] for g in gathered], starts=starts, hosts=hosts),
+            trace.on_one_clock([g[2] for g in gathered], starts=starts, hosts=hosts))
 
 
 class CountedAllToAll:
     """``dist.all_to_all_single`` of rows, wrapped: every call's tag and the bytes that leave
     this rank (the rows for other ranks; those for itself stay), and the split-size exchanges
-    apart. :meth:`reset` clears them."""
+    apart. :meth:`reset` clears them. With a ``watch`` (a :class:`SpanWatch`), every call of
+    either kind is stamped into it as it starts and ends (tag ``counts`` for the split sizes)."""
 
-    def __init__(self, rank: int, world_size: int):
+    def __init__(self, rank: int, world_size: int, device=None):
         self.rank, self.world_size = rank, world_size
+        self.device = torch.device(device or "cpu")
+        self.watch: SpanWatch | None = None
         self.reset()
+
+    def _stamped(self, tag: str, call) -> None:
+        if self.watch is None:
+            call()
+            return
+        start = timing.stamp(self.device)
+        call()
+        self.watch.calls.append((tag, start, timing.stamp(self.device)))
 
     def reset(self) -> None:
         self.calls: list[tuple[str, int]] = []  # (tag, bytes leaving this rank)
@@ -106,7 +132,8 @@ class CountedAllToAll:
     def __call__(self, x: torch.Tensor, send: list, recv: list, tag: str) -> torch.Tensor:
         x = x.contiguous()
         out = x.new_empty((sum(recv), *x.shape[1:]))
-        dist.all_to_all_single(out, x, output_split_sizes=recv, input_split_sizes=send)
+        self._stamped(tag, lambda: dist.all_to_all_single(out, x, output_split_sizes=recv,
+                                                          input_split_sizes=send))
         row = math.prod(x.shape[1:]) * x.element_size()  # a rank may send no rows at all
         self.calls.append((tag, (sum(send) - send[self.rank]) * row))
         return out
@@ -114,7 +141,7 @@ class CountedAllToAll:
     def counts(self, counts: torch.Tensor) -> torch.Tensor:
         """Rows for each expert of each rank out, what each rank sends this one's back."""
         out = torch.empty_like(counts)
-        dist.all_to_all_single(out, counts.contiguous())
+        self._stamped("counts", lambda: dist.all_to_all_single(out, counts.contiguous()))
         self.count_calls += 1
         return out
 
@@ -175,7 +202,7 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
     g = torch.Generator().manual_seed(cfg.seed + 1)
     x_all = torch.randn(p, t, h, generator=g, dtype=torch.float64).to(dev)
     grad_all = torch.randn(p, t, h, generator=g, dtype=torch.float64).to(dev)
-    counter = CountedAllToAll(rt.rank, p)
+    counter = CountedAllToAll(rt.rank, p, dev)
     comm = {"exchange": counter, "exchange_counts": counter.counts} if p > 1 else {}
     runtime.reset_device_peak(dev)
     err = _check(rt, cfg, weights, x_all, grad_all, cap, comm)  # before any timing
@@ -201,7 +228,9 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
 
     def timed():
         sw = SpanWatch(dev)
+        counter.watch = sw  # each all-to-all of the step, stamped as it starts and ends
         step(sw)
+        counter.watch = None
         phases.append(dict(sw.totals))
         watches.append(sw)
 
@@ -209,7 +238,7 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
     stats = timing.summarize(local)
     slowest, _ = timing.slowest_step_times(local)
     middle = int(np.argsort(slowest, kind="stable")[(len(slowest) - 1) // 2])
-    timeline = _timeline(rt, local[middle], watches[middle])
+    timeline, a2a_timeline = _timeline(rt, local[middle], watches[middle]) or (None, None)
     medians = torch.tensor([statistics.median(s.get(ph, 0.0) for s in phases) for ph in PHASES],
                            dtype=torch.float64, device=dev)
     by_rank = _gather(rt, medians).tolist()
@@ -247,6 +276,7 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
         "phase_rank": slow_rank,
         "timeline_s": timeline,
         "timeline_step": middle + 1,
+        "a2a_timeline_s": a2a_timeline if p > 1 else None,
         **{f"{ph}_time_s": by_rank[slow_rank][i] for i, ph in enumerate(PHASES)},
         "device_memory_peak_bytes": peak,
     }

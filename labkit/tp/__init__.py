@@ -24,9 +24,12 @@ Read in this order:
 * :mod:`~labkit.tp.timeline` (pure) -- the time inside the collectives split into the messages
   and the wait for the later rank, from every rank's entries and exits; a timed step as
   slices on one clock, which :mod:`~labkit.tp.trace` (pure) writes as a Chrome trace;
+  :mod:`~labkit.tp.waits` (pure) -- which collectives of that step waited for the scheduler
+  (the FSDP lab counts its own so too);
 * :mod:`~labkit.tp.verdicts` (pure) -- the laws and sentences of notebook 09, the step model in
-  context (the machine profile's co-run slowdown and all-reduce), each rank's compute rate
-  beside the profile's matrix products; :mod:`~labkit.tp.activations` (pure) -- what a rank
+  context (the machine profile's co-run slowdown and collectives' transfers, the scheduler
+  waits counted in the row's median step); :mod:`~labkit.tp.rates` (pure) -- each rank's
+  compute rate beside the profile's matrix products; :mod:`~labkit.tp.activations` (pure) -- what a rank
   saves for backward, with and without sequence parallelism, beside Korthikanti et al.;
 * :mod:`~labkit.tp.budget` (pure) -- notebook 09's time estimated, too long refused;
 * :mod:`~labkit.tp.report`, :mod:`~labkit.tp.plots`, :mod:`~labkit.tp.cli`.
@@ -35,9 +38,19 @@ Read in this order:
 imports nothing heavy (no torch).
 """
 
-from labkit.tp import activations, budget, formulas, plots, report, timeline, verdicts
+from labkit.tp import (
+    activations,
+    budget,
+    formulas,
+    plots,
+    rates,
+    report,
+    timeline,
+    verdicts,
+    waits,
+)
 from labkit.tp.config import TPConfig
 from labkit.tp.run import run
 
-__all__ = ["TPConfig", "activations", "budget", "formulas", "plots", "report", "run", "timeline",
-           "verdicts"]
+__all__ = ["TPConfig", "activations", "budget", "formulas", "plots", "rates", "report", "run",
+           "timeline", "verdicts", "waits"]

@@ -138,23 +138,34 @@ def predict_step(*, flops: float, compute_flop_per_s: float, allreduces: int,
 
 def step_in_context(*, compute_alone_s: float, slowdown: float, allreduces: int,
                     allreduce_s: float, gathers: int = 0, gather_s: float = 0.0,
-                    extra_s: float = 0.0) -> dict:
+                    waits: int = 0, wait_s: float = 0.0, extra_s: float = 0.0) -> dict:
     """The step as this machine runs it: one rank's compute measured alone times the co-run
     ``slowdown`` (every rank computing at once, :meth:`labkit.machine.Profile.compute_slowdown`),
-    plus ``allreduces`` all-reduces of ``allreduce_s`` each, measured in context
-    (:meth:`labkit.machine.Profile.allreduce_s`), plus ``gathers`` all-gathers and
-    reduce-scatters of ``gather_s`` each (sequence parallelism's), plus ``extra_s`` of work
-    measured apart (the library's bookkeeping). Returns ``compute_s``, ``comm_s``, ``step_s``.
+    plus ``allreduces`` all-reduces of ``allreduce_s`` each and ``gathers`` all-gathers and
+    reduce-scatters of ``gather_s`` each (sequence parallelism's), each priced by the machine
+    profile (a transfer, :meth:`~labkit.machine.Profile.transfer_s`, or a call's average in
+    context, :meth:`~labkit.machine.Profile.allreduce_s`), plus ``waits`` scheduler waits of
+    ``wait_s`` each (the messages of the measured step that waited,
+    :func:`labkit.tp.waits.count`), plus ``extra_s`` of work measured apart (the library's
+    bookkeeping). Returns ``compute_s``, ``transfers_s`` (the collectives),
+    ``waits_s``, ``comm_s`` (the two), ``step_s``::
 
-    54 ms of compute alone, 1.25x slower beside a second rank, 8 all-reduces of 0.8 ms:
+        T = σ F/R + n_ar t_ar + n_g t_g + n_waited t_wait (+ extra)
 
-    >>> p = step_in_context(compute_alone_s=0.054, slowdown=1.25, allreduces=8, allreduce_s=8e-4)
-    >>> round(p["compute_s"] * 1e3, 1), round(p["comm_s"] * 1e3, 1), round(p["step_s"] * 1e3, 1)
-    (67.5, 6.4, 73.9)
+    54 ms of compute alone, 1.25x slower beside a second rank, 8 all-reduces of 0.3 ms, 2 of
+    which waited 3.6 ms for the scheduler:
+
+    >>> p = step_in_context(compute_alone_s=0.054, slowdown=1.25, allreduces=8, allreduce_s=3e-4,
+    ...                     waits=2, wait_s=3.6e-3)
+    >>> [round(p[k] * 1e3, 1) for k in ("compute_s", "transfers_s", "waits_s", "comm_s", "step_s")]
+    [67.5, 2.4, 7.2, 9.6, 77.1]
     """
     compute = float(compute_alone_s) * positive_number("slowdown", slowdown)
-    comm = int(allreduces) * float(allreduce_s) + int(gathers) * float(gather_s)
-    return {"compute_s": compute, "comm_s": comm, "step_s": compute + comm + float(extra_s)}
+    transfers = int(allreduces) * float(allreduce_s) + int(gathers) * float(gather_s)
+    waited = int(waits) * float(wait_s)
+    comm = transfers + waited
+    return {"compute_s": compute, "transfers_s": transfers, "waits_s": waited, "comm_s": comm,
+            "step_s": compute + comm + float(extra_s)}
 
 
 def prediction_error_pct(*, predicted_s: float, measured_s: float) -> float:

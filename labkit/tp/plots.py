@@ -10,8 +10,9 @@ def step_breakdown(df, prof=None, title: str | None = None):
     """Per run, two stacked bars (ms): measured (the step: the part the step with f and g off
     takes, then the rest) and predicted, hatched. With a machine profile ``prof`` the
     prediction is the in-context model (:func:`labkit.tp.verdicts.context`: compute alone x
-    the co-run slowdown, the profile's all-reduces, and for the library DTensor's bookkeeping
-    measured on 1 rank); without one, the launch's own (compute alone, α–β all-reduces)."""
+    the co-run slowdown, the profile's collectives, the scheduler waits counted in the row's
+    median step, and for the library DTensor's bookkeeping measured on 1 rank); without one,
+    the launch's own (compute alone, α–β all-reduces)."""
     import math
 
     from labkit.tp.report import select
@@ -21,7 +22,7 @@ def step_breakdown(df, prof=None, title: str | None = None):
     extra = bookkeeping_s(rows)
     fig, axes = new_figure(width=max(4.5, 1.6 * len(rows) + 1.5))
     ax = axes[0][0]
-    labels = []
+    labels, waits_shown = [], False
     for i, (_, r) in enumerate(rows.iterrows()):
         x = 2.6 * i
         step = r["step_time_p50_s"] * 1e3  # the bar is the step: compute, then the rest
@@ -30,18 +31,23 @@ def step_breakdown(df, prof=None, title: str | None = None):
         ax.bar(x, c, color="C0", label="compute (measured)" if i == 0 else None)
         ax.bar(x, m, bottom=c, color="C1", label="communication (measured)" if i == 0 else None)
         book = extra if r["variant"] == "library" and math.isfinite(extra) else 0.0
+        pw = 0.0
         if prof is not None:
             ctx = context(r, prof, extra_s=book)
-            pc, pm = ctx["compute_s"] * 1e3, ctx["comm_s"] * 1e3
+            pc, pm, pw = (ctx[k] * 1e3 for k in ("compute_s", "transfers_s", "waits_s"))
             pb = (ctx["step_s"] - ctx["compute_s"] - ctx["comm_s"]) * 1e3
         else:
             pc, pm, pb = r["predicted_compute_s"] * 1e3, r["predicted_comm_s"] * 1e3, 0.0
         ax.bar(x + 1, pc, color="C0", alpha=0.45, hatch="//",
                label="compute (predicted)" if i == 0 else None)
         ax.bar(x + 1, pm, bottom=pc, color="C1", alpha=0.45, hatch="//",
-               label="all-reduces (predicted)" if i == 0 else None)
+               label="collectives (predicted)" if i == 0 else None)
+        if pw > 0:
+            ax.bar(x + 1, pw, bottom=pc + pm, color="C3", alpha=0.45, hatch="//",
+                   label=None if waits_shown else "scheduler waits, counted (predicted)")
+            waits_shown = True
         if pb > 0:
-            ax.bar(x + 1, pb, bottom=pc + pm, color="C2", alpha=0.45, hatch="//",
+            ax.bar(x + 1, pb, bottom=pc + pm + pw, color="C2", alpha=0.45, hatch="//",
                    label="DTensor's bookkeeping (1 rank)")
         labels.append((x + 0.5, f"{r['variant']}\nP={int(r['world_size'])}"))
     ax.set_xticks([p for p, _ in labels], [t for _, t in labels])

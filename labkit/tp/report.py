@@ -172,10 +172,10 @@ def activation_frames(rows):
 
 
 def rate_frame(one, row, prof):
-    """:func:`labkit.tp.verdicts.rate_rows` as a table in GFLOP/s."""
+    """:func:`labkit.tp.rates.rate_rows` as a table in GFLOP/s."""
     import pandas as pd
 
-    from labkit.tp.verdicts import rate_rows
+    from labkit.tp.rates import rate_rows
 
     return pd.DataFrame([{"compute": r["what"], "matrix n": r["matrix_n"],
                           "measured GFLOP/s": r["measured_flop_per_s"] / 1e9,
@@ -246,7 +246,9 @@ SUMMARY_LEGEND = (
 SUMMARY_LEGEND_IN_CONTEXT = SUMMARY_LEGEND.replace(
     "predicted = F/R + the variant's ring collectives (α, β fitted in the launch)",
     "predicted = F/R alone x the co-run slowdown + the variant's collectives in context (the "
-    "machine profile's all-reduce; an all-gather or a reduce-scatter a share of one), + "
+    "machine profile's all-reduce transfers, an all-gather or a reduce-scatter a multiple of "
+    "one, + the profile's scheduler wait for each message of the median step that waited; "
+    "the library, whose collectives are not stamped: the profile's average all-reduce), + "
     "DTensor's bookkeeping for the library")
 
 

@@ -3,12 +3,20 @@ profile (pure: no torch).
 
 The step model carries what the machine profile measured (:mod:`labkit.machine`): a rank's
 compute measured alone in the launch (``predicted_compute_s``) times the profile's co-run
-slowdown at P ranks, and each of f's and g's all-reduces priced by the profile's all-reduce
-of that size in context (:func:`labkit.tp.formulas.step_in_context`). ``prof`` below is a
-:class:`labkit.machine.Profile` or anything with its ``compute_slowdown(ranks, n=...)`` and
-``allreduce_s(size_bytes, ranks=..., busy=...)``. A step-time law that misses prints its
-measured split: the time outside the all-reduces, the messages, and the wait for the later rank
-(:mod:`labkit.tp.timeline`); those three add up to the step.
+slowdown at P ranks, and each of the step's collectives priced as its **transfer** (the
+profile's all-reduce of that size that waited for nothing, peers idle: in a TP step nothing
+computes while a message moves) plus, for each message of the row's own median step that
+**waited for the scheduler** (counted from its timeline, :mod:`labkit.tp.waits`), the
+profile's scheduler wait (:func:`labkit.tp.formulas.step_in_context`). A row without a
+timeline (the library's: DTensor's collectives run inside the library, unstamped) prices each
+collective at the profile's average in context instead, transfer + its share of waits
+(:meth:`labkit.machine.Profile.allreduce_s`), and its laws say so. ``prof`` below is a
+:class:`labkit.machine.Profile` or anything with its ``compute_slowdown(ranks, n=...)``,
+``transfer_s(size_bytes, ranks=..., busy=...)``, ``allreduce_s(size_bytes, ranks=...,
+busy=...)``, ``wait_share(busy=...)`` and ``scheduler_wait_s`` (:class:`FakeProfile`). A
+step-time law that misses prints its measured split: the time outside the all-reduces, the
+messages, what the counted scheduler waits took of them, and the wait for the later rank
+(:mod:`labkit.tp.timeline`); those add up to the step.
 """
 
 from __future__ import annotations
@@ -16,15 +24,21 @@ from __future__ import annotations
 import math
 
 from labkit.book.laws import check, symmetric_error_pct
+from labkit.tp import waits
 from labkit.tp.formulas import step_in_context
 
 #: the relative tolerance of every time and ratio law of the lab
 TOLERANCE_PCT = 25.0
 #: an all-gather or a reduce-scatter of S against an all-reduce of S, per backend: NCCL's ring
-#: all-reduce is one of each; gloo reduce-scatters by all-reducing the whole buffer, and its
-#: all-gather into one tensor costs about as much (the FSDP rows' collectives_time_alone_s);
-#: the FSDP lab prices its collectives so too
-GATHER_SCATTER = {"nccl": 0.5, "gloo": 1.0}
+#: all-reduce is one of each; gloo's all-gather into one tensor moves about as fast as its
+#: all-reduce of the same buffer, its reduce-scatter into one about half as fast at the FSDP
+#: lab's megabytes (the 10th percentiles of 40 calls of each on two ranks of this machine, two
+#: sweeps: all-gathers 0.6-1.0x an all-reduce's from 64 kB to 6.3 MB, reduce-scatters 1.0-1.35x
+#: up to 1 MB and 1.3-2.7x at 3.2 and 6.3 MB). The FSDP lab prices its collectives so too.
+GATHER_SCATTER = {"nccl": {"all_gather": 0.5, "reduce_scatter": 0.5},
+                  "gloo": {"all_gather": 1.0, "reduce_scatter": 2.0}}
+#: the measured split's term for what the counted scheduler waits took
+WAITS_TERM = "scheduler waits (counted)"
 
 
 def _number(row, key: str, default: float = 0.0) -> float:
@@ -33,47 +47,116 @@ def _number(row, key: str, default: float = 0.0) -> float:
     return default if v is None or v != v else float(v)
 
 
+def op_factor(row, op: str) -> float:
+    """:data:`GATHER_SCATTER` of ``op`` (``all_gather``, ``reduce_scatter``; 1 for an
+    all-reduce) on the row's backend (gloo where it names none).
+
+    >>> op_factor({"backend": "gloo"}, "reduce_scatter"), op_factor({"backend": "nccl"}, "all_gather")
+    (2.0, 0.5)
+    """
+    if op == "all_reduce":
+        return 1.0
+    backend = (row.get("backend") if hasattr(row, "get") else None) or "gloo"
+    return GATHER_SCATTER.get(backend, GATHER_SCATTER["gloo"])[op]
+
+
+def call_s(prof, size_bytes: float, *, ranks: int, busy: bool, counted: bool,
+           factor: float = 1.0) -> float:
+    """One collective of ``size_bytes`` priced by the profile: ``factor`` (:func:`op_factor`)
+    times the transfer of an all-reduce of that size where the step's scheduler waits are
+    ``counted`` apart; otherwise its average in context, that transfer and the profile's share
+    of waits (:meth:`~labkit.machine.Profile.wait_share`) times one wait; nothing on one rank.
+    The FSDP lab prices its collectives so too.
+
+    >>> prof = FakeProfile(allreduce_s=1e-3, wait_s=3.6e-3, wait_share=0.25)
+    >>> [round(call_s(prof, 1e6, ranks=2, busy=False, counted=c, factor=2.0) * 1e3, 1)
+    ...  for c in (True, False)]
+    [2.0, 2.9]
+    """
+    if int(ranks) < 2:
+        return 0.0
+    moved = float(factor) * prof.transfer_s(size_bytes, ranks=ranks, busy=busy)
+    if counted:
+        return moved
+    return moved + prof.wait_share(busy=busy) * float(prof.scheduler_wait_s)
+
+
 def context(row, prof, *, extra_s: float = 0.0) -> dict:
     """The in-context prediction for one row: ``slowdown`` (the profile's co-run slowdown at the
     row's world size, at its hidden size as the matrix size), ``allreduce_s`` (one all-reduce
-    of the row's activation, peers idle: in a TP step nothing computes while it runs),
-    ``gather_s`` (one all-gather or reduce-scatter of it: :data:`GATHER_SCATTER` of an
-    all-reduce, for sequence parallelism's) and :func:`~labkit.tp.formulas.step_in_context`'s
-    ``compute_s``, ``comm_s``, ``step_s`` (``extra_s``: work measured apart, added as it is).
+    of the row's activation, peers idle: its transfer where the row's timeline counts the
+    waits, else its average in context), ``gather_s`` (one all-gather and one reduce-scatter
+    of it, the pair's mean: sequence parallelism's), ``waits`` (:func:`labkit.tp.waits.count`
+    of the row's timeline, None without one), ``scheduler_wait_s`` (the profile's, one wait)
+    and :func:`~labkit.tp.formulas.step_in_context`'s ``compute_s``, ``transfers_s``,
+    ``waits_s``, ``comm_s``, ``step_s`` (``extra_s``: work measured apart, added as it is).
 
-    >>> ctx = context({"world_size": 2, "hidden": 256, "bytes_per_allreduce": 262144,
-    ...                "allreduce_calls_formula": 8, "predicted_compute_s": 0.054}, FakeProfile())
-    >>> ctx["slowdown"], round(ctx["step_s"] * 1e3, 1)
-    (1.25, 73.9)
+    >>> row = {"world_size": 2, "hidden": 256, "bytes_per_allreduce": 262144,
+    ...        "allreduce_calls_formula": 8, "predicted_compute_s": 0.054}
+    >>> ctx = context(row, FakeProfile())
+    >>> ctx["slowdown"], round(ctx["step_s"] * 1e3, 1), ctx["waits"]
+    (1.25, 73.9, None)
+
+    The same row with its median step's timeline, one all-reduce 4.4 ms long: it waited, one
+    scheduler wait (3.6 ms) more.
+
+    >>> tl = [{"rank": r, "name": f"g {i}", "cat": "all-reduce", "start_s": 0.01 * i,
+    ...        "end_s": 0.01 * i + (4.4e-3 if i == 3 else 8e-4)} for r in (0, 1) for i in range(8)]
+    >>> ctx = context({**row, "timeline_s": tl}, FakeProfile())
+    >>> ctx["waits"]["count"], round(ctx["waits_s"] * 1e3, 1), round(ctx["step_s"] * 1e3, 1)
+    (1, 3.6, 77.5)
     """
     p = int(row["world_size"])
     slow = prof.compute_slowdown(p, n=int(row["hidden"])) if p > 1 else 1.0
     n_ar = int(row["allreduce_calls_formula"])
     each = float(row["bytes_per_allreduce"])
     ar_each = _number(row, "allreduce_bytes_formula", n_ar * each) / n_ar if n_ar else each
-    gathers = int(_number(row, "allgather_calls_formula") + _number(row, "reduce_scatter_calls_formula"))
-    part = GATHER_SCATTER.get(row.get("backend") or "gloo", 1.0) if hasattr(row, "get") else 1.0
-    ar = prof.allreduce_s(ar_each, ranks=p, busy=False) if p > 1 else 0.0
-    gs = part * prof.allreduce_s(each, ranks=p, busy=False) if p > 1 and gathers else 0.0
-    return {"slowdown": slow, "allreduce_s": ar, "gather_s": gs,
+    n_ag = int(_number(row, "allgather_calls_formula"))
+    n_rs = int(_number(row, "reduce_scatter_calls_formula"))
+    got, wait = None, 0.0
+    ar = ag = rs = 0.0
+    if p > 1:
+        tl = waits.timeline(row)
+        kw = dict(ranks=p, busy=False, counted=bool(tl))
+        ar = call_s(prof, ar_each, **kw)
+        ag = call_s(prof, each, factor=op_factor(row, "all_gather"), **kw) if n_ag else 0.0
+        rs = call_s(prof, each, factor=op_factor(row, "reduce_scatter"), **kw) if n_rs else 0.0
+        if tl:
+            wait = float(prof.scheduler_wait_s)
+            got = waits.count(tl, transfers={"all-reduce": ar, "all-gather": ag,
+                                             "reduce-scatter": rs})
+    gathers = n_ag + n_rs
+    gs = (n_ag * ag + n_rs * rs) / gathers if gathers else 0.0
+    return {"slowdown": slow, "allreduce_s": ar, "gather_s": gs, "waits": got,
+            "scheduler_wait_s": wait,
             **step_in_context(compute_alone_s=row["predicted_compute_s"], slowdown=slow,
                               allreduces=n_ar, allreduce_s=ar, gathers=gathers, gather_s=gs,
-                              extra_s=extra_s)}
+                              waits=got["count"] if got else 0, wait_s=wait, extra_s=extra_s)}
 
 
 class FakeProfile:
     """A stand-in machine profile for examples and tests: co-run slowdown ``slowdown`` at two
-    ranks or more, every all-reduce ``allreduce_s`` (busy: ``busy_factor`` times that)."""
+    ranks or more, every all-reduce's transfer ``allreduce_s`` (busy: ``busy_factor`` times
+    that), a scheduler wait ``wait_s``, which ``wait_share`` of the calls also take (so an
+    all-reduce in context costs ``allreduce_s`` + ``wait_share`` x ``wait_s``)."""
 
     def __init__(self, slowdown: float = 1.25, allreduce_s: float = 8e-4,
-                 busy_factor: float = 1.5):
+                 busy_factor: float = 1.5, wait_s: float = 3.6e-3, wait_share: float = 0.0):
         self.slowdown, self.ar, self.busy_factor = slowdown, allreduce_s, busy_factor
+        self.scheduler_wait_s, self.share = wait_s, wait_share
 
     def compute_slowdown(self, ranks, *, n=None):
         return 1.0 if ranks == 1 else self.slowdown
 
-    def allreduce_s(self, size_bytes, *, ranks=None, busy=False):
+    def transfer_s(self, size_bytes, *, measurement="allreduce", ranks=None, busy=False):
         return self.ar * (self.busy_factor if busy else 1.0)
+
+    def wait_share(self, *, busy=False):
+        return self.share
+
+    def allreduce_s(self, size_bytes, *, ranks=None, busy=False):
+        return (self.transfer_s(size_bytes, ranks=ranks, busy=busy)
+                + self.share * self.scheduler_wait_s)
 
     def matmul_flop_per_s(self, n, *, together=False):
         """n x n products at 40 GFLOP/s x n / (n + 64), ``slowdown`` slower together."""
@@ -84,17 +167,47 @@ def _ms(x: float) -> float:
     return float(x) * 1e3
 
 
-def inside_split(row) -> dict:
-    """The measured time inside f's and g's all-reduces (ms per step), as the law's split."""
-    return {"messages": _ms(row["allreduce_message_in_step_s"]),
+def inside_split(row, ctx: dict | None = None) -> dict:
+    """The measured time inside the collectives (ms per step), as the law's split: the
+    messages and the wait for the later rank; with the model's ``ctx`` (:func:`context`) that
+    counted scheduler waits, what those took of the median step (beyond their transfers,
+    measured) apart from the messages (:data:`WAITS_TERM`). The terms add up to the time
+    inside.
+
+    >>> row = {"allreduce_message_in_step_s": 0.012, "allreduce_wait_in_step_s": 0.002}
+    >>> inside_split(row, {"waits": {"count": 2, "excess_s": [0.0021, 0.0026]}})
+    {'messages': 7.3, 'scheduler waits (counted)': 4.7, 'waiting for the later rank': 2.0}
+    """
+    msg = _ms(row["allreduce_message_in_step_s"])
+    got = (ctx or {}).get("waits")
+    if not got or not got["count"]:
+        return {"messages": msg, "waiting for the later rank": _ms(row["allreduce_wait_in_step_s"])}
+    part = min(_ms(sum(got["excess_s"])), msg)  # the median step's waits, within the messages
+    return {"messages": round(msg - part, 9), WAITS_TERM: round(part, 9),
             "waiting for the later rank": _ms(row["allreduce_wait_in_step_s"])}
 
 
-def step_split(row) -> dict:
-    """The measured step (ms, p50) split into the time outside the all-reduces and the two parts
+def step_split(row, ctx: dict | None = None) -> dict:
+    """The measured step (ms, p50) split into the time outside the all-reduces and the parts
     of the time inside them (:func:`inside_split`); the terms add up to the step."""
     inside = _ms(row["allreduce_time_in_step_s"])
-    return {"outside the all-reduces": _ms(row["step_time_p50_s"]) - inside, **inside_split(row)}
+    return {"outside the all-reduces": _ms(row["step_time_p50_s"]) - inside,
+            **inside_split(row, ctx)}
+
+
+def wait_note(ctx: dict, *, what: str = "all-reduces") -> str:
+    """What the model counted and priced for the row's collectives (:func:`context`): the
+    waits counted in its timeline, or why none were and what it used instead.
+
+    >>> print(wait_note({"waits": None, "allreduce_s": 1.3e-3, "scheduler_wait_s": 0.0}))
+    the row holds no timeline of its collectives (DTensor's run inside the library, unstamped): each priced at the profile's average in context, transfer + its share of scheduler waits (1.30 ms)
+    """
+    return waits.note(ctx["waits"], wait_s=ctx["scheduler_wait_s"], what=what,
+                      transfers="the profile's, peers idle",
+                      fallback="the row holds no timeline of its collectives (DTensor's run "
+                               "inside the library, unstamped): each priced at the profile's "
+                               "average in context, transfer + its share of scheduler waits "
+                               f"({_ms(ctx['allreduce_s']):.2f} ms)")
 
 
 def bookkeeping_s(df) -> float:
@@ -127,8 +240,9 @@ def naive_laws(row, prof) -> list[dict]:
                  predicted=_ms(ctx["compute_s"]), measured=_ms(row["compute_time_p50_s"]),
                  unit="ms", tolerance_pct=TOLERANCE_PCT,
                  note=f"F/R alone {_ms(row['predicted_compute_s']):.3g} ms x {ctx['slowdown']:.2f}")]
-    split = None
+    split, note = None, ""
     if p > 1:
+        note = wait_note(ctx)
         out += [check(f"{pre}: all-reduces per step = 4 L", predicted=row["allreduce_calls_formula"],
                       measured=row["allreduce_calls_measured"], tolerance_pct=0),
                 check(f"{pre}: bytes all-reduced per step = 4 L b s h x 4 B",
@@ -136,11 +250,12 @@ def naive_laws(row, prof) -> list[dict]:
                       unit="B", tolerance_pct=0),
                 check(f"{pre}: time inside f's and g's all-reduces = 4 L t_ar (in context)",
                       predicted=_ms(ctx["comm_s"]), measured=_ms(row["allreduce_time_in_step_s"]),
-                      unit="ms", tolerance_pct=TOLERANCE_PCT, split=inside_split(row))]
-        split = step_split(row)
+                      unit="ms", tolerance_pct=TOLERANCE_PCT, split=inside_split(row, ctx),
+                      note=note)]
+        split = step_split(row, ctx)
     out.append(check(f"{pre}: step = F/R x slowdown + 4 L t_ar", predicted=_ms(ctx["step_s"]),
                      measured=_ms(row["step_time_p50_s"]), unit="ms",
-                     tolerance_pct=TOLERANCE_PCT, split=split))
+                     tolerance_pct=TOLERANCE_PCT, split=split, note=note))
     return out
 
 
@@ -148,7 +263,9 @@ def library_laws(row, prof, *, bookkeeping: float = math.nan, naive=None) -> lis
     """Section 2's laws for the library's row: the same counts, and the step with DTensor's
     bookkeeping (``bookkeeping``, :func:`bookkeeping_s`, seconds: the same operators' on one
     rank; left out when NaN) added to the teaching version's model. ``naive``: the teaching
-    version's row at the same P, whose step splits the library's when given."""
+    version's row at the same P, whose step splits the library's when given. The library's
+    collectives run inside DTensor, unstamped: its row holds no timeline, so its all-reduces
+    are priced at the profile's average in context (:func:`wait_note`)."""
     p = int(row["world_size"])
     pre = f"TP library, P = {p}"
     known = math.isfinite(bookkeeping)
@@ -169,10 +286,11 @@ def library_laws(row, prof, *, bookkeeping: float = math.nan, naive=None) -> lis
                  "the library's own work": _ms(row["step_time_p50_s"]) - same}
     law = "step = F/R x slowdown + 4 L t_ar" + (" + DTensor's bookkeeping (1 rank)" if known
                                                 else "")
+    notes = ([] if known else ["DTensor's bookkeeping not measured (no 1-rank run)"]) + (
+        [wait_note(ctx)] if p > 1 else [])
     out.append(check(f"{pre}: {law}", predicted=_ms(ctx["step_s"]),
                      measured=_ms(row["step_time_p50_s"]), unit="ms",
-                     tolerance_pct=TOLERANCE_PCT, split=split,
-                     note="" if known else "DTensor's bookkeeping not measured (no 1-rank run)"))
+                     tolerance_pct=TOLERANCE_PCT, split=split, note="; ".join(notes)))
     return out
 
 
@@ -182,11 +300,12 @@ def predicted_speedup(one, row, prof) -> float:
 
 
 def speedup_law(one, row, prof) -> dict:
-    """Section 3's law: the measured speedup of the teaching version against the model's."""
+    """Section 3's law: the measured speedup of the teaching version against the model's (its
+    T(P) with the waits counted in the row's median step, :func:`wait_note`)."""
     p = int(row["world_size"])
     return check(f"TP speedup T(1)/T({p}) at h = {int(row['hidden'])}",
                  predicted=predicted_speedup(one, row, prof), measured=row["speedup_vs_1_rank"],
-                 tolerance_pct=TOLERANCE_PCT)
+                 tolerance_pct=TOLERANCE_PCT, note=f"T({p}): " + wait_note(context(row, prof)))
 
 
 def _against(measured: float, predicted: float, tolerance_pct: float = TOLERANCE_PCT) -> str:
@@ -199,23 +318,40 @@ def _against(measured: float, predicted: float, tolerance_pct: float = TOLERANCE
 
 
 def inside_sentence(row, prof) -> str:
-    """Where the time inside f's and g's all-reduces went, against the profile's all-reduce.
+    """Where the time inside f's and g's all-reduces went, against the model's: the transfers
+    and the scheduler waits counted in the median step (:func:`context`).
 
     >>> row = {"world_size": 2, "hidden": 256, "bytes_per_allreduce": 262144,
     ...        "allreduce_calls_formula": 8, "predicted_compute_s": 0.054,
     ...        "step_time_p50_s": 0.0795, "allreduce_time_in_step_s": 0.026,
     ...        "allreduce_message_in_step_s": 0.0177, "allreduce_wait_in_step_s": 0.0083}
     >>> print(inside_sentence(row, FakeProfile()))
-    time inside f's and g's all-reduces: 26.0 ms of a 79.5 ms step: the messages 17.7 ms, against 6.4 ms for 8 all-reduces in context on the machine profile (+177%): more than 25% from it; the wait for the later rank to enter 8.3 ms; mostly the messages.
+    time inside f's and g's all-reduces: 26.0 ms of a 79.5 ms step: the messages 17.7 ms, against 6.4 ms for 8 all-reduces at the profile's average in context (+177%): more than 25% from it; the wait for the later rank to enter 8.3 ms; mostly the messages.
+    >>> tl = [{"rank": r, "name": f"g {i}", "cat": "all-reduce", "start_s": 0.01 * i,
+    ...        "end_s": 0.01 * i + (4.4e-3 if i < 3 else 8e-4)} for r in (0, 1) for i in range(8)]
+    >>> print(inside_sentence({**row, "timeline_s": tl}, FakeProfile()).split("; the wait")[0])
+    time inside f's and g's all-reduces: 26.0 ms of a 79.5 ms step: the messages 17.7 ms, against 17.2 ms for 8 all-reduces: their transfers 6.4 ms and 3 scheduler waits counted in the median step, 10.8 ms (+3%): within 25% of it
     """
     msg, wait = _ms(row["allreduce_message_in_step_s"]), _ms(row["allreduce_wait_in_step_s"])
-    pred = _ms(context(row, prof)["comm_s"])
+    ctx = context(row, prof)
+    pred = _ms(ctx["comm_s"])
     n = int(row["allreduce_calls_formula"])
     most = "mostly the messages" if msg >= wait else "mostly the wait for the later rank"
+    how = (f": their transfers {_ms(ctx['transfers_s']):.1f} ms and {ctx['waits']['count']} "
+           f"scheduler waits counted in the median step, {_ms(ctx['waits_s']):.1f} ms"
+           if ctx["waits"] else " at the profile's average in context")
     return (f"time inside f's and g's all-reduces: {_ms(row['allreduce_time_in_step_s']):.1f} ms "
             f"of a {_ms(row['step_time_p50_s']):.1f} ms step: the messages {msg:.1f} ms, against "
-            f"{pred:.1f} ms for {n} all-reduces in context on the machine profile "
-            f"{_against(msg, pred)}; the wait for the later rank to enter {wait:.1f} ms; {most}.")
+            f"{pred:.1f} ms for {n} all-reduces{how} {_against(msg, pred)}; the wait for the "
+            f"later rank to enter {wait:.1f} ms; {most}.")
+
+
+def waits_sentence(row, prof) -> str:
+    """How many of the row's collectives waited for the scheduler in its median step, and why
+    (:func:`labkit.tp.waits.sentence`)."""
+    ctx = context(row, prof)
+    return waits.sentence(ctx["waits"], wait_s=ctx["scheduler_wait_s"], what="collectives",
+                          step=row.get("timeline_step"))
 
 
 def library_sentence(library, naive, *, bookkeeping: float = math.nan) -> str:
@@ -296,71 +432,3 @@ def pays_sentence(label: str, *, ranks: int, breakeven: float, at: dict) -> str:
     first, *rest = [f"at h = {h}: {t}" for h, t in zip(at, parts)]
     return (f"{label}, P = {ranks}: pays above h = {breakeven:,.0f}; predicted speedup {first}"
             + "".join(f", {t}" for t in rest))
-
-
-# ---------------------------------------------------------------- compute rates
-
-def rate_rows(one, row, prof) -> list[dict]:
-    """Each TP rank's compute rate measured (one rank's FLOPs per step over its median step
-    with f and g off) beside the profile's matrix-product rate at the sizes of its products
-    (:func:`labkit.tp.formulas.products_rate`: alone for the 1-rank run and for the launch's
-    share of a layer timed alone, with every rank at it at once for the ranks of a
-    ``world_size`` launch). ``one``: the 1-rank row; ``row``: a row at P > 1."""
-    from labkit.tp.formulas import flops_per_rank, layer_products, products_rate
-
-    kw = {k: int(row[k]) for k in ("batch_size", "seq_len", "hidden", "num_heads")}
-    p, L = int(row["world_size"]), int(row["num_layers"])
-    flops = {n: flops_per_rank(**{k: v for k, v in kw.items() if k != "num_heads"},
-                               num_layers=L, world_size=n) for n in (1, p)}
-
-    def profile(n, together):
-        return products_rate(layer_products(**kw, world_size=n),
-                             lambda cube: prof.matmul_flop_per_s(cube, together=together))
-
-    cases = [("1 rank: the whole model, f and g off, alone", 1, False,
-              flops[1] / float(one["compute_time_p50_s"]))]
-    cases += [(f"rank {r} of {p}: its share, f and g off, {p} ranks at once", p, True,
-               flops[p] / float(t)) for r, t in enumerate(row["compute_time_rank_p50_s"])]
-    cases.append((f"a rank of {p}: its share of one layer, alone (the launch's rate)", p, False,
-                  float(row["compute_flop_per_s"])))
-    out = []
-    for what, n, together, rate in cases:
-        prod = profile(n, together)
-        out.append({"what": what, "ranks": n, "together": together, "matrix_n": prod["n"],
-                    "measured_flop_per_s": rate, "profile_flop_per_s": prod["flop_per_s"],
-                    "measured_over_profile": rate / prod["flop_per_s"]})
-    return out
-
-
-
-def rate_sentence(one, row, prof) -> str:
-    """Whether a rank's share of the matrix products ran in less than its share of the time,
-    measured (:func:`rate_rows`: each rank's FLOPs over its median step with f and g off),
-    against what the profile's matrix products at those sizes say.
-
-    >>> one = {"world_size": 1, "batch_size": 8, "seq_len": 32, "hidden": 256, "num_heads": 8,
-    ...        "num_layers": 2, "compute_time_p50_s": 0.09, "compute_flop_per_s": 3e10}
-    >>> two = {**one, "world_size": 2, "compute_time_rank_p50_s": [0.04, 0.042],
-    ...        "compute_flop_per_s": 3.2e10}
-    >>> print(rate_sentence(one, two, FakeProfile()))
-    a rank's half of the products (n = 278 against 350 for the whole) ran at 30.8 and 29.4 GFLOP/s, the whole model on one rank at 27.4 GFLOP/s: the slower rank took 0.47 of the whole's time, below 1/2 (its rate 1.07x the whole's); the profile's products at these sizes, 2 ranks at once against one alone, predict 0.65 of the time (their rate 0.77x): the layer's other work runs the products at 0.84x and 1.17x of the profile's rate.
-    """
-    rows = rate_rows(one, row, prof)
-    p = int(row["world_size"])
-    whole, ranks = rows[0], rows[1:1 + p]
-    slow = min(ranks, key=lambda r: r["measured_flop_per_s"])
-    ratio = whole["measured_flop_per_s"] / slow["measured_flop_per_s"] / p
-    model = whole["profile_flop_per_s"] / slow["profile_flop_per_s"] / p
-    rates = " and ".join(f"{r['measured_flop_per_s'] / 1e9:.1f}" for r in ranks)
-    where = "below" if ratio < 1 / p else "above" if ratio > 1 / p else "exactly"
-    share = "half" if p == 2 else f"1/{p}"
-    return (f"a rank's {share} of the products (n = {slow['matrix_n']:.0f} against "
-            f"{whole['matrix_n']:.0f} for the whole) ran at {rates} GFLOP/s, the whole model on "
-            f"one rank at {whole['measured_flop_per_s'] / 1e9:.1f} GFLOP/s: the slower rank took "
-            f"{ratio:.2f} of the whole's time, {where} 1/{p} (its rate "
-            f"{slow['measured_flop_per_s'] / whole['measured_flop_per_s']:.2f}x the whole's); "
-            f"the profile's products at these sizes, {p} ranks at once against one alone, "
-            f"predict {model:.2f} of the time (their rate "
-            f"{slow['profile_flop_per_s'] / whole['profile_flop_per_s']:.2f}x): the layer's "
-            f"other work runs the products at {whole['measured_over_profile']:.2f}x and "
-            f"{slow['measured_over_profile']:.2f}x of the profile's rate.")

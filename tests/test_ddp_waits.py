@@ -1,0 +1,152 @@
+"""The DDP step model with each bucket's all-reduce as its transfer plus the scheduler waits
+counted in the row's median step (labkit.ddp.waits), and the standalone all-reduce's law on
+transfers, on synthetic rows and a synthetic two-kind machine profile. No launch."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.book import laws
+from labkit.ddp import formulas, predict, waits
+
+from ._waits_profile import WAIT_S, profile
+
+PROF = profile()
+BUCKETS = [4 << 20] * 4
+GRAD = sum(BUCKETS)
+
+
+def _intervals(durations, *, start=0.03) -> list:
+    """One step's buckets launched 15 ms apart (one after the other), each lasting its
+    ``durations[i]``."""
+    return [[start + 15e-3 * i, start + 15e-3 * i + d] for i, d in enumerate(durations)]
+
+
+def _rows(step_s: float, durations, *, steps=(1.1, 1.0, 0.9, 1.2)) -> list[dict]:
+    """A no-DDP row (5 ms) and a 2-rank DDP row of four buckets on a CPU without a spare core,
+    whose timed steps are ``step_s`` times ``steps``: the median is the second (1.0), whose
+    buckets took ``durations``; the others' buckets all waited."""
+    common = {"model": "mlp", "batch_size": 16, "device": "cpu", "grad_bytes": GRAD,
+              "cores": 2, "threads_per_rank": 1}
+    waited_all = [PROF.transfer_s(b) + WAIT_S for b in BUCKETS]
+    return [{**common, "variant": "no_ddp", "world_size": 1, "step_time_p50_s": 0.005},
+            {**common, "variant": "ddp", "world_size": 2, "nproc_per_node": 2,
+             "bucket_bytes": BUCKETS, "step_time_p50_s": step_s,
+             "step_times_s": [step_s * f for f in steps],
+             "comm_intervals_s": [_intervals(durations if f == 1.0 else waited_all)
+                                  for f in steps]}]
+
+
+def _model(rows) -> dict:
+    return predict.add_prediction_columns(formulas.add_scaling_columns(rows), profile=PROF)[-1]
+
+
+def test_the_count_comes_from_the_median_steps_timeline():
+    transfers = [PROF.transfer_s(b) for b in BUCKETS]
+    durations = [transfers[0] + WAIT_S, transfers[1], transfers[2] + 2 * WAIT_S, transfers[3]]
+    (row,) = _rows(0.05, durations)[1:]
+    assert waits.median_step(row) == 1
+    got = waits.count(row, transfers)
+    assert (got["step"], got["buckets"], got["count"]) == (1, 4, 2)
+    assert got["waited"] == [True, False, True, False]
+    assert got["excess_s"] == pytest.approx(3 * WAIT_S)
+    assert waits.count({**row, "comm_intervals_s": None}, transfers) is None
+    assert waits.count(row, transfers[:2]) is None  # not the same buckets
+
+
+def test_the_wait_term_is_count_x_wait_and_the_law_holds_on_transfers_plus_waits():
+    transfers = [PROF.transfer_s(b) for b in BUCKETS]
+    durations = [transfers[0] + WAIT_S, transfers[1], transfers[2] + WAIT_S,
+                 transfers[3] + WAIT_S]
+    guess = _model(_rows(0.05, durations))
+    assert (guess["allreduces_counted"], guess["allreduces_waited"]) == (4, 3)
+    assert guess["model_scheduler_waits_s"] == pytest.approx(3 * PROF.scheduler_wait_s)
+    assert guess["model_transfers_s"] == pytest.approx(sum(transfers))
+    assert guess["model_comm_s"] == pytest.approx(sum(transfers) + 3 * WAIT_S)
+    # no spare core: every all-reduce exposed, one after the other
+    want = (0.005 * PROF.compute_slowdown(2) + 4 * GRAD / PROF.copy_bytes_per_s(together=True)
+            + sum(transfers) + 3 * WAIT_S)
+    assert guess["predicted_step_time_s"] == pytest.approx(want)
+    # a measured step that is transfers + the counted waits: the law holds
+    row = _model(_rows(want, durations))
+    law = laws.check(
+        "DDP step", predicted=row["predicted_step_time_s"], measured=row["step_time_p50_s"],
+        note=waits.step_note(row))
+    assert law["holds"]
+    assert "3 of 4 all-reduces waited for the scheduler in the median step" in law["note"]
+    assert row["allreduce_waits_measured_s"] == pytest.approx(3 * WAIT_S)
+    split = predict.measured_split(row, scale=1e3)
+    assert split[predict.WAITS_TERM] == pytest.approx(3 * WAIT_S * 1e3)
+    # as long a step whose median timeline shows no wait: transfers only, and it misses
+    quiet = _model(_rows(want, transfers))
+    assert quiet["allreduces_waited"] == 0 and quiet["model_scheduler_waits_s"] == 0.0
+    assert abs(quiet["predicted_step_error_pct"]) > 25
+    # without a timeline nothing is counted and the note says so
+    bare = _rows(want, durations)
+    bare[1].pop("comm_intervals_s")
+    assert _model(bare)["allreduces_counted"] is None
+    assert "no all-reduce's wait was counted" in waits.step_note(_model(bare))
+
+
+def test_without_a_spare_core_only_the_time_after_backward_counts():
+    """Four buckets launched during backward on a rank whose one core runs it: their waits for
+    that core cost nothing the model does not count (one job after the other); after
+    backward's last gradient each is judged from the completion before it (one scheduler wait
+    delays every bucket in flight at once: it is counted once). The third took a tick more."""
+    t = PROF.transfer_s(BUCKETS[0])
+    end = 0.020
+    spans = [[0.005, end + t], [0.008, end + 2 * t], [0.012, end + 3 * t + WAIT_S],
+             [0.015, end + 4 * t + WAIT_S]]
+    row = {"step_times_s": [0.05], "timeline_backward_end_s": [end],
+           "comm_intervals_s": [spans]}
+    got = waits.count(row, [t] * 4, spare_core=False)
+    assert got["waited"] == [False, False, True, False]
+    assert got["excess_s"] == pytest.approx(WAIT_S)
+    # the buckets completed during backward: nothing left for the step to pay
+    early = {**row, "comm_intervals_s": [[[0.005, 0.010], [0.008, end + t]]]}
+    assert waits.bucket_times(early["comm_intervals_s"][0], backward_end_s=end) == \
+        [0.0, pytest.approx(t)]
+    # from their launches (a spare core), the first took far longer than a transfer
+    assert waits.count(row, [t] * 4, spare_core=True)["waited"][0]
+
+
+def test_a_spare_core_hides_transfers_first_then_waits():
+    def two_ms(size, busy):
+        return 2e-3
+
+    kw = dict(compute_alone_s=0.1, slowdown=1.0, copy_s=0.0, bucket_bytes=[1e6] * 4,
+              transfer_s=two_ms, waited=[True, True, True, True], wait_s=WAIT_S)
+    spare = predict.step_in_context(**kw, spare_core=True)
+    # a window of 2/3 x 100 ms x 3/4 = 50 ms hides the three during-backward all-reduces whole
+    assert spare["exposed_transfers_s"] == pytest.approx(2e-3)
+    assert spare["exposed_waits_s"] == pytest.approx(WAIT_S)
+    shared = predict.step_in_context(**kw, spare_core=False)
+    assert shared["exposed_waits_s"] == pytest.approx(4 * WAIT_S)
+    assert shared["waits_s"] == pytest.approx(4 * WAIT_S)
+    with pytest.raises(ValueError, match="one waited flag per bucket"):
+        predict.step_in_context(**{**kw, "waited": [True]}, spare_core=False)
+
+
+def test_the_waits_sentence_flips_with_the_count():
+    transfers = [PROF.transfer_s(b) for b in BUCKETS]
+    some = waits.waits_sentence(_model(_rows(0.05, [transfers[0] + WAIT_S, *transfers[1:]])))
+    assert some.startswith("1 of the median step's 4 all-reduces waited for the scheduler")
+    assert "(the profile's 3.6 ms a wait)" in some and "The model adds 3.6 ms for it" in some
+    none = waits.waits_sentence(_model(_rows(0.05, transfers)))
+    assert none.startswith("none of the median step's 4 all-reduces waited")
+
+
+def test_the_standalone_all_reduce_law_compares_transfers():
+    t = PROF.transfer_s(GRAD)
+    # a call of 17 ms waited when it took 4.2 ms (a quarter of it) more: two did
+    calls = [t * 1.02, t * 0.99, t + 1.5 * WAIT_S, t * 1.01, t + 1.6 * WAIT_S]
+    row = {"grad_bytes": GRAD, "allreduce_times_s": calls}
+    law = waits.allreduce_law(row, PROF, ranks=2)
+    assert law["holds"] and law["kind"] == "model" and law["unit"] == "ms"
+    assert law["predicted"] == pytest.approx(t * 1e3)
+    assert "2 of 5 calls (40%) waited for the scheduler" in law["note"]
+    # the calls' p50 would have judged a transfer the waits inflated; the p10 does not move
+    assert law["measured"] < sorted(calls)[2] * 1e3
+    # a profile whose transfer is half the calls' fails
+    slow = {**row, "allreduce_times_s": [2 * c for c in calls]}
+    assert not waits.allreduce_law(slow, PROF, ranks=2)["holds"]
