@@ -50,14 +50,17 @@ def roofline_plot(roof, *, matmul=(), points=(), title: str | None = None):
     ax.loglog(x, [roof.attainable_flop_per_s(i) / 1e9 for i in x], color="k",
               label="roof: min(peak, bandwidth x intensity)")
     ax.axvline(ridge, color="gray", ls=":", lw=1)
-    ax.annotate(f"ridge: {ridge:.2g} FLOP/byte", (ridge, roof.peak_flop_per_s / 1e9),
-                xytext=(4, -14), textcoords="offset points", fontsize=7)
+    # the ridge's label runs up the foot of its line, below the roof where the products sit
+    ax.text(ridge, 0.03, f"ridge: {ridge:.2g} FLOP/byte ", transform=ax.get_xaxis_transform(),
+            rotation=90, ha="right", va="bottom", fontsize=7)
     if matmul:
         ax.plot(xs, [r / 1e9 for _, r in matmul], "o", color="C0",
                 label="n x n products measured (profile)")
-        for (n, r), xi in zip(matmul, xs):
-            ax.annotate(f"n={n}", (xi, r / 1e9), xytext=(4, -10), textcoords="offset points",
-                        fontsize=7)
+        # below and above their points in turn: neighbours a factor 2 apart in intensity
+        # sit close on a wide axis
+        for k, ((n, r), xi) in enumerate(zip(matmul, xs)):
+            ax.annotate(f"n={n}", (xi, r / 1e9), xytext=(4, -10 if k % 2 == 0 else 4),
+                        textcoords="offset points", fontsize=7)
     for i, (label, rate) in enumerate(points):
         ax.axhline(rate / 1e9, color=f"C{i + 1}", ls="--", lw=1, label=label)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
