@@ -204,3 +204,50 @@ def test_waits_split_calls_into_their_two_kinds():
     assert counted["count"] == 1 and counted["excess_s"] == [pytest.approx(3.7e-3)]
     with pytest.raises(ValueError):
         formulas.counted_waits([1.0], [])
+
+
+# -- copies at several sizes ---------------------------------------------------------------------
+def test_copies_are_read_log_log_between_their_sizes():
+    from tests._copy_profiles import CACHE_AND_MEMORY, MiB, copy_profile
+
+    p = copy_profile(CACHE_AND_MEMORY)
+    assert p.copy_sizes == [MiB, 4 * MiB, 16 * MiB, 32 * MiB]
+    # no size: the largest copy, the memory's bandwidth (what the profile read before sizes)
+    assert p.copy_bytes_per_s() == pytest.approx(45e9)
+    assert p.copy_slowdown == pytest.approx(45 / 25)
+    assert p.copy_slowdown_at() == p.copy_slowdown
+    # at a measured size its rate; between two, log-log; outside them, the nearest one's
+    assert p.copy_bytes_per_s(size_bytes=16 * MiB, together=True) == pytest.approx(34e9)
+    assert p.copy_bytes_per_s(size_bytes=8 * MiB) == pytest.approx((100e9 * 60e9) ** 0.5)
+    assert p.copy_bytes_per_s(size_bytes=64 << 10) == pytest.approx(100e9)
+    assert p.copy_bytes_per_s(size_bytes=1 << 30, together=True) == pytest.approx(25e9)
+    # copies that fit the caches side by side barely slow each other
+    assert p.copy_slowdown_at(MiB) == pytest.approx(100 / 98)
+    assert p.copy_slowdown_at(16 * MiB) == pytest.approx(60 / 34)
+
+
+def test_a_profile_of_one_copy_size_reads_it_at_every_size():
+    p = Profile.from_rows(synthetic_rows(copy=1.6))  # one copy of 1 MiB, as profiles were
+    assert p.copy_sizes == [1 << 20]
+    assert p.copy_slowdown_at(64 << 20) == pytest.approx(1.6) == p.copy_slowdown
+    assert p.copy_bytes_per_s(size_bytes=4096) == p.copy_bytes_per_s()
+
+
+def test_the_copy_sentence_names_every_size_and_flips():
+    from tests._copy_profiles import CACHE_AND_MEMORY, MiB, copy_profile
+
+    text = report.describe(copy_profile(CACHE_AND_MEMORY))[1]
+    assert text.startswith("memory: a copy of 32 MiB per rank runs 1.80x slower with 2 ranks")
+    assert "of 16 MiB, 1.76x slower" in text and "of 1 MiB, about as fast (1.02x)" in text
+    faster = report.describe(copy_profile({MiB: (100e9, 125e9)}))[1]
+    assert "1.25x faster" in faster
+
+
+def test_copy_sizes_are_validated_in_one_line():
+    assert MachineConfig().copy_bytes[-1] == 32 << 20  # the largest: the copy profiles had
+    assert MachineConfig(copy_bytes=4096).copy_bytes == (4096,)
+    assert MachineConfig(copy_bytes=(4 << 20, 1 << 20)).copy_bytes == (1 << 20, 4 << 20)
+    with pytest.raises(UsageError, match="copy_bytes has repeats"):
+        MachineConfig(copy_bytes=(1 << 20, 1 << 20))
+    with pytest.raises(UsageError, match="copy_bytes"):
+        MachineConfig(copy_bytes=(2, 1 << 20))

@@ -185,11 +185,11 @@ def _strong_rows(sizes, *, c, k, c_p, ranks=2):
 
 
 def test_crossover_recovers_the_model_on_synthetic_rows():
-    from labkit.solve import report, verdicts
+    from labkit.solve import crossover, verdicts
 
     # c = 30 us, k = 5 ns/DOF, c_2 = 130 us: N* = 100 us / 2.5 ns = 40,000 DOF; messages 40 us
     df = _strong_rows([2_000, 10_000, 25_000, 50_000, 100_000, 250_000], c=30e-6, k=5e-9, c_p=130e-6)
-    table, summary = report.crossover(df, message_s=40e-6, ranks=2)
+    table, summary = crossover.crossover(df, message_s=40e-6, ranks=2)
     assert summary["fixed_s"] == pytest.approx(30e-6) and summary["seconds_per_dof_iteration"] == pytest.approx(5e-9)
     assert summary["fixed_p_s"] == pytest.approx(130e-6)
     assert summary["other_s"] == pytest.approx(60e-6)
@@ -205,7 +205,7 @@ def test_crossover_recovers_the_model_on_synthetic_rows():
 
 
 def test_crossover_takes_the_inline_t1_of_each_row():
-    from labkit.solve import report
+    from labkit.solve import crossover
 
     # the 1-rank launch ran on a machine twice as slow; the inline t1 (rank 0 alone, beside the
     # 2-rank solves) is the one the model and the speedups must use, and no 1-rank row is needed
@@ -213,14 +213,14 @@ def test_crossover_takes_the_inline_t1_of_each_row():
     many = df["world_size"] == 2
     df.loc[many, "baseline_time_per_iteration_s"] = 30e-6 + 5e-9 * df.loc[many, "dof_global"]
     df.loc[~many, "time_per_iteration_s"] *= 2
-    table, summary = report.crossover(df, message_s=40e-6, ranks=2)
+    table, summary = crossover.crossover(df, message_s=40e-6, ranks=2)
     assert (table["t1_source"] == "inline").all()
     assert summary["predicted_crossover_dof"] == pytest.approx(40_000)
     assert np.allclose(table["predicted_speedup"], table["speedup_per_iteration"])
-    only_inline, _ = report.crossover(df[many], message_s=40e-6, ranks=2)
+    only_inline, _ = crossover.crossover(df[many], message_s=40e-6, ranks=2)
     assert np.allclose(only_inline["speedup_per_iteration"], table["speedup_per_iteration"])
     # without the inline field the 1-rank launch's (slow) rows count
-    launch, _ = report.crossover(df.drop(columns="baseline_time_per_iteration_s"), message_s=40e-6)
+    launch, _ = crossover.crossover(df.drop(columns="baseline_time_per_iteration_s"), message_s=40e-6)
     assert (launch["t1_source"] == "launch").all()
     assert np.allclose(launch["speedup_per_iteration"], 2 * table["speedup_per_iteration"])
 
@@ -228,7 +228,7 @@ def test_crossover_takes_the_inline_t1_of_each_row():
 @pytest.mark.parametrize("extra_compute, extra_waits, words", [(100e-6, 10e-6, "largest part: compute."),
                                                                (10e-6, 100e-6, "largest part: waits.")])
 def test_crossover_misses_add_up_and_name_the_part(extra_compute, extra_waits, words):
-    from labkit.solve import report, verdicts
+    from labkit.solve import crossover, verdicts
 
     sizes = [2_000, 10_000, 50_000, 250_000]
     df = _strong_rows(sizes, c=30e-6, k=5e-9, c_p=130e-6)
@@ -243,7 +243,7 @@ def test_crossover_misses_add_up_and_name_the_part(extra_compute, extra_waits, w
     df.loc[many, "allreduce_time_s"] = 100 * 20e-6
     df.loc[many, "spmv_time_s"] = 100 * (tp - 70e-6 - extra_waits * bump[many]) / 2
     df.loc[many, "vector_time_s"] = df.loc[many, "spmv_time_s"]
-    table, _ = report.crossover(df, message_s=40e-6)
+    table, _ = crossover.crossover(df, message_s=40e-6)
     gap = table["tp_per_iteration_s"] - table["model_tp_per_iteration_s"]
     parts = table[["excess_compute_s", "excess_waits_s", "excess_rest_s"]].sum(axis=1)
     assert np.allclose(parts, gap, atol=1e-12, rtol=0)
@@ -276,31 +276,31 @@ def test_inline_baseline_counts_the_whole_problem_in_rank_0s_memory():
                                         (10e-3, "do not pay up to the largest size"),
                                         (130e-6, "start to pay at about")])
 def test_crossover_sentence_flips_with_the_numbers(c_p, words):
-    from labkit.solve import report, verdicts
+    from labkit.solve import crossover, verdicts
 
-    table, summary = report.crossover(_strong_rows([2_000, 50_000, 250_000], c=30e-6, k=5e-9, c_p=c_p),
+    table, summary = crossover.crossover(_strong_rows([2_000, 50_000, 250_000], c=30e-6, k=5e-9, c_p=c_p),
                                       message_s=40e-6)
     assert words in verdicts.crossover_sentence(summary, table)
 
 
 def test_print_crossover_reads_the_messages_off_the_smallest_size(capsys):
-    from labkit.solve import report
+    from labkit.solve import crossover
 
     df = _strong_rows([2_000, 50_000, 250_000], c=30e-6, k=5e-9, c_p=130e-6).assign(
         iterations=100, halo_time_s=100 * 15e-6, allreduce_time_s=100 * 25e-6)
-    report.print_crossover(df)
+    crossover.print_crossover(df)
     out = capsys.readouterr().out
     assert "CROSSOVER, 2 ranks, cg, simple" in out and "exposed messages there 40.0 us" in out
     assert "c_2 = 130.0 us" in out and "predicted 40,000" in out
-    report.print_crossover(df[df["dof_requested"] == 50_000])  # one size: nothing to say
+    crossover.print_crossover(df[df["dof_requested"] == 50_000])  # one size: nothing to say
     assert capsys.readouterr().out == ""
 
 
 def test_crossover_needs_two_sizes():
-    from labkit.solve import report
+    from labkit.solve import crossover
 
     with pytest.raises(UsageError, match="at least two sizes"):
-        report.crossover(_strong_rows([50_000], c=30e-6, k=5e-9, c_p=130e-6), message_s=40e-6)
+        crossover.crossover(_strong_rows([50_000], c=30e-6, k=5e-9, c_p=130e-6), message_s=40e-6)
 
 
 # -- launches --------------------------------------------------------------------------------------
@@ -381,4 +381,4 @@ def test_inline_baseline_times_rank_0_alone_beside_the_ranks(tmp_path):
         assert a["speedup"] == pytest.approx(a["baseline_solve_time_s"] / a["solve_time_s"])
         # one solve alone per size and method, shared by the partitioners of that size
         assert b["baseline_solve_time_s"] == a["baseline_solve_time_s"]
-    assert solve.report.crossover(df.reset_index(), message_s=50e-6)[0]["t1_source"].eq("inline").all()
+    assert solve.crossover.crossover(df.reset_index(), message_s=50e-6)[0]["t1_source"].eq("inline").all()

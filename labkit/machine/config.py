@@ -15,7 +15,10 @@ class MachineConfig:
     matmul_sizes: tuple = option((64, 256, 512), "n of the n x n matrix products timed")
     step_width: int = option(512, "width of the two-layer MLP whose training step is timed")
     step_batch: int = option(64, "batch of that training step")
-    copy_bytes: int = option(32 << 20, "bytes of the memory copy timed")
+    copy_bytes: tuple = option((1 << 20, 4 << 20, 16 << 20, 32 << 20),
+                               "bytes of each memory copy timed, per rank (sizes from within the "
+                               "shared cache to beyond it: its co-run slowdown changes between "
+                               "them; the largest is the memory's bandwidth)")
     min_bytes: int = option(8, "smallest all-reduce and message")
     max_bytes: int = option(16 << 20, "largest all-reduce and message")
     factor: int = option(8, "size step of the sweep")
@@ -29,7 +32,9 @@ class MachineConfig:
                            tuple(distinct_positive_ints("matmul_sizes", self.matmul_sizes)))
         positive_int("step_width", self.step_width)
         positive_int("step_batch", self.step_batch)
-        positive_int("copy_bytes", self.copy_bytes, minimum=4)
+        object.__setattr__(self, "copy_bytes",
+                           tuple(sorted(distinct_positive_ints("copy_bytes", self.copy_bytes,
+                                                               minimum=4))))
         positive_int("min_bytes", self.min_bytes, minimum=4)
         positive_int("max_bytes", self.max_bytes, minimum=self.min_bytes)
         positive_int("factor", self.factor, minimum=2)

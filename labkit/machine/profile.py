@@ -106,15 +106,34 @@ class Profile:
         return formulas.compute_slowdown(ranks, co_run=co, measured_ranks=self.world_size,
                                          cores=self.cores)
 
-    def copy_bytes_per_s(self, *, together: bool = False) -> float:
-        """Memory copy rate of one rank (bytes read + written per second), alone or together."""
-        _, ys = _pairs(self.rows, "copy", "together" if together else "alone", "size_bytes",
-                       "bytes_per_s")
-        return ys[-1]
+    @property
+    def copy_sizes(self) -> list:
+        """The sizes (bytes per rank) of the copies the profile timed, smallest first."""
+        return _pairs(self.rows, "copy", "alone", "size_bytes", "bytes_per_s")[0]
+
+    def copy_bytes_per_s(self, *, together: bool = False,
+                         size_bytes: float | None = None) -> float:
+        """Memory copy rate of one rank (bytes read + written per second), alone or together,
+        for a copy of ``size_bytes`` per rank: read log-log between the sizes measured (outside
+        them, the nearest one's: a rate is not extrapolated). None: the largest copy measured,
+        the memory's bandwidth beyond the caches."""
+        xs, ys = _pairs(self.rows, "copy", "together" if together else "alone", "size_bytes",
+                        "bytes_per_s")
+        if size_bytes is None:
+            return ys[-1]
+        return formulas.loglog_interp(min(max(size_bytes, xs[0]), xs[-1]), xs, ys)
+
+    def copy_slowdown_at(self, size_bytes: float | None = None) -> float:
+        """t_together / t_alone of a copy of ``size_bytes`` per rank (:meth:`copy_bytes_per_s`
+        read at that size); None: the largest copy's. Copies that fit the shared cache side by
+        side barely slow each other; those that stream from the memory share its bandwidth."""
+        return (self.copy_bytes_per_s(size_bytes=size_bytes)
+                / self.copy_bytes_per_s(together=True, size_bytes=size_bytes))
 
     @property
     def copy_slowdown(self) -> float:
-        return self.copy_bytes_per_s() / self.copy_bytes_per_s(together=True)
+        """The largest copy's co-run slowdown (:meth:`copy_slowdown_at` at its default)."""
+        return self.copy_slowdown_at()
 
     # -- messages: the two kinds of call (labkit.machine.formulas.waits) --------------------
     def _transfers(self, measurement: str, busy: bool) -> tuple[list, list]:

@@ -44,18 +44,50 @@ def _ratio_words(r: float, *, more: str, less: str, same_within: float = 0.05) -
     return f"{r:.2f}x {more}" if r > 1 else f"{1 / r:.2f}x {less}"
 
 
-def sentences(*, co_run: float, copy_slowdown: float, ranks: int, small_idle_s: float,
+def _bytes_words(n: float) -> str:
+    """A size in the largest binary unit that keeps it whole-ish.
+
+    >>> _bytes_words(32 << 20), _bytes_words(1536 << 10), _bytes_words(4096), _bytes_words(100)
+    ('32 MiB', '1.5 MiB', '4 KiB', '100 B')
+    """
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def copy_sentence(copy_slowdowns: dict, *, ranks: int) -> str:
+    """What copying at once did at each size the profile timed, largest first.
+
+    >>> print(copy_sentence({1 << 20: 1.02, 4 << 20: 1.2, 32 << 20: 1.8}, ranks=2))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    memory: a copy of 32 MiB per rank runs 1.80x slower with 2 ranks copying at once than
+    alone; of 4 MiB, 1.20x slower; of 1 MiB, about as fast (1.02x).
+    >>> copy_sentence({32 << 20: 0.9}, ranks=2)
+    'memory: a copy of 32 MiB per rank runs 1.11x faster with 2 ranks copying at once than alone.'
+    """
+    sizes = sorted(copy_slowdowns, reverse=True)
+
+    def words(size):
+        return _ratio_words(copy_slowdowns[size], more="slower", less="faster")
+
+    text = (f"memory: a copy of {_bytes_words(sizes[0])} per rank runs {words(sizes[0])} with "
+            f"{ranks} ranks copying at once than alone")
+    return "; ".join([text] + [f"of {_bytes_words(s)}, {words(s)}" for s in sizes[1:]]) + "."
+
+
+def sentences(*, co_run: float, copy_slowdowns: dict, ranks: int, small_idle_s: float,
               small_busy_s: float, large_idle_s: float, large_busy_s: float, small_bytes: int,
               large_bytes: int, alpha_s: float | None, beta_bytes_per_s: float | None,
               ) -> list[str]:
     """What the profile says, one sentence per effect, each computed from its numbers.
 
-    >>> for s in sentences(co_run=1.25, copy_slowdown=1.6, ranks=2, small_idle_s=1e-4,
+    >>> for s in sentences(co_run=1.25, copy_slowdowns={1 << 25: 1.6}, ranks=2, small_idle_s=1e-4,
     ...                    small_busy_s=2e-3, large_idle_s=1e-2, large_busy_s=1.1e-2,
     ...                    small_bytes=8, large_bytes=8 << 20, alpha_s=1e-4,
     ...                    beta_bytes_per_s=1e9): print(s)
     compute: a training step runs 1.25x slower with 2 ranks computing at once than alone (the co-run slowdown every step model here carries).
-    memory: a copy runs 1.60x slower with 2 ranks copying at once than alone.
+    memory: a copy of 32 MiB per rank runs 1.60x slower with 2 ranks copying at once than alone.
     messages: an all-reduce of 8 B takes 0.100 ms with the peers idle and 2.000 ms with their cores busy (20.00x slower).
     messages: an all-reduce of 8.39e+06 B takes 10.000 ms idle and 11.000 ms busy (1.10x slower).
     alpha-beta fit to the idle sweep: alpha = 100 us, beta = 1.00 GB/s.
@@ -64,8 +96,7 @@ def sentences(*, co_run: float, copy_slowdown: float, ranks: int, small_idle_s: 
         f"compute: a training step runs {_ratio_words(co_run, more='slower', less='faster')} "
         f"with {ranks} ranks computing at once than alone (the co-run slowdown every step "
         "model here carries).",
-        f"memory: a copy runs {_ratio_words(copy_slowdown, more='slower', less='faster')} with "
-        f"{ranks} ranks copying at once than alone.",
+        copy_sentence(copy_slowdowns, ranks=ranks),
         f"messages: an all-reduce of {small_bytes} B takes {small_idle_s * 1e3:.3f} ms with the "
         f"peers idle and {small_busy_s * 1e3:.3f} ms with their cores busy "
         f"({_ratio_words(small_busy_s / small_idle_s, more='slower', less='faster')}).",
@@ -79,6 +110,12 @@ def sentences(*, co_run: float, copy_slowdown: float, ranks: int, small_idle_s: 
     ]
 
 
+def copy_slowdowns(prof) -> dict:
+    """Each copy size of a :class:`~labkit.machine.profile.Profile` and its co-run slowdown
+    (what :func:`copy_sentence` says)."""
+    return {size: prof.copy_slowdown_at(size) for size in prof.copy_sizes}
+
+
 def describe(prof) -> list[str]:
     """:func:`sentences` of a :class:`~labkit.machine.profile.Profile`."""
     sizes = sorted({r["size_bytes"] for r in prof.rows if r["measurement"] == "allreduce"})
@@ -89,7 +126,7 @@ def describe(prof) -> list[str]:
         alpha, beta = prof.alpha_s, prof.beta_bytes_per_s
     except UsageError:
         alpha = beta = None
-    return sentences(co_run=prof.co_run_slowdown, copy_slowdown=prof.copy_slowdown,
+    return sentences(co_run=prof.co_run_slowdown, copy_slowdowns=copy_slowdowns(prof),
                      ranks=prof.world_size, small_idle_s=prof.allreduce_s(small),
                      small_busy_s=prof.allreduce_s(small, busy=True),
                      large_idle_s=prof.allreduce_s(large),

@@ -7,6 +7,7 @@ Run by hand (the launcher builds the same command)::
 
 Rows (rank 0 returns them): one per measurement x context x size, with the p50 time of the
 slowest rank (``together``, ``idle``, ``busy``) or of rank 0 (``alone``) and the rate it implies.
+Copies are timed at several sizes (``copy_bytes``), interleaved round by round.
 "alone": rank 0 works while the others wait at a barrier; "together": every rank does the same
 work at once (the co-run slowdown is their ratio); "busy": a thread in every rank keeps that
 rank's core computing matrix products while the collective runs (what backward does to an
@@ -46,23 +47,38 @@ def _alone_and_together(rt, fn, cfg) -> tuple[float, float]:
     The two are timed in turn, sample after sample, so a change of the machine's state (a
     neighbour's burst) falls on both alike and their ratio, the co-run slowdown, stays honest.
     """
-    reps = _reps(fn, cfg.sample_s, rt.device)
+    return _alone_and_together_each(rt, [fn], cfg)[0]
 
-    def many():
-        for _ in range(reps):
-            fn()
 
-    many()  # warm-up
-    alone, together = [], []
+def _alone_and_together_each(rt, fns, cfg) -> list[tuple[float, float]]:
+    """:func:`_alone_and_together` of several calls, interleaved: each round times one sample
+    of every call (alone, then together), so each call's medians span the whole measurement,
+    not one burst of it, and calls of different sizes compare on the same machine state."""
+    counts = [_reps(fn, cfg.sample_s, rt.device) for fn in fns]
+
+    def many_of(fn, reps):
+        def many():
+            for _ in range(reps):
+                fn()
+        return many
+
+    manys = [many_of(fn, reps) for fn, reps in zip(fns, counts)]
+    for many in manys:
+        many()  # warm-up
+    alone, together = [[] for _ in fns], [[] for _ in fns]
     for _ in range(cfg.iters):
-        dist.barrier()
-        if rt.rank == 0:  # the others wait in the next barrier
-            alone += timing.repeat_timed(many, warmup=0, repeat=1, device=rt.device,
-                                         barrier=False)
-        together += timing.repeat_timed(many, warmup=0, repeat=1, device=rt.device)
-    steps, _ = timing.slowest_step_times(together)
-    alone = alone or [1.0]  # rank 0's numbers are the ones kept
-    return _p50(alone) / reps, _p50(steps) / reps
+        for i, many in enumerate(manys):
+            dist.barrier()
+            if rt.rank == 0:  # the others wait in the next barrier
+                alone[i] += timing.repeat_timed(many, warmup=0, repeat=1, device=rt.device,
+                                                barrier=False)
+            together[i] += timing.repeat_timed(many, warmup=0, repeat=1, device=rt.device)
+    out = []
+    for a, t, reps in zip(alone, together, counts):
+        steps, _ = timing.slowest_step_times(t)
+        a = a or [1.0]  # rank 0's numbers are the ones kept
+        out.append((_p50(a) / reps, _p50(steps) / reps))
+    return out
 
 
 class Busy:
@@ -164,12 +180,18 @@ def on_rank(rt: runtime.Runtime, cfg: MachineConfig) -> dict:
     for context, t in (("alone", alone), ("together", together)):
         rows.append({"measurement": "step", "context": context, "n": cfg.step_width,
                      "time_p50_s": t, "flop_per_s": flop / t})
-    src = torch.ones(cfg.copy_bytes // 4, dtype=torch.float32, device=rt.device)
-    dst = torch.empty_like(src)
-    alone, together = _alone_and_together(rt, lambda d=dst, s=src: d.copy_(s), cfg)
-    for context, t in (("alone", alone), ("together", together)):
-        rows.append({"measurement": "copy", "context": context, "size_bytes": cfg.copy_bytes,
-                     "time_p50_s": t, "bytes_per_s": 2 * cfg.copy_bytes / t})
+    # copies of several sizes, interleaved: the co-run slowdown of memory traffic depends on
+    # where it lives (every rank's copy within the shared cache, or out in the memory)
+    srcs = [torch.ones(size // 4, dtype=torch.float32, device=rt.device)
+            for size in cfg.copy_bytes]
+    pairs = [(src, torch.empty_like(src)) for src in srcs]
+    copies = _alone_and_together_each(
+        rt, [lambda d=dst, s=src: d.copy_(s) for src, dst in pairs], cfg)
+    for size, (alone, together) in zip(cfg.copy_bytes, copies):
+        for context, t in (("alone", alone), ("together", together)):
+            rows.append({"measurement": "copy", "context": context, "size_bytes": size,
+                         "time_p50_s": t, "bytes_per_s": 2 * size / t})
+    del srcs, pairs  # up to twice the largest copy a rank: not held through the messages
     rows += _collective_rows(rt, cfg, "idle")
     with Busy(cfg.busy_n, rt.device):
         rows += _collective_rows(rt, cfg, "busy")

@@ -3,7 +3,7 @@
 The flags are :class:`~labkit.solve.config.SolveConfig`'s fields and the shared launch flags;
 the command builds the config, runs :func:`labkit.solve.run.run` and prints
 :func:`labkit.solve.report.print_tables` (and, for a strong sweep over several sizes,
-:func:`labkit.solve.report.print_crossover`).
+:func:`labkit.solve.crossover.print_crossover`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _plot_args(p) -> None:
 
 def cmd_solve(args) -> int:
     from labkit.errors import UsageError
-    from labkit.solve import report
+    from labkit.solve import crossover, report
 
     if args.plot_only:
         if not args.json:
@@ -41,7 +41,7 @@ def cmd_solve(args) -> int:
         if df.empty or "solve_time_s" not in df:
             raise UsageError(f"{args.json}: no solve rows")
         report.print_tables(df)
-        report.print_crossover(df)
+        crossover.print_crossover(df)
         _plot(df, args.plot or str(_png_of(args.json)))
         return 0
     from labkit.solve.run import run
@@ -54,7 +54,7 @@ def cmd_solve(args) -> int:
     df = run(config, launch=launch, store=args.json)
     say_stored(args.json, df)
     report.print_tables(df)
-    report.print_crossover(df)
+    crossover.print_crossover(df)
     if config.rhs == "manufactured":
         print(report.TRAP_NOTE)
     if args.plot:

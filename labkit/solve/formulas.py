@@ -257,8 +257,9 @@ def predicted_speedup(*, seconds_per_iteration_1: float, ranks: int, fixed_s: fl
 
 def co_run_slowdown(copy_slowdown: float, *, ranks: int, cores: int) -> float:
     """How much slower each of ``ranks`` ranks streams its share of memory beside the others
-    than alone: the machine profile's copy slowdown (measured with every core copying), times
-    ranks / cores past the cores (ranks take turns on a core); 1 for one rank.
+    than alone: ``copy_slowdown`` (what sharing the memory system costs a share, e.g.
+    :func:`shared_bandwidth_slowdown`), times ranks / cores past the cores (ranks take turns on
+    a core); 1 for one rank.
 
     >>> co_run_slowdown(1.25, ranks=1, cores=2), co_run_slowdown(1.25, ranks=2, cores=2)
     (1.0, 1.25)
@@ -268,6 +269,41 @@ def co_run_slowdown(copy_slowdown: float, *, ranks: int, cores: int) -> float:
     if ranks < 2:
         return 1.0
     return float(copy_slowdown) * max(1.0, ranks / cores)
+
+
+def copy_size_bytes(bytes_per_iteration: float) -> float:
+    """The copy that moves an iteration's bytes: a buffer of half of them (a copy reads its
+    source once and writes its destination once), so the copy streams as many bytes through
+    the same caches as the iteration. Its rates are the ones the iteration's floor and its
+    co-run slowdown read (the machine profile's copies, read at this size).
+
+    One rank's 25 MB per iteration: the copy of a 12.5 MB buffer.
+
+    >>> copy_size_bytes(25e6)
+    12500000.0
+    """
+    return float(bytes_per_iteration) / 2
+
+
+def shared_bandwidth_slowdown(*, demand_bytes_per_s: float, together_bytes_per_s: float) -> float:
+    """s = max(1, d / b): each rank's share of a memory-bound computation, beside the other
+    ranks, takes its own time alone (streaming its bytes at d, the rate one rank alone reached)
+    or its bytes at b, the rate each rank gets of the memory system with every rank copying at
+    once, whichever is longer. A copy asks for its alone rate, so for a copy s is the copy's
+    co-run slowdown; a computation that streams below b does not wait for the memory.
+
+    One rank alone streamed 44 GB/s, each rank gets 40 GB/s with every rank copying: 1.1; one
+    that streamed 60 GB/s where each rank still gets 95 GB/s (the copies fit the shared cache
+    side by side): 1.
+
+    >>> shared_bandwidth_slowdown(demand_bytes_per_s=44e9, together_bytes_per_s=40e9)
+    1.1
+    >>> shared_bandwidth_slowdown(demand_bytes_per_s=60e9, together_bytes_per_s=95e9)
+    1.0
+    """
+    if not (demand_bytes_per_s > 0 and together_bytes_per_s > 0):
+        raise ValueError("rates must be > 0")
+    return max(1.0, float(demand_bytes_per_s) / float(together_bytes_per_s))
 
 
 def fixed_cost_at(*, seconds_per_iteration: float, dof: float, ranks: int,
@@ -302,11 +338,13 @@ def fit_iteration_time(dofs, seconds) -> tuple[float, float]:
 
 
 def crossover_dof(*, seconds_per_dof_iteration: float, ranks: int, added_s: float,
-                  slowdown: float = 1.0) -> float:
+                  slowdown=1.0, lo: float = 1.0, hi: float = 1e12) -> float:
     """The size N* where P ranks tie with one: k N (1 − s/P) = c_P − c, so
     N* = (c_P − c) / (k (1 − s/P)), with ``added_s`` = c_P − c the fixed cost per iteration
     that P ranks add and s = ``slowdown`` the co-run slowdown of their divided work; infinite
-    when s >= P (the ranks never pay).
+    when s >= P (the ranks never pay). ``slowdown`` may be a function of N (the slowdown read
+    at the size each rank's share then has): N* is then the smallest N in [``lo``, ``hi``]
+    where k N (1 − s(N)/P) reaches c_P − c (a scan, 32 points a decade, then bisection).
 
     k = 4 ns per DOF per iteration, 2 ranks adding 40 µs: N* = 40e-6 / (4e-9 / 2) = 20,000;
     with each rank's share 1.4x slower beside the other: 40e-6 / (4e-9 x 0.3) = 33,333.
@@ -317,11 +355,34 @@ def crossover_dof(*, seconds_per_dof_iteration: float, ranks: int, added_s: floa
     33333
     >>> crossover_dof(seconds_per_dof_iteration=4e-9, ranks=2, added_s=40e-6, slowdown=2.0)
     inf
+
+    A slowdown of 1 up to 10,000 DOF and of 1.4 beyond: past 20,000, so 33,333 again.
+
+    >>> round(crossover_dof(seconds_per_dof_iteration=4e-9, ranks=2, added_s=40e-6,
+    ...                     slowdown=lambda n: 1.0 if n <= 10_000 else 1.4))
+    33333
     """
     if ranks < 2:
         raise ValueError("a crossover needs at least 2 ranks")
-    gain = 1 - slowdown / ranks
-    return added_s / (seconds_per_dof_iteration * gain) if gain > 0 else float("inf")
+    if not callable(slowdown):
+        gain = 1 - slowdown / ranks
+        return added_s / (seconds_per_dof_iteration * gain) if gain > 0 else float("inf")
+    import math
+
+    def pays(n):
+        return seconds_per_dof_iteration * n * (1 - slowdown(n) / ranks) >= added_s
+
+    steps = int(32 * math.log10(hi / lo))
+    grid = [lo * (hi / lo) ** (i / steps) for i in range(steps + 1)]
+    if pays(grid[0]):
+        return grid[0]
+    for a, b in zip(grid, grid[1:]):
+        if pays(b):
+            for _ in range(60):  # bisection in log N
+                mid = math.sqrt(a * b)
+                a, b = (a, mid) if pays(mid) else (mid, b)
+            return b
+    return float("inf")
 
 
 def speedup_at(dofs, speedups, dof: float) -> float | None:

@@ -120,9 +120,12 @@ def crossover_figure(table, summary):
     ax.plot(t["dof_global"], t["speedup"], "s:", alpha=0.7, label="measured (solve time)")
     ax.plot(t["dof_global"], t["naive_speedup"], ":", color="grey",
             label=f"naive: c_P = c + t_msg ({summary['message_s'] * 1e6:.0f} µs)")
+    # s read at each size (a column of the table), or one s for every size
+    s = t["slowdown"] if "slowdown" in t else [summary.get("slowdown", 1.0)]
+    s_words = f"s = {min(s):.2f}" + (f" to {max(s):.2f}" if max(s) - min(s) >= 0.005 else "")
     ax.plot(t["dof_global"], t["predicted_speedup"], "k--",
             label=f"model t1 / (c_P + s (t1 − c)/{p}), c_P = {summary['fixed_p_s'] * 1e6:.0f} µs, "
-                  f"s = {summary.get('slowdown', 1.0):.2f}")
+                  f"{s_words}")
     ax.axhline(1.0, color="grey", lw=0.8)
     ax.axhline(p, color="grey", lw=0.8, ls=":")
     pred = summary["predicted_crossover_dof"]

@@ -3,15 +3,14 @@
 :data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
 results file upserts by; :func:`passed` the gate filter every table and figure uses;
 :func:`series` the selection notebooks make; :func:`print_tables` the table ``labkit solve``
-prints; :func:`crossover` and :func:`print_crossover` the crossover of a sweep over sizes (with
-the sentence of :mod:`labkit.solve.verdicts`, where every verdict of the lab is written).
+prints; :func:`messages_per_iteration_s` what CG's messages of one iteration cost. The crossover
+of a sweep over sizes is :mod:`labkit.solve.crossover`'s.
 """
 
 from __future__ import annotations
 
 from labkit.errors import UsageError
 from labkit.results import DEVICE_MEMORY_COLUMNS, Column, select_rows
-from labkit.solve import verdicts
 
 #: what makes a row a different measurement of the same point: the mode and world size, the
 #: problem (dimension, size, right-hand side), the partitioner, method, engine and transport
@@ -263,170 +262,6 @@ def partition_table(dims: tuple, partitioners, ranks):
     return pd.DataFrame(rows)
 
 
-def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
-              partitioner: str | None = None, slowdown: float = 1.0):
-    """Strong scaling at several sizes against the model of
-    :func:`labkit.solve.formulas.predicted_speedup`: one row per size (``dof_global``,
-    ``t1_per_iteration_s`` and ``t1_source``: ``inline`` when rank 0 timed it alone beside the
-    P-rank solves, ``launch`` when it comes from the 1-rank row, ``tp_per_iteration_s``,
-    ``speedup`` of the solve,
-    ``speedup_per_iteration``, ``naive_speedup`` (messages only), ``predicted_speedup``,
-    ``error_pct``, ``calibration``: True for the smallest size, which the model's c_P is read
-    from, so its prediction is not a test; ``model_tp_per_iteration_s``, the model's P-rank
-    iteration; ``split_us``, the measured one in its terms, :func:`verdicts.iteration_split_us`),
-    and a summary dict: ``slowdown`` (s, the co-run slowdown the full model carries, given),
-    ``measured_slowdown`` (at the largest size, P x compute_P / compute_1 of rank 0 alone: the
-    inline baseline's; None without one),
-    ``seconds_per_dof_iteration``
-    and ``fixed_s`` (k and c of the fit t1 = c + k N,
-    :func:`~labkit.solve.formulas.fit_iteration_time`), ``message_s`` (t_msg, given),
-    ``fixed_p_s`` (c_P at the smallest size, :func:`~labkit.solve.formulas.fixed_cost_at`),
-    ``other_s`` (c_P − c − t_msg: what P ranks add besides the messages),
-    ``naive_crossover_dof`` (c_P = c + t_msg) and ``predicted_crossover_dof``
-    (:func:`~labkit.solve.formulas.crossover_dof`), ``measured_crossover_dof``
-    (:func:`~labkit.solve.formulas.measured_crossover`, None when no size of the sweep loses or
-    none wins), ``speedup_at_predicted_crossover`` and ``speedup_at_naive_crossover`` (the
-    measured speedup at each model's N*, :func:`~labkit.solve.formulas.speedup_at`: 1 where the
-    model is right; None where N* lies outside the sweep).
-
-    A sweep of one size has no crossover: UsageError.
-    """
-    import pandas as pd
-
-    from labkit.metrics import model_error_pct
-    from labkit.solve.formulas import (
-        crossover_dof,
-        fit_iteration_time,
-        fixed_cost_at,
-        measured_crossover,
-        predicted_speedup,
-        speedup_at,
-    )
-
-    sel = select_rows(passed(df), mode="strong", method=method, partitioner=partitioner)
-    one = select_rows(sel, world_size=1).set_index("dof_requested")
-    many = select_rows(sel, world_size=ranks).set_index("dof_requested")
-
-    def t1_of(size):
-        """t1 per iteration: rank 0's solve alone beside the P-rank ones (inline) when the row
-        has it, else the 1-rank launch's row; None when neither exists."""
-        inline = many.loc[[size]].iloc[0].get("baseline_time_per_iteration_s")
-        if inline is not None and inline == inline:  # not NaN
-            return float(inline), "inline"
-        if size in one.index:
-            return float(one.loc[[size]].iloc[0]["time_per_iteration_s"]), "launch"
-        return None
-
-    t1s = {n: t1_of(n) for n in many.index.unique()}
-    sizes = sorted(n for n, t in t1s.items() if t is not None)
-    if len(sizes) < 2:
-        raise UsageError(f"a crossover needs strong rows at 1 and {ranks} ranks for at least two "
-                         f"sizes (--total-dof N1 N2 ...); have {len(sizes)}")
-    c, k = fit_iteration_time([float(many.loc[[n]].iloc[0]["dof_global"]) for n in sizes],
-                              [t1s[n][0] for n in sizes])
-    smallest = many.loc[[sizes[0]]].iloc[0]
-    c_p = fixed_cost_at(seconds_per_iteration=float(smallest["time_per_iteration_s"]),
-                        dof=float(smallest["dof_global"]), ranks=ranks, seconds_per_dof_iteration=k,
-                        slowdown=slowdown)
-    rows = []
-    for size in sizes:
-        b = many.loc[[size]].iloc[0]
-        (t1, source), tp = t1s[size], float(b["time_per_iteration_s"])
-        compute1 = b.get("baseline_compute_time_s")  # rank 0 alone: SpMV and vector time
-        its1 = b.get("baseline_iterations")
-        pred = predicted_speedup(seconds_per_iteration_1=t1, ranks=ranks, fixed_s=c, fixed_p_s=c_p,
-                                 slowdown=slowdown)
-        meas = t1 / tp
-        rows.append({"dof_global": int(b["dof_global"]), "t1_per_iteration_s": t1,
-                     "t1_source": source, "tp_per_iteration_s": tp, "speedup": float(b["speedup"]),
-                     "speedup_per_iteration": meas,
-                     "naive_speedup": predicted_speedup(seconds_per_iteration_1=t1, ranks=ranks,
-                                                        fixed_s=c, fixed_p_s=c + message_s),
-                     "predicted_speedup": pred,
-                     "error_pct": model_error_pct(model_s=pred, measured_s=meas),
-                     "calibration": size == sizes[0],
-                     "model_tp_per_iteration_s": t1 / pred, **verdicts.iteration_parts(b),
-                     "split_us": verdicts.iteration_split_us(b),
-                     "compute1_per_iteration_s": float(compute1) / max(float(its1), 1.0)
-                     if compute1 is not None and compute1 == compute1 else float("nan")})
-    table = pd.DataFrame(rows)
-    # each rank's share of the compute beside the others over the same share alone (inline)
-    table["measured_slowdown"] = ranks * table["compute_s"] / table["compute1_per_iteration_s"]
-    # where the model's t_P and the measured one part: each part of the P-rank iteration
-    # against the model's, which holds the smallest size's waits and rest and lets only the
-    # divided compute grow: compute_model = t_P,model - waits(smallest) - rest(smallest)
-    first = table.iloc[0]
-    table["excess_waits_s"] = table["waits_s"] - first["waits_s"]
-    table["excess_rest_s"] = table["rest_s"] - first["rest_s"]
-    table["excess_compute_s"] = table["compute_s"] - (
-        table["model_tp_per_iteration_s"] - first["waits_s"] - first["rest_s"])
-    naive = crossover_dof(seconds_per_dof_iteration=k, ranks=ranks, added_s=message_s)
-    full = crossover_dof(seconds_per_dof_iteration=k, ranks=ranks, added_s=c_p - c,
-                         slowdown=slowdown)
-    sizes_, speedups = table["dof_global"], table["speedup_per_iteration"]
-    summary = {"seconds_per_dof_iteration": k, "fixed_s": c, "message_s": message_s,
-               "fixed_p_s": c_p, "other_s": c_p - c - message_s, "ranks": ranks,
-               "slowdown": slowdown, "naive_crossover_dof": naive,
-               "measured_slowdown": _finite_or_none(table["measured_slowdown"].iloc[-1]),
-               "predicted_crossover_dof": full,
-               "measured_crossover_dof": measured_crossover(sizes_, speedups),
-               "speedup_at_naive_crossover": speedup_at(sizes_, speedups, naive),
-               "speedup_at_predicted_crossover": speedup_at(sizes_, speedups, full)}
-    return table, summary
-
-
-def _finite_or_none(v) -> float | None:
-    return float(v) if v is not None and v == v and abs(v) != float("inf") else None
-
-
-def crossover_laws(table, summary) -> list[dict]:
-    """The crossover's laws, as keyword arguments of :func:`labkit.book.laws.check`: the
-    P-rank iteration at each size the model predicts (a time, with its measured split), the
-    measured speedup at the full model's N* (1 where N* is right: what a user who follows the
-    prediction gets) and at the naive model's (messages only, no co-run slowdown: shown to
-    fail, with the measured reason). A crossover outside the sweep is a mechanism not observed.
-
-    >>> import pandas as pd
-    >>> t = pd.DataFrame({"dof_global": [2_000, 50_000], "calibration": [True, False],
-    ...                   "model_tp_per_iteration_s": [150e-6, 300e-6],
-    ...                   "tp_per_iteration_s": [150e-6, 330e-6], "split_us": [None, None]})
-    >>> s = {"ranks": 2, "predicted_crossover_dof": 20_000.0, "naive_crossover_dof": 5_000.0,
-    ...      "speedup_at_predicted_crossover": 0.95, "speedup_at_naive_crossover": 0.5,
-    ...      "other_s": 60e-6, "slowdown": 1.3}
-    >>> [(law["law"], law["kind"], round(law["measured"], 2)) for law in crossover_laws(t, s)]
-    ... # doctest: +NORMALIZE_WHITESPACE
-    [("2 ranks' iteration at 50,000 DOF", 'model', 330.0),
-     ('speedup at the predicted crossover N*', 'model', 0.95),
-     ('speedup at the naive crossover N*', 'naive', 0.5)]
-    """
-    p = int(summary["ranks"])
-    out = []
-    for r in table.itertuples():
-        if r.calibration:
-            continue
-        split = r.split_us if isinstance(r.split_us, dict) else None
-        out.append({"law": f"{p} ranks' iteration at {r.dof_global:,.0f} DOF", "kind": "model",
-                    "predicted": r.model_tp_per_iteration_s * 1e6,
-                    "measured": r.tp_per_iteration_s * 1e6, "unit": "us", "tolerance_pct": 25,
-                    "split": split})
-    why = f"{p} ranks pay {summary['other_s'] * 1e6:.0f} us per iteration besides the messages"
-    if summary.get("measured_slowdown") is not None:
-        why += (f", and at the largest size each computed its share "
-                f"{summary['measured_slowdown']:.2f}x slower beside the other{'s' if p > 2 else ''}"
-                " than alone")
-    for key, kind, label in (("predicted", "model", "predicted"), ("naive", "naive", "naive")):
-        n_star = summary[f"{key}_crossover_dof"]
-        measured = summary[f"speedup_at_{key}_crossover"]
-        observed = measured is not None
-        at = f"N* = {n_star:,.0f} DOF" if n_star != float("inf") else "N* = never"
-        out.append({"law": f"speedup at the {label} crossover N*", "kind": kind,
-                    "predicted": 1.0, "measured": measured if observed else float("nan"),
-                    "tolerance_pct": 25, "mechanism_observed": observed if not observed else None,
-                    "mechanism": "a crossover within the sizes the sweep measured",
-                    "note": f"{at}; {why}" if kind == "naive" else at})
-    return out
-
-
 def messages_per_iteration_s(row, *, profile=None) -> tuple[float, str]:
     """CG's messages of one iteration (one halo exchange, one fused 2-value all-reduce) as the
     transport the P-rank ``row`` used costs them, and where the number comes from: on ``shm``
@@ -452,39 +287,3 @@ def messages_per_iteration_s(row, *, profile=None) -> tuple[float, str]:
         return (profile.message_s(halo) + profile.allreduce_s(16, ranks=ranks),
                 "torch, the machine profile")
     return float(row["message_time_alone_s"]), f"{row.get('transport')}, timed in the solve launch"
-
-
-def print_crossover(df, file=None) -> None:
-    """The crossover of a strong sweep over several sizes, printed the way ``labkit solve``
-    ends: the model's terms, each size's measured and predicted speedup, and the sentence. For
-    t_msg (the naive model's messages) the command has no transport check of its own, so it
-    takes the exposed halo and all-reduce waits of the P-rank solve at the smallest size.
-    Prints nothing when the rows hold no such sweep (one size, or no t1: neither 1-rank rows
-    nor inline baselines)."""
-    from labkit.tables import print_frame
-
-    strong = select_rows(passed(df), mode="strong")
-    if strong.empty or strong["dof_requested"].nunique() < 2:
-        return
-    for ranks in sorted(set(strong["world_size"]) - {1}):
-        for (method, partitioner), _ in strong.groupby(["method", "partitioner"]):
-            many = select_rows(strong, world_size=ranks, method=method, partitioner=partitioner)
-            if many["dof_requested"].nunique() < 2:
-                continue
-            small = many.sort_values("dof_global").iloc[0]
-            message_s = float((small["halo_time_s"] + small["allreduce_time_s"])
-                              / small["iterations"])
-            try:
-                table, summary = crossover(df, message_s=message_s, ranks=ranks, method=method,
-                                           partitioner=partitioner)
-            except UsageError:
-                continue
-            print(f"\nCROSSOVER, {ranks} ranks, {method}, {partitioner}: t1 = c + k N with "
-                  f"c = {summary['fixed_s'] * 1e6:.1f} us, k = "
-                  f"{summary['seconds_per_dof_iteration'] * 1e9:.2f} ns/DOF; c_{ranks} = "
-                  f"{summary['fixed_p_s'] * 1e6:.1f} us (smallest size; exposed messages there "
-                  f"{message_s * 1e6:.1f} us)", file=file)
-            print_frame(table.assign(dof_global=table["dof_global"].astype(int)),
-                        ["dof_global", "t1_source", "speedup_per_iteration", "predicted_speedup",
-                         "naive_speedup", "error_pct", "calibration"], file=file)
-            print(verdicts.crossover_sentence(summary, table), file=file)

@@ -5,8 +5,8 @@ computed from the numbers it is given (pure: pandas only).
 always computed more, the ranks arriving at different times); :func:`miss_sentence` which part
 of the P-rank iteration outgrew the crossover model where it misses most;
 :func:`crossover_sentence` when more ranks start to pay, measured beside predicted (the table
-and summary of :func:`labkit.solve.report.crossover`); :func:`iteration_parts` the split of an
-iteration they read, which :func:`labkit.solve.report.crossover` puts on its table too.
+and summary of :func:`labkit.solve.crossover.crossover`); :func:`iteration_parts` the split of an
+iteration they read, which :func:`labkit.solve.crossover.crossover` puts on its table too.
 """
 
 from __future__ import annotations
