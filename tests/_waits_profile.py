@@ -25,8 +25,9 @@ def message_transfer(size_bytes: float, *, busy: bool = False) -> float:
 def profile(*, co_run: float = 1.2, share_idle: float = 0.2, share_busy: float = 0.5,
             wait_s: float = WAIT_S) -> Profile:
     """The profile: products at 10 GFLOP/s alone, ``co_run`` slower together, copies at 21 GB/s
-    alone (1.5x slower together), and messages and all-reduces at the transfers above, a
-    ``share_idle`` (``share_busy``) of the calls waiting ``wait_s`` more."""
+    alone (1.5x slower together), and messages and all-reduces at the transfers above
+    (reduce-scatters twice the all-reduce's, all-gathers once), a ``share_idle``
+    (``share_busy``) of the calls waiting ``wait_s`` more."""
     base = {"hostname": "synthetic", "cores": 2, "torch_version": None, "world_size": 2,
             "timestamp": "2026-11-25T03:00:00+00:00"}
     rows = []
@@ -44,8 +45,12 @@ def profile(*, co_run: float = 1.2, share_idle: float = 0.2, share_busy: float =
     for s in (8, 4096, 1 << 20, 16 << 20):
         for ctx, share in (("idle", share_idle), ("busy", share_busy)):
             busy = ctx == "busy"
+            # gloo's reduce-scatter about twice an all-reduce of the buffer, its all-gather
+            # about one, as this machine's profiles time them
             for what, t in (("allreduce", allreduce_transfer(s, busy=busy)),
-                            ("message", message_transfer(s, busy=busy))):
+                            ("message", message_transfer(s, busy=busy)),
+                            ("reduce_scatter", 2 * allreduce_transfer(s, busy=busy)),
+                            ("all_gather", allreduce_transfer(s, busy=busy))):
                 rows.append({**base, "measurement": what, "context": ctx, "n": None,
                              "size_bytes": s, "time_p50_s": t + share * wait_s,
                              "time_p10_s": t, "wait_share": share,

@@ -172,21 +172,24 @@ def test_collectives_priced_in_context():
     from labkit.fsdp import model
     from labkit.tp.verdicts import FakeProfile
 
-    prof = FakeProfile(slowdown=1.25, allreduce_s=1e-3, busy_factor=2.0)
-    # FSDP on NCCL (GPUs): 2 layers x (2 all-gathers + 1 reduce-scatter), each half a busy
-    # all-reduce (they run beside the compute)
+    # a profile that timed no all-gather or reduce-scatter prices each as a ring's: half an
+    # all-reduce of the buffer
+    ring = FakeProfile(slowdown=1.25, allreduce_s=1e-3, busy_factor=2.0, ops={})
+    # FSDP on NCCL (GPUs): 2 layers x (2 all-gathers + 1 reduce-scatter), busy (they run
+    # beside the compute)
     nccl = dict(backend="nccl")
-    assert model.comm_in_context(_dp_row(**nccl), prof) == pytest.approx(6 * 0.5 * 2e-3)
-    # on gloo (a CPU: each collective holds the rank's thread, the cores idle) an all-gather
-    # costs a whole all-reduce, a reduce-scatter two
+    assert model.comm_in_context(_dp_row(**nccl), ring) == pytest.approx(6 * 0.5 * 2e-3)
+    # without resharding one all-gather less per layer
+    assert model.comm_in_context(_dp_row(reshard_after_forward=False, **nccl), ring) == \
+        pytest.approx(4 * 0.5 * 2e-3)
+    # a profile that timed them (on gloo here: an all-gather as long as an all-reduce of the
+    # buffer, a reduce-scatter twice), on a CPU where each holds the rank's thread (idle)
+    prof = FakeProfile(slowdown=1.25, allreduce_s=1e-3, busy_factor=2.0)
     assert model.comm_in_context(_dp_row(backend="gloo"), prof) == \
         pytest.approx((4 + 2 * 2) * 1e-3)
-    # without resharding one all-gather less per layer
-    assert model.comm_in_context(_dp_row(reshard_after_forward=False, **nccl), prof) == \
-        pytest.approx(4 * 0.5 * 2e-3)
     # DDP: one all-reduce during backward (busy); ZeRO-1: two halves with the ranks idle
     assert model.comm_in_context(_dp_row("ddp", "ddp"), prof) == pytest.approx(2e-3)
-    assert model.comm_in_context(_dp_row("zero1", "zero1", **nccl), prof) == \
+    assert model.comm_in_context(_dp_row("zero1", "zero1", **nccl), ring) == \
         pytest.approx(1e-3)
     ctx = model.context(_dp_row(), prof)
     assert ctx["compute_s"] == pytest.approx(0.05 * 1.25)

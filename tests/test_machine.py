@@ -251,3 +251,22 @@ def test_copy_sizes_are_validated_in_one_line():
         MachineConfig(copy_bytes=(1 << 20, 1 << 20))
     with pytest.raises(UsageError, match="copy_bytes"):
         MachineConfig(copy_bytes=(2, 1 << 20))
+
+
+def test_the_profile_times_reduce_scatters_and_all_gathers_where_sharding_moves_them():
+    """Sharded data parallelism's collectives as the profile timed them on this backend, read
+    against an all-reduce of the same buffer; an older profile without them: a ring's half."""
+    from labkit.machine.config import SHARDED_FROM_BYTES
+    from labkit.tp.verdicts import op_factor
+
+    from ._waits_profile import profile as two_kinds
+
+    prof = two_kinds()
+    assert prof.measured("reduce_scatter") and prof.measured("all_gather")
+    assert op_factor(prof, "reduce_scatter", 1 << 20, ranks=2, busy=False) == pytest.approx(2)
+    assert op_factor(prof, "all_gather", 1 << 20, ranks=2, busy=True) == pytest.approx(1)
+    assert op_factor(prof, "all_reduce", 1 << 20, ranks=2, busy=False) == 1.0
+    old = Profile.from_rows(synthetic_rows())
+    assert not old.measured("reduce_scatter")
+    assert op_factor(old, "reduce_scatter", 1 << 20, ranks=2, busy=False) == 0.5
+    assert SHARDED_FROM_BYTES in MachineConfig().sizes()  # timed at a size of the sweep

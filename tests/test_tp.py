@@ -325,9 +325,12 @@ def test_sequence_parallel_rows_are_priced_by_their_collectives():
     sp = _tp_row(allreduce_calls_formula=1, allreduce_bytes_formula=12288,
                  allgather_calls_formula=12, reduce_scatter_calls_formula=8, backend="gloo")
     ctx = verdicts.context(sp, prof)
-    # gloo: an all-gather priced as a whole all-reduce of its size, a reduce-scatter as two
+    # as the profile timed them: an all-gather as a whole all-reduce of its size, a
+    # reduce-scatter as two (gloo here)
     assert ctx["comm_s"] == pytest.approx((1 + 12 + 2 * 8) * 8e-4)
-    assert verdicts.context({**sp, "backend": "nccl"}, prof)["comm_s"] == \
+    # a profile that timed neither: a ring's, half an all-reduce each
+    ring = verdicts.FakeProfile(slowdown=1.25, allreduce_s=8e-4, ops={})
+    assert verdicts.context({**sp, "backend": "nccl"}, ring)["comm_s"] == \
         pytest.approx((1 + 0.5 * 20) * 8e-4)
     # a row without the gather columns (stored before them) prices its all-reduces as before
     assert verdicts.context(_tp_row(), prof)["comm_s"] == pytest.approx(8 * 8e-4)

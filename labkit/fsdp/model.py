@@ -5,9 +5,9 @@ sentences (:mod:`labkit.fsdp.verdicts`) compare it with the measured step.
 The step model: a rank's compute measured alone in the launch (``predicted_compute_s``) times
 the profile's co-run slowdown at N ranks, plus each collective of the variant
 (:func:`labkit.fsdp.formulas.collectives_per_step`) priced by the profile: an all-reduce of S
-as its all-reduce of S, an all-gather or a reduce-scatter as
-:data:`labkit.tp.verdicts.GATHER_SCATTER` of it (NCCL: half, a ring all-reduce being one of
-each; gloo: its all-gather about one, its reduce-scatter about two). Busy where a collective
+as its all-reduce of S, an all-gather or a reduce-scatter as the profile timed it on the same
+buffer (:func:`labkit.tp.verdicts.op_factor`; a ring's half an all-reduce where it timed
+none). Busy where a collective
 moves while the cores compute (DDP's all-reduce during backward, in gloo's thread; FSDP's
 gathers ahead of the layer that needs them, on a GPU), idle where the rank's thread waits for
 it (ZeRO-1's and ZeRO-2's, and FSDP2's on a CPU: :func:`busy`). Each collective is priced as
@@ -90,7 +90,8 @@ def comm_parts(row, prof) -> dict:
                                 reshard_after_forward=bool(row.get("reshard_after_forward",
                                                                    True)))
     kw = dict(ranks=n, busy=busy(row), counted=tl is not None)
-    priced = [call_s(prof, s, factor=op_factor(row, op), **kw) for op, s in coll]
+    priced = [call_s(prof, s, factor=op_factor(prof, op, s, ranks=n, busy=kw["busy"]), **kw)
+              for op, s in coll]
     out.update(transfers_s=sum(priced), comm_s=sum(priced), calls=len(coll))
     if tl is not None:
         # each operation's transfer: its buffer in the formula's list (every unit here has the
@@ -107,6 +108,10 @@ def comm_in_context(row, prof) -> float:
     """Seconds of the variant's collectives, one after the other, each priced by the profile
     (:func:`comm_parts`).
 
+    FSDP on 2 layers: 4 all-gathers and 2 reduce-scatters, timed by the profile at 1 and 2
+    all-reduces of 1 ms; on a GPU they move beside the compute (busy, twice as long); a
+    profile that timed neither prices them as a ring's, half an all-reduce:
+
     >>> from labkit.tp.verdicts import FakeProfile
     >>> row = {"stage": "zero3", "world_size": 2, "hidden": 64, "num_layers": 2}
     >>> round(comm_in_context(row, FakeProfile(allreduce_s=1e-3, busy_factor=2)) * 1e3, 1)
@@ -114,8 +119,8 @@ def comm_in_context(row, prof) -> float:
     >>> round(comm_in_context({**row, "device": "cuda:0"}, FakeProfile(allreduce_s=1e-3,
     ...                                                                busy_factor=2)) * 1e3, 1)
     16.0
-    >>> round(comm_in_context({**row, "backend": "nccl"}, FakeProfile(allreduce_s=1e-3,
-    ...                                                                busy_factor=2)) * 1e3, 1)
+    >>> round(comm_in_context({**row, "device": "cuda:0"}, FakeProfile(
+    ...     allreduce_s=1e-3, busy_factor=2, ops={})) * 1e3, 1)
     6.0
     """
     return comm_parts(row, prof)["comm_s"]

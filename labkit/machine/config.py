@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from labkit.config import distinct_positive_ints, option, positive_int
 from labkit.errors import UsageError
 
+#: the smallest reduce-scatter and all-gather the profile times: sharded data parallelism's
+#: buffers (a layer's gradients or weights), where the two differ from an all-reduce
+SHARDED_FROM_BYTES = 256 << 10
+
 
 @dataclass(frozen=True)
 class MachineConfig:

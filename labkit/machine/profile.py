@@ -144,6 +144,11 @@ class Profile:
         return _pairs(rows, measurement, "busy" if busy else "idle", "size_bytes",
                       "time_p10_s")
 
+    def measured(self, measurement: str) -> bool:
+        """Whether the profile timed ``measurement`` (a profile of an older labkit may lack
+        the reduce-scatter and the all-gather)."""
+        return any(r.get("measurement") == measurement for r in self.rows)
+
     def _alpha_beta(self, busy: bool) -> tuple[float, float]:
         from labkit.collectives.formulas import fit_alpha_beta
 
@@ -162,10 +167,11 @@ class Profile:
 
     def transfer_s(self, size_bytes: float, *, measurement: str = "allreduce",
                    ranks: int | None = None, busy: bool = False) -> float:
-        """An all-reduce (or a point-to-point ``message``, one way) of ``size_bytes`` that
-        waited for nothing: the sweep's 10th percentiles read at that size (log-log between
-        sizes) at the profile's world size; at another rank count, the ring α–β line fitted
-        to them. ``busy``: while every rank's core also computes."""
+        """An all-reduce (or a point-to-point ``message``, one way, a ``reduce_scatter`` or an
+        ``all_gather`` of ``size_bytes`` in nccl-tests' sense) that waited for nothing: the
+        sweep's 10th percentiles read at that size (log-log between sizes) at the profile's
+        world size; an all-reduce at another rank count, the ring α–β line fitted to them.
+        ``busy``: while every rank's core also computes."""
         ranks = self.world_size if ranks is None else int(ranks)
         if ranks < 2:
             return 0.0

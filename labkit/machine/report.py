@@ -10,8 +10,9 @@ from labkit.results import Column
 
 KEY = ("measurement", "context", "n", "size_bytes")
 COLUMNS = (
-    Column("measurement", "", "matmul, step (an MLP's forward and backward), copy, allreduce or "
-                              "message (point-to-point, one way)"),
+    Column("measurement", "", "matmul, step (an MLP's forward and backward), copy, allreduce, "
+                              "message (point-to-point, one way), reduce_scatter or "
+                              "all_gather (of size_bytes in nccl-tests' sense, from 256 KiB)"),
     Column("context", "", "alone (rank 0 only), together (every rank at once), idle or busy "
                           "(every rank's core also computing while the messages move)"),
     Column("n", "", "n of the n x n matrix product"),

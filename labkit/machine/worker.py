@@ -25,7 +25,7 @@ import torch.distributed as dist
 from labkit import runtime, timing
 from labkit.harness import worker_main
 from labkit.machine import formulas
-from labkit.machine.config import MachineConfig
+from labkit.machine.config import SHARDED_FROM_BYTES, MachineConfig
 from labkit.metrics import slowest_rank
 
 
@@ -117,32 +117,43 @@ def _timed(rt, fn) -> float:
 
 
 def _collective_rows(rt, cfg, context: str) -> list[dict]:
-    """All-reduce and ping-pong over every size, the sizes interleaved (one sample of each size
-    per round): each size's median spans the whole sweep, not one burst of it."""
+    """All-reduce and ping-pong over every size, and reduce-scatter and all-gather over the
+    sizes from :data:`labkit.machine.config.SHARDED_FROM_BYTES` (sharded data parallelism's
+    buffers), the sizes interleaved (one sample of each size per round): each size's median
+    spans the whole sweep, not one burst of it. A reduce-scatter of S reduces an S-byte buffer
+    into each rank's S/N, an all-gather of S gathers S/N from each (nccl-tests' S)."""
+    n = rt.world_size
     sizes = cfg.sizes()
-    bufs = {s: torch.ones(max(1, s // 4), dtype=torch.float32, device=rt.device) for s in sizes}
-    ar = {s: [] for s in sizes}
-    pp = {s: [] for s in sizes}
+    bufs = {s: torch.ones(max(n, s // 4), dtype=torch.float32, device=rt.device) for s in sizes}
+    parts = {s: torch.empty(max(n, s // 4) // n, dtype=torch.float32, device=rt.device)
+             for s in sizes if s >= SHARDED_FROM_BYTES}
+    ops = {"allreduce": lambda s: dist.all_reduce(bufs[s]),
+           # rank 0's clock holds the round trip: half of it is one way
+           "message": lambda s: _pingpong(rt, bufs[s]),
+           "reduce_scatter": lambda s: dist.reduce_scatter_tensor(
+               parts[s], bufs[s][:parts[s].numel() * n]),
+           "all_gather": lambda s: dist.all_gather_into_tensor(
+               bufs[s][:parts[s].numel() * n], parts[s])}
+    times = {(op, s): [] for op in ops for s in sizes if op in ("allreduce", "message")
+             or s in parts}
     for i in range(cfg.warmup + cfg.iters):
         for s in sizes:
-            t_ar = _timed(rt, lambda b=bufs[s]: dist.all_reduce(b))
-            t_pp = _timed(rt, lambda b=bufs[s]: _pingpong(rt, b)) / 2
-            if i >= cfg.warmup:
-                ar[s].append(t_ar)
-                pp[s].append(t_pp)
+            for op, call in ops.items():
+                if (op, s) in times:
+                    t = _timed(rt, lambda c=call, s=s: c(s)) / (2 if op == "message" else 1)
+                    if i >= cfg.warmup:
+                        times[(op, s)].append(t)
         runtime.mark_progress()
     rows = []
-    for s in sizes:
-        for name, samples in (("allreduce", slowest_rank(timing.gather_samples(ar[s]))),
-                              # rank 0's clock holds the round trip
-                              ("message", timing.gather_samples(pp[s])[0])):
-            t = _p50(samples)
-            w = formulas.waits(samples)
-            rows.append({"measurement": name, "context": context, "size_bytes": s,
-                         "time_p50_s": t, "bytes_per_s": s / t,
-                         "time_p10_s": w["transfer_s"],
-                         "time_p90_s": formulas.percentile(samples, 90),
-                         "wait_share": w["wait_share"], "wait_excess_s": w["wait_excess_s"]})
+    for (name, s), local in times.items():
+        gathered = timing.gather_samples(local)
+        samples = gathered[0] if name == "message" else slowest_rank(gathered)
+        t = _p50(samples)
+        w = formulas.waits(samples)
+        rows.append({"measurement": name, "context": context, "size_bytes": s,
+                     "time_p50_s": t, "bytes_per_s": s / t, "time_p10_s": w["transfer_s"],
+                     "time_p90_s": formulas.percentile(samples, 90),
+                     "wait_share": w["wait_share"], "wait_excess_s": w["wait_excess_s"]})
     return rows
 
 

@@ -29,14 +29,11 @@ from labkit.tp.formulas import step_in_context
 
 #: the relative tolerance of every time and ratio law of the lab
 TOLERANCE_PCT = 25.0
-#: an all-gather or a reduce-scatter of S against an all-reduce of S, per backend: NCCL's ring
-#: all-reduce is one of each; gloo's all-gather into one tensor moves about as fast as its
-#: all-reduce of the same buffer, its reduce-scatter into one about half as fast at the FSDP
-#: lab's megabytes (the 10th percentiles of 40 calls of each on two ranks of this machine, two
-#: sweeps: all-gathers 0.6-1.0x an all-reduce's from 64 kB to 6.3 MB, reduce-scatters 1.0-1.35x
-#: up to 1 MB and 1.3-2.7x at 3.2 and 6.3 MB). The FSDP lab prices its collectives so too.
-GATHER_SCATTER = {"nccl": {"all_gather": 0.5, "reduce_scatter": 0.5},
-                  "gloo": {"all_gather": 1.0, "reduce_scatter": 2.0}}
+#: an all-gather or a reduce-scatter of S against an all-reduce of S where the machine profile
+#: timed none (an older profile): a ring all-reduce is one of each. The profile times both on
+#: the lab's backend (gloo's are not half an all-reduce: its reduce-scatter into one tensor took
+#: 1.4-1.7x an all-reduce's transfer of the same buffer here, its all-gather 0.8-1.0x).
+GATHER_SCATTER = {"all_gather": 0.5, "reduce_scatter": 0.5}
 #: the measured split's term for what the counted scheduler waits took
 WAITS_TERM = "scheduler waits (counted)"
 
@@ -47,17 +44,24 @@ def _number(row, key: str, default: float = 0.0) -> float:
     return default if v is None or v != v else float(v)
 
 
-def op_factor(row, op: str) -> float:
-    """:data:`GATHER_SCATTER` of ``op`` (``all_gather``, ``reduce_scatter``; 1 for an
-    all-reduce) on the row's backend (gloo where it names none).
+def op_factor(prof, op: str, size_bytes: float, *, ranks: int, busy: bool) -> float:
+    """An ``op`` (``all_gather``, ``reduce_scatter``; 1 for an all-reduce) of ``size_bytes``
+    over an all-reduce of the same buffer: the machine profile's transfers of both at that size
+    where it timed the op at this world size, else :data:`GATHER_SCATTER` (a ring's).
 
-    >>> op_factor({"backend": "gloo"}, "reduce_scatter"), op_factor({"backend": "nccl"}, "all_gather")
-    (2.0, 0.5)
+    >>> op_factor(FakeProfile(ops={}), "reduce_scatter", 4e6, ranks=2, busy=False)
+    0.5
+    >>> op_factor(FakeProfile(ops={"reduce_scatter": 1.6}), "reduce_scatter", 4e6, ranks=2,
+    ...           busy=False)
+    1.6
     """
     if op == "all_reduce":
         return 1.0
-    backend = (row.get("backend") if hasattr(row, "get") else None) or "gloo"
-    return GATHER_SCATTER.get(backend, GATHER_SCATTER["gloo"])[op]
+    measured = getattr(prof, "measured", lambda name: False)(op)
+    if not measured or int(ranks) != int(getattr(prof, "world_size", ranks)):
+        return GATHER_SCATTER[op]
+    return (prof.transfer_s(size_bytes, measurement=op, ranks=ranks, busy=busy)
+            / prof.transfer_s(size_bytes, ranks=ranks, busy=busy))
 
 
 def call_s(prof, size_bytes: float, *, ranks: int, busy: bool, counted: bool,
@@ -119,8 +123,10 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
         tl = waits.timeline(row)
         kw = dict(ranks=p, busy=False, counted=bool(tl))
         ar = call_s(prof, ar_each, **kw)
-        ag = call_s(prof, each, factor=op_factor(row, "all_gather"), **kw) if n_ag else 0.0
-        rs = call_s(prof, each, factor=op_factor(row, "reduce_scatter"), **kw) if n_rs else 0.0
+        ag = call_s(prof, each, factor=op_factor(prof, "all_gather", each, ranks=p, busy=False),
+                    **kw) if n_ag else 0.0
+        rs = call_s(prof, each, factor=op_factor(prof, "reduce_scatter", each, ranks=p,
+                                                 busy=False), **kw) if n_rs else 0.0
         if tl:
             wait = float(prof.scheduler_wait_s)
             got = waits.count(tl, transfers={"all-reduce": ar, "all-gather": ag,
@@ -137,19 +143,29 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
 class FakeProfile:
     """A stand-in machine profile for examples and tests: co-run slowdown ``slowdown`` at two
     ranks or more, every all-reduce's transfer ``allreduce_s`` (busy: ``busy_factor`` times
-    that), a scheduler wait ``wait_s``, which ``wait_share`` of the calls also take (so an
-    all-reduce in context costs ``allreduce_s`` + ``wait_share`` x ``wait_s``)."""
+    that; a reduce-scatter or an all-gather in ``ops``: its factor times that), a scheduler
+    wait ``wait_s``, which ``wait_share`` of the calls also take (so an all-reduce in context
+    costs ``allreduce_s`` + ``wait_share`` x ``wait_s``)."""
+
+    world_size = 2
 
     def __init__(self, slowdown: float = 1.25, allreduce_s: float = 8e-4,
-                 busy_factor: float = 1.5, wait_s: float = 3.6e-3, wait_share: float = 0.0):
+                 busy_factor: float = 1.5, wait_s: float = 3.6e-3, wait_share: float = 0.0,
+                 ops: dict | None = None):
         self.slowdown, self.ar, self.busy_factor = slowdown, allreduce_s, busy_factor
         self.scheduler_wait_s, self.share = wait_s, wait_share
+        # the reduce-scatter and the all-gather it timed, each x an all-reduce of the buffer:
+        # about what gloo does here ({}: timed none)
+        self.ops = {"all_gather": 1.0, "reduce_scatter": 2.0} if ops is None else dict(ops)
+
+    def measured(self, measurement):
+        return measurement in self.ops
 
     def compute_slowdown(self, ranks, *, n=None):
         return 1.0 if ranks == 1 else self.slowdown
 
     def transfer_s(self, size_bytes, *, measurement="allreduce", ranks=None, busy=False):
-        return self.ar * (self.busy_factor if busy else 1.0)
+        return self.ar * (self.busy_factor if busy else 1.0) * self.ops.get(measurement, 1.0)
 
     def wait_share(self, *, busy=False):
         return self.share
