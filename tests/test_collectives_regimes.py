@@ -234,10 +234,10 @@ def test_in_context_judges_at_the_largest_size_both_swept_and_its_laws():
     assert [x["kind"] for x in laws_rows] == ["model", "model"]
     # transfers against transfers: the profile's p10 (1.5 ms) against the sweep's
     assert laws_rows[0]["predicted"] == pytest.approx(1.5)
-    assert laws_rows[0]["measured"] == pytest.approx(ctx["idle_p10_s"] * 1e3)
+    assert laws_rows[0]["measured"] == pytest.approx(ctx["idle_transfer_s"] * 1e3)
     assert "p50" in laws_rows[0]["note"]
     # a sweep whose transfers are twice the profile's misses, whatever its p50s
-    slow = dict(ctx, idle_p10_s=2 * ctx["predicted_idle_s"])
+    slow = dict(ctx, idle_transfer_s=2 * ctx["predicted_idle_s"])
     assert not verdicts.context_laws(slow, ranks=2)[0]["holds"]
     # no busy thread computing: the busy law cannot hold, whatever its numbers
     idle_only = dict(ctx, matmuls=0)
@@ -299,7 +299,7 @@ def test_the_model_is_fitted_to_the_transfers_and_the_naive_line_to_the_p50s():
              "time_p10_s": t} for s, t in zip(SIZES, times)]
     rows[-1]["time_p50_s"] *= 3  # the largest size's calls waited: its p50 far above its p10
     r = regimes.of_rows(rows, fit_min_bytes=SIZES[6])
-    assert r.statistic == "p10" and r.times == tuple(times)
+    assert r.statistic == "transfer" and r.times == tuple(times)
     assert r.medians == tuple(x["time_p50_s"] for x in rows)
     line_row = verdicts.line_law(r)
     assert line_row["holds"] and line_row["split"] is None  # a transfer has nothing to split
@@ -326,7 +326,7 @@ def test_the_wait_law_counts_the_calls_that_waited_and_judges_their_wait():
         calls = [{"rank": rank, "call": k, "start_s": 0.0,
                   "end_s": t + (3.6e-3 if k <= waited and rank == 0 else 0.0)}
                  for rank in (0, 1) for k in range(1, 9)]
-        return {"time_p10_s": t, "timeline_s": calls}
+        return {"transfer_s": t, "timeline_s": calls}
 
     w = waits.waits_of([row(0.3e-3, 2), row(1e-3, 1), row(5e-3, 0)])
     assert (w["calls"], w["waited"]) == (24, 3)

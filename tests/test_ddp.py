@@ -410,8 +410,8 @@ def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
     assert two.allreduces_counted == len(two.bucket_bytes)
     assert 0 <= two.allreduces_waited <= two.allreduces_counted
     assert two.model_scheduler_waits_s == pytest.approx(3.6e-3 * two.allreduces_waited)
-    assert len(two.allreduce_fit_times_p10_s) == len(two.allreduce_fit_bytes)
-    assert all(p10 <= p50 for p10, p50 in zip(two.allreduce_fit_times_p10_s,
+    assert len(two.allreduce_fit_transfers_s) == len(two.allreduce_fit_bytes)
+    assert all(p10 <= p50 for p10, p50 in zip(two.allreduce_fit_transfers_s,
                                                two.allreduce_fit_times_s))
     assert 0 <= two.comm_hidden_share <= 1 and two.comm_exposed_s >= 0
     assert two.comm_hidden_s + two.comm_exposed_s == pytest.approx(two.comm_total_s)

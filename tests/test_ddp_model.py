@@ -130,7 +130,7 @@ def test_measured_split_sums_to_the_step_when_nothing_hides():
     r = laws.check("step", predicted=50, measured=91.5, unit="ms", split=split)
     assert laws.split_sums(r) and sum(split.values()) == pytest.approx(91.0)
     # the transfers (the calls' p10) and what the counted waits took: the same sum
-    waited = {**row, "allreduce_fit_times_p10_s": [1.5e-3, 3e-3, 15e-3],
+    waited = {**row, "allreduce_fit_transfers_s": [1.5e-3, 3e-3, 15e-3],
               "allreduce_waits_measured_s": 4e-3}
     split = predict.measured_split(waited, scale=1e3)
     assert split["all-reduce transfers"] == pytest.approx(12.0)

@@ -28,8 +28,8 @@ COLUMNS = (
     Column("allreduce_bytes", "bytes", "size of the timed all-reduce"),
     Column("allreduce_correct", "", "the all-reduced buffer holds world_size ** runs everywhere"),
     *timed_columns("allreduce_time", "one all-reduce", each="repeat"),
-    Column("allreduce_time_p10_s", "s", "one all-reduce: p10 over timed repeats, slowest rank "
-                                        "(the transfer: the calls that waited for nothing)"),
+    Column("allreduce_transfer_s", "s", "one all-reduce: the median of the timed repeats that "
+                                        "waited for nothing, slowest rank (the transfer)"),
     # transport check (labkit.checks.transport_worker)
     Column("transport", "", "how messages travelled: shm or torch"),
     Column("rounds", "", "checked rounds (ring exchange + all-reduce)"),

@@ -99,12 +99,12 @@ def alpha_beta_sentence(*, alpha_s: float, beta_bytes_per_s: float, ranks: int,
 
 def allreduce_sentence(*, world_size: int, size_bytes: float, predicted_s: float,
                        measured_s: float, p50_s: float) -> str:
-    """This launch's all-reduce transfer (the calls that waited for nothing, their p10) against
+    """This launch's all-reduce transfer (the median of the calls that waited for nothing) against
     the profile's, and the p50 that the calls which also waited for the scheduler raise.
 
     >>> allreduce_sentence(world_size=2, size_bytes=1 << 20, predicted_s=1e-3, measured_s=1.2e-3,
     ...                    p50_s=2.5e-3)
-    'N = 2: the profile predicts a transfer of 1 ms for an all-reduce of 1 MiB; this launch measured 1.2 ms (its p10): 20% slower than the profile. Its p50, 2.5 ms, is 2.1x its transfer: some calls also waited for the scheduler.'
+    'N = 2: the profile predicts a transfer of 1 ms for an all-reduce of 1 MiB; this launch measured 1.2 ms: 20% slower than the profile. Its p50, 2.5 ms, is 2.1x its transfer: some calls also waited for the scheduler.'
     >>> allreduce_sentence(world_size=2, size_bytes=1 << 20, predicted_s=1e-3, measured_s=0.8e-3,
     ...                    p50_s=0.85e-3).split(". ")[1]
     'Its p50, 0.85 ms, is 1.1x its transfer: few calls waited.'
@@ -114,7 +114,7 @@ def allreduce_sentence(*, world_size: int, size_bytes: float, predicted_s: float
            else "few calls waited")
     return (f"N = {world_size}: the profile predicts a transfer of {predicted_s * 1e3:.3g} ms for "
             f"an all-reduce of {_size(size_bytes)}; this launch measured "
-            f"{measured_s * 1e3:.3g} ms (its p10): {_slower(measured_s / predicted_s)} than the "
+            f"{measured_s * 1e3:.3g} ms: {_slower(measured_s / predicted_s)} than the "
             f"profile. Its p50, {p50_s * 1e3:.3g} ms, is {ratio:.2g}x its transfer: {why}.")
 
 
@@ -125,20 +125,21 @@ WAIT_MS = 1.5
 
 def allreduce_law(*, world_size: int, size_bytes: float, predicted_s: float, measured_s: float,
                   cores: int, p50_s: float | None = None) -> dict:
-    """The profile's all-reduce transfer against this launch's (p10s: the calls that waited
-    for nothing; ``p50_s`` goes in the note): ``model`` with a core per rank, ``naive`` (ranks
+    """The profile's all-reduce transfer against this launch's (the calls that waited for
+    nothing; ``p50_s`` goes in the note): ``model`` with a core per rank, ``naive`` (ranks
     take turns) beyond.
 
     >>> allreduce_law(world_size=2, size_bytes=1 << 20, predicted_s=1e-3, measured_s=1.1e-3,
     ...               cores=2, p50_s=3e-3)["note"]
-    'transfers (p10); the p50 was 3 ms'
+    'transfers (the calls that waited for nothing); the p50 was 3 ms'
     >>> r = allreduce_law(world_size=4, size_bytes=1 << 20, predicted_s=1e-3, measured_s=9e-3,
     ...                   cores=2)
     >>> r["kind"], r["note"]
     ('naive', 'oversubscribed: 4 ranks on 2 cores take turns, a message waits for its rank to run')
     """
     crowded = world_size > cores
-    note = "transfers (p10)" + (f"; the p50 was {p50_s * 1e3:.3g} ms" if p50_s else "")
+    note = ("transfers (the calls that waited for nothing)"
+            + (f"; the p50 was {p50_s * 1e3:.3g} ms" if p50_s else ""))
     return _law(law=f"all-reduce transfer of {_size(size_bytes)} on {world_size} ranks (this "
                     "run's machine profile)", kind="naive" if crowded else "model",
                 predicted=predicted_s * 1e3, measured=measured_s * 1e3, unit="ms",

@@ -4,7 +4,8 @@ On a real fabric one α–β line runs through a whole sweep. On gloo over a few
 is one of two kinds (:func:`labkit.machine.formulas.waits`): it moves at its transfer's pace,
 or it also waits for the scheduler to run one of gloo's threads (about a scheduler tick), and
 how often calls wait changes from second to second. The model is fitted to the **transfers**
-(each size's p10: the calls that waited for nothing) where the rows hold them; their p50s mix
+(:func:`labkit.machine.formulas.transfer_of`: the calls that waited for nothing) where the
+rows hold them; their p50s mix
 both kinds. Even the transfers do not follow one line: large messages follow a line whose
 slope is the copy bandwidth, while small ones take a time that barely depends on their size.
 One line fitted through both describes neither, so the lab's model is regime-aware:
@@ -79,7 +80,7 @@ class Regimes:
     naive_beta_bytes_per_s: float
     notes: tuple = field(default=())
     p10s: tuple = field(default=())  # the sizes' p10 times (s), where given: a miss's split
-    statistic: str = "p50"  # what ``times`` are: "p10" (the transfers) or "p50"
+    statistic: str = "p50"  # what ``times`` are: "transfer" (the transfers) or "p50"
     naive_times: tuple = field(default=())  # the p50s the naive line runs through (default times)
 
     def split(self, size_bytes: float, measured_s: float) -> dict | None:
@@ -87,7 +88,7 @@ class Regimes:
         terms, in ms: the p10 there (the calls least disturbed) and the rest up to the
         measurement. None without p10 times, outside the sweep, or where the times are the
         transfers themselves (nothing to take apart)."""
-        if not self.p10s or self.statistic == "p10":
+        if not self.p10s or self.statistic == "transfer":
             return None
         return p10_split(measured_s, time_at(size_bytes, sizes=self.sizes, times=self.p10s))
 
@@ -194,7 +195,7 @@ def find_regimes(op: str, ranks: int, *, sizes: Sequence[float], times: Sequence
     ``fit_min_bytes`` > 0 sets the bandwidth regime by hand (every size >= it); ``p10s``, the
     sizes' p10 times, are kept for the split of a miss (:meth:`Regimes.split`);
     ``naive_times`` (default ``times``): the p50s the naive line runs through, where ``times``
-    are the transfers (``statistic="p10"``). A synthetic
+    are the transfers (``statistic="transfer"``). A synthetic
     sweep: a scattered floor of about 1 ms up to 8 KiB, then the line α = 100 µs, β = 1 GB/s:
 
     >>> sizes = [8 * 4**k for k in range(11)]
@@ -274,9 +275,8 @@ def time_at(size_bytes: float, *, sizes: Sequence[float], times: Sequence[float]
 
 def of_rows(rows, *, fit_min_bytes: float = 0, **kw) -> Regimes:
     """:func:`find_regimes` of one sweep given as rows (dicts or a DataFrame of one op at one
-    world size: ``op, world_size, size_bytes, time_p50_s``, and ``time_p10_s`` where given):
-    fitted to the transfers (the p10s) where every row has one, the naive line through the
-    p50s."""
+    world size: ``op, world_size, size_bytes, time_p50_s``, and ``transfer_s`` where given):
+    fitted to the transfers where every row has one, the naive line through the p50s."""
     if hasattr(rows, "to_dict"):
         rows = rows.to_dict("records")
     keys = {(r["op"], int(r["world_size"])) for r in rows}
@@ -288,7 +288,8 @@ def of_rows(rows, *, fit_min_bytes: float = 0, **kw) -> Regimes:
 
 
 def _transfers_of(r) -> float | None:
-    t = r.get("time_p10_s")
+    """A row's transfer (``transfer_s``; a row stored before it: its p10), None without."""
+    t = r.get("transfer_s", r.get("time_p10_s"))
     return None if t is None or t != t else float(t)
 
 
@@ -298,14 +299,14 @@ def _times(rows) -> dict:
     p50 = [float(r["time_p50_s"]) for r in rows]
     p10 = [_transfers_of(r) for r in rows]
     if all(t is not None for t in p10):
-        return {"times": p10, "naive_times": p50, "statistic": "p10"}
+        return {"times": p10, "naive_times": p50, "statistic": "transfer"}
     return {"times": p50}
 
 
 def add_fit(rows: list[dict], min_fit_bytes: float = 0) -> list[dict]:
     """The regime-aware model beside each measured row, per (op, world_size, dtype).
 
-    Reads ``op, world_size, dtype, size_bytes, time_p50_s`` (and ``time_p10_s``, the transfers
+    Reads ``op, world_size, dtype, size_bytes, time_p50_s`` (and ``transfer_s``, the transfers
     the model is fitted to, where every row has one: :func:`of_rows`); adds ``regime``,
     ``alpha_s`` and ``beta_gb_per_s`` (the bandwidth regime's line), ``floor_s`` (the latency
     regime's), ``model_time_s`` (the regime-aware model), ``model_busbw_gb_per_s``,
@@ -339,7 +340,7 @@ def add_fit(rows: list[dict], min_fit_bytes: float = 0) -> list[dict]:
         moves = reg is not None and n > 1
         for r in part:
             s, p50 = r["size_bytes"], r["time_p50_s"]
-            measured = _transfers_of(r) if reg is not None and reg.statistic == "p10" else p50
+            measured = _transfers_of(r) if reg is not None and reg.statistic == "transfer" else p50
             t = reg.time_s(s) if moves else nan
             naive = reg.naive_s(s) if moves else nan
             r.update({

@@ -24,6 +24,8 @@ COLUMNS = (
     Column("iters", "", "timed calls per size"),
     Column("time_p50_s", "s", "median call time (a call's time is the slowest rank's)"),
     Column("time_p10_s", "s", "10th percentile of the call times"),
+    Column("transfer_s", "s", "the transfer: the median of the calls that waited for nothing "
+                              "(labkit.machine.formulas.transfer_of); the model is fitted to it"),
     Column("time_p90_s", "s", "90th percentile of the call times"),
     Column("time_mean_s", "s", "mean call time"),
     Column("algbw_gb_per_s", "GB/s", "algorithm bandwidth S / time_p50_s"),
@@ -32,6 +34,7 @@ COLUMNS = (
     Column("busy_time_p50_s", "s", "median all-reduce time while a thread in every rank keeps "
                                     "its core computing (None: not measured)"),
     Column("busy_time_p10_s", "s", "10th percentile of the busy call times"),
+    Column("busy_transfer_s", "s", "the transfer of the busy calls (as transfer_s)"),
     Column("busy_time_p90_s", "s", "90th percentile of the busy call times"),
     Column("busy_matmuls", "", "matrix products rank 0's busy thread finished while timed"),
     Column("timeline_s", "s", "the first timed calls of every rank: {rank, call, start_s, "

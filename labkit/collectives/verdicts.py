@@ -76,7 +76,7 @@ def regimes_sentence(reg: Regimes) -> str:
         lo, hi = reg.floor_range_s
         ratio = hi / lo
         flat = ratio <= FLAT_RATIO
-        what = "transfer" if reg.statistic == "p10" else "p50"
+        what = "transfer" if reg.statistic == "transfer" else "p50"
         parts.append(f"latency regime: {size_text(lat[0])} to {size_text(lat[-1])} "
                      f"({len(lat)} sizes), floor {_ms(reg.floor_s)} (the median {what}); the "
                      f"{what} ranges from {_ms(lo)} to {_ms(hi)} across its sizes ({ratio:.2g}x, "
@@ -146,12 +146,13 @@ def in_context(rows, prof, *, ranks: int) -> dict:
     """This sweep's all-reduce beside the machine profile's, at the largest size both measured
     (else the largest this sweep measured inside the profile's range, so the profile is read,
     not extrapolated): ``size_bytes``, ``idle_s``, ``busy_s`` (the p50s; nan: not measured),
-    ``idle_p10_s``, ``busy_p10_s`` (the transfers: the calls that waited for nothing),
+    ``idle_transfer_s``, ``busy_transfer_s`` (the transfers: the calls that waited for
+    nothing),
     ``matmuls`` (the busy thread's products), ``predicted_idle_s``, ``predicted_busy_s`` (the
     profile's transfers, ``transfer_s``) and ``ratio`` = busy / idle (p50s).
 
     ``rows``: one all-reduce sweep (dicts or a DataFrame with ``size_bytes, time_p50_s,
-    time_p10_s`` and the ``busy_*`` columns); ``prof``: a :class:`labkit.machine.Profile` (or
+    transfer_s`` and the ``busy_*`` columns); ``prof``: a :class:`labkit.machine.Profile` (or
     anything with its ``rows`` and ``transfer_s``).
     """
     if hasattr(rows, "to_dict"):
@@ -169,7 +170,11 @@ def in_context(rows, prof, *, ranks: int) -> dict:
     busy = known("busy_time_p50_s")
     s = float(r["size_bytes"])
     return {"size_bytes": s, "idle_s": float(r["time_p50_s"]), "busy_s": busy,
-            "idle_p10_s": known("time_p10_s"), "busy_p10_s": known("busy_time_p10_s"),
+            # a row stored before the transfers were: its p10
+            "idle_transfer_s": known("transfer_s") if r.get("transfer_s") is not None
+            else known("time_p10_s"),
+            "busy_transfer_s": known("busy_transfer_s") if r.get("busy_transfer_s") is not None
+            else known("busy_time_p10_s"),
             "matmuls": r.get("busy_matmuls"),
             "predicted_idle_s": prof.transfer_s(s, ranks=ranks),
             "predicted_busy_s": prof.transfer_s(s, ranks=ranks, busy=True),
@@ -197,21 +202,22 @@ def busy_sentence(ctx: dict) -> str:
             f"{'slower' if ratio > 1 else 'no slower'}.")
 
 
-def _p50_note(p50_s: float, p10_s: float) -> str:
-    if not (math.isfinite(p50_s) and math.isfinite(p10_s)):
+def _p50_note(p50_s: float, transfer_s: float) -> str:
+    if not (math.isfinite(p50_s) and math.isfinite(transfer_s)):
         return ""
-    return (f"the transfer is the calls' p10; their p50 {_ms(p50_s)} is "
-            f"{p50_s / p10_s:.2g}x it (the calls that also waited for the scheduler)")
+    return (f"the transfer is the median of the calls that waited for nothing; their p50 "
+            f"{_ms(p50_s)} is {p50_s / transfer_s:.2g}x it (the calls that also waited for the "
+            "scheduler)")
 
 
 def context_laws(ctx: dict, *, ranks: int, note: str = "") -> list[dict]:
     """The machine profile's all-reduce transfer (another launch of this run) against this
     sweep's, idle and, where measured, while every core computes (:func:`busy_law`): a call
-    that waited for nothing, each side's p10. How often calls also waited changes from second to
+    that waited for nothing (:func:`labkit.machine.formulas.transfer_of`) on each side. How often calls also waited changes from second to
     second; the notes give the p50s beside the transfers.
 
     >>> ctx = {"size_bytes": 2 << 20, "idle_s": 2.9e-3, "busy_s": 5.4e-3, "matmuls": 40,
-    ...        "idle_p10_s": 2.2e-3, "busy_p10_s": 3.4e-3,
+    ...        "idle_transfer_s": 2.2e-3, "busy_transfer_s": 3.4e-3,
     ...        "predicted_idle_s": 2.0e-3, "predicted_busy_s": 3.9e-3}
     >>> [(r["kind"], r["holds"]) for r in context_laws(ctx, ranks=2)]
     [('model', True), ('model', True)]
@@ -224,13 +230,13 @@ def context_laws(ctx: dict, *, ranks: int, note: str = "") -> list[dict]:
     rows = [laws.check(
         f"all-reduce transfer, cores idle ({size_text(ctx['size_bytes'])}, N = {ranks}), from "
         "the machine profile", predicted=ctx["predicted_idle_s"] * 1e3,
-        measured=ctx["idle_p10_s"] * 1e3, unit="ms", tolerance_pct=25,
-        note=joined(note, _p50_note(ctx["idle_s"], ctx["idle_p10_s"])))]
+        measured=ctx["idle_transfer_s"] * 1e3, unit="ms", tolerance_pct=25,
+        note=joined(note, _p50_note(ctx["idle_s"], ctx["idle_transfer_s"])))]
     if not math.isnan(ctx["busy_s"]):
         rows.append(busy_law(size_bytes=ctx["size_bytes"], ranks=ranks,
-                             predicted_s=ctx["predicted_busy_s"], measured_s=ctx["busy_p10_s"],
+                             predicted_s=ctx["predicted_busy_s"], measured_s=ctx["busy_transfer_s"],
                              matmuls=ctx.get("matmuls"),
-                             note=joined(note, _p50_note(ctx["busy_s"], ctx["busy_p10_s"]))))
+                             note=joined(note, _p50_note(ctx["busy_s"], ctx["busy_transfer_s"]))))
     return rows
 
 
@@ -283,7 +289,7 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
         mechanism=f"the largest size at least {PLATEAU_S_STAR:g} S* (busbw near its plateau)",
         note=(f"S = {ratio:.2g} S*" if math.isfinite(ratio) or math.isnan(ratio)
               else "S* = 0: the line has no latency term")
-        + ("; busbw of the transfer" if reg.statistic == "p10" else "")))
+        + ("; busbw of the transfer" if reg.statistic == "transfer" else "")))
     at_star = time_at(s_star, sizes=reg.sizes, times=reg.times) if has_star else math.nan
     where = f"S* = {size_text(s_star)}; " if has_star else ""
     rows.append(laws.check(
@@ -298,8 +304,8 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
         p10 = [t for s, t in zip(reg.sizes, reg.p10s) if reg.regime(s) == "latency"]
         floor_split = ({"p10 (median over the regime)": float(np.median(p10)) * 1e3,
                         "the rest of the median p50": (reg.floor_s - float(np.median(p10))) * 1e3}
-                       if p10 and reg.statistic != "p10" else None)
-        what = "transfer" if reg.statistic == "p10" else "p50"
+                       if p10 and reg.statistic != "transfer" else None)
+        what = "transfer" if reg.statistic == "transfer" else "p50"
         rows.append(laws.check(
             f"latency-regime floor (N = {reg.ranks}), from the machine profile",
             predicted=profile_floor_s * 1e3, measured=reg.floor_s * 1e3, unit="ms",

@@ -3,7 +3,7 @@
 On a machine whose cores all run ranks a gloo call is one of two kinds
 (:func:`labkit.machine.formulas.waits`): it moves at its transfer's pace, or it also waits for
 the scheduler to give one of gloo's threads a core. The collectives rows hold each size's
-transfer (its p10) and every rank's timed calls (``timeline_s``): :func:`waits_of` counts the
+transfer (``transfer_s``) and every rank's timed calls (``timeline_s``): :func:`waits_of` counts the
 calls that waited and what each took beyond its transfer, :func:`wait_law` judges that wait
 against the machine profile's.
 """
@@ -33,12 +33,12 @@ def call_times(rows) -> list[float]:
 
 def waits_of(rows) -> dict:
     """The sweep's calls that also waited for the scheduler (:func:`labkit.machine.formulas.waits`,
-    each size's calls against that size's transfer, its p10): ``calls``, ``waited``, ``share``,
+    each size's calls against that size's transfer): ``calls``, ``waited``, ``share``,
     ``excess_s`` (what each that waited took beyond its transfer).
 
     Two sizes, each with one call 4 ms over its transfer:
 
-    >>> row = lambda t: {"time_p10_s": t, "timeline_s": [
+    >>> row = lambda t: {"transfer_s": t, "timeline_s": [
     ...     {"call": k, "start_s": 0.0, "end_s": t + (4e-3 if k == 3 else 0.0)} for k in (1, 2, 3)]}
     >>> w = waits_of([row(1e-3), row(2e-3)])
     >>> w["calls"], w["waited"], [round(x * 1e3, 1) for x in w["excess_s"]]
@@ -51,9 +51,10 @@ def waits_of(rows) -> dict:
     calls, excess = 0, []
     for r in rows:
         times = call_times([r])
-        if not times or r.get("time_p10_s") is None:
+        transfer = r.get("transfer_s", r.get("time_p10_s"))  # a row stored before: its p10
+        if not times or transfer is None or transfer != transfer:
             continue
-        w = waits(times, transfer_s=float(r["time_p10_s"]))
+        w = waits(times, transfer_s=float(transfer))
         calls += len(times)
         excess += w["wait_excess_s"]
     return {"calls": calls, "waited": len(excess), "share": len(excess) / calls if calls else 0.0,

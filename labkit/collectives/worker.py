@@ -32,6 +32,7 @@ from labkit.collectives.formulas import algbw_gb_per_s, busbw_gb_per_s, size_swe
 from labkit.collectives.trace import call_timeline, one_clock
 from labkit.harness import worker_main
 from labkit.machine.config import MachineConfig
+from labkit.machine.formulas import transfer_of
 from labkit.machine.worker import Busy
 from labkit.metrics import slowest_rank
 
@@ -145,7 +146,7 @@ def on_rank(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
             peak = runtime.max_device_peak_bytes(rt.device)
             p10, p50, p90 = (float(np.percentile(steps, q)) for q in (10, 50, 90))
             busy = {"busy_time_p50_s": None, "busy_time_p10_s": None, "busy_time_p90_s": None,
-                    "busy_matmuls": None, "busy_timeline_s": None}
+                    "busy_transfer_s": None, "busy_matmuls": None, "busy_timeline_s": None}
             if cfg.busy and op == "all_reduce":
                 with Busy(MachineConfig().busy_n, rt.device) as spin:
                     done = spin.count
@@ -153,6 +154,7 @@ def on_rank(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
                     done = spin.count - done
                 busy = {f"busy_time_p{q}_s": float(np.percentile(busy_steps, q))
                         for q in (50, 10, 90)}
+                busy["busy_transfer_s"] = transfer_of(busy_steps)
                 busy["busy_matmuls"] = int(done)
                 busy["busy_timeline_s"] = busy_timeline
             rows.append({
@@ -160,6 +162,7 @@ def on_rank(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
                 "dtype": cfg.dtype, "redop": "sum" if op in ("all_reduce", "reduce_scatter") else "none",
                 "root": 0 if op == "broadcast" else -1, "iters": cfg.iters,
                 "time_p50_s": p50, "time_p10_s": p10, "time_p90_s": p90,
+                "transfer_s": transfer_of(steps),
                 "time_mean_s": float(np.mean(steps)),
                 "algbw_gb_per_s": algbw_gb_per_s(size_bytes=size, time_s=p50),
                 "busbw_gb_per_s": busbw_gb_per_s(op=op, ranks=rt.world_size, size_bytes=size,

@@ -25,7 +25,7 @@ A DDP step on N ranks is predicted from what was measured *alone* and what the m
 
 A miss is explained by the measured split (:func:`measured_split`): the ``no_sync`` step on N
 ranks (the compute as it ran), the copies as timed, the transfers of the buckets' all-reduces
-as timed standalone (the calls' 10th percentile), what the counted waits took of the median
+as timed standalone (the median of the calls that waited for nothing), what the counted waits took of the median
 step, and the imbalance of the ranks' step times.
 """
 
@@ -213,22 +213,22 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
 
 def measured_allreduce_s(row: dict, sizes, *, transfers: bool = False) -> float:
     """The all-reduces of ``sizes`` bytes as this run timed them standalone (the rounds' sizes
-    and p50 times, or with ``transfers`` their 10th percentiles where the row has them: the
+    and p50 times, or with ``transfers`` their transfers where the row has them: the
     calls that waited for nothing; interpolated in log-log; beyond them, the nearest scaled by
     its size), summed.
 
     >>> row = {"allreduce_fit_bytes": [1e6, 4e6, 16e6], "allreduce_fit_times_s": [2e-3, 5e-3, 17e-3]}
     >>> round(measured_allreduce_s(row, [16e6]) * 1e3, 3), round(measured_allreduce_s(row, [2e6]) * 1e3, 3)
     (17.0, 3.162)
-    >>> round(measured_allreduce_s({**row, "allreduce_fit_times_p10_s": [1e-3, 4e-3, 15e-3]},
+    >>> round(measured_allreduce_s({**row, "allreduce_fit_transfers_s": [1e-3, 4e-3, 15e-3]},
     ...                            [16e6], transfers=True) * 1e3, 3)
     15.0
     """
     import numpy as np
 
     key = "allreduce_fit_times_s"
-    if transfers and isinstance(row.get("allreduce_fit_times_p10_s"), list):
-        key = "allreduce_fit_times_p10_s"
+    if transfers and isinstance(row.get("allreduce_fit_transfers_s"), list):
+        key = "allreduce_fit_transfers_s"
     xs = np.log(np.asarray(row.get("allreduce_fit_bytes") or [], dtype=float))
     ys = np.log(np.asarray(row.get(key) or [], dtype=float))
     if len(xs) == 0:
@@ -270,7 +270,7 @@ TRANSFERS_TERM, WAITS_TERM = "all-reduce transfers", "scheduler waits (counted)"
 def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     """A measured DDP step taken apart into its measured terms (times ``scale``; 1e3: ms):
     the compute as it ran on N ranks (the ``no_sync`` step), DDP's copies as timed, the
-    buckets' all-reduce transfers as timed standalone (the calls' 10th percentiles: the calls
+    buckets' all-reduce transfers as timed standalone (the medians of the calls
     that waited for nothing), what the all-reduces that waited for the scheduler in the median
     step took beyond their transfers (where :func:`add_prediction_columns` counted them), and
     the imbalance between the ranks' step times: the model's parts, measured. The terms are
@@ -280,7 +280,7 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     >>> row = {"step_time_p50_s": 0.092, "nosync_step_time_p50_s": 0.066,
     ...        "bucket_copy_time_p50_s": 0.008, "grad_bytes": 16e6, "bucket_bytes": [16e6],
     ...        "allreduce_fit_bytes": [16e6], "allreduce_fit_times_s": [0.0176],
-    ...        "allreduce_fit_times_p10_s": [0.0138], "allreduce_waits_measured_s": 0.0038,
+    ...        "allreduce_fit_transfers_s": [0.0138], "allreduce_waits_measured_s": 0.0038,
     ...        "rank_step_times_s": [[0.092, 0.093], [0.091, 0.092]]}
     >>> {k: round(v, 1) for k, v in measured_split(row, scale=1e3).items()}
     {'compute': 66.0, 'copies': 8.0, 'all-reduce transfers': 13.8, 'scheduler waits (counted)': 3.8, 'imbalance': 0.5}

@@ -89,8 +89,8 @@ COLUMNS = (
     Column("bucket_bytes", "bytes", "sizes of DDP's gradient buckets as its last step used them"),
     Column("allreduce_fit_bytes", "bytes", "sizes of the standalone all-reduces the α–β fit uses"),
     Column("allreduce_fit_times_s", "s", "their p50 times over the slowest rank (a list)"),
-    Column("allreduce_fit_times_p10_s", "s", "their 10th percentiles, slowest rank: the calls "
-                                             "that waited for nothing, the transfers (a list)"),
+    Column("allreduce_fit_transfers_s", "s", "their transfers, slowest rank: the medians of the "
+                                             "calls that waited for nothing (a list)"),
     Column("allreduce_alpha_s", "s", "α of the fit: latency of one ring step"),
     Column("allreduce_beta_bytes_per_s", "B/s", "β of the fit: bandwidth"),
     Column("compute_slowdown", "", "the profile's co-run slowdown of N ranks computing at once"),

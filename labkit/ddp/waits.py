@@ -166,7 +166,7 @@ def waits_sentence(row) -> str:
 def allreduce_law(row, prof, *, ranks: int) -> dict:
     """The law on the standalone all-reduce of all the gradient bytes, timed over several
     calls (``allreduce_times_s``, the slowest rank's): the profile's transfer at that size and
-    rank count with the cores idle against the calls' 10th percentile (the calls that waited
+    rank count with the cores idle against the calls' transfer (the median of those that waited
     for nothing); the note says how often the calls waited and what they took on average
     (transfer + share x wait). ``prof``: anything with :meth:`labkit.machine.Profile.transfer_s`.
 
@@ -175,9 +175,9 @@ def allreduce_law(row, prof, *, ranks: int) -> dict:
     >>> row = {"grad_bytes": 16.8e6, "allreduce_times_s": [8.1e-3, 8.3e-3, 12.1e-3, 8.2e-3]}
     >>> law = allreduce_law(row, Prof(), ranks=2)
     >>> law["holds"], round(law["measured"], 2)
-    (True, 8.13)
+    (True, 8.2)
     >>> print(law["note"])
-    calls' p10 8.13 ms (the transfer), p50 8.25 ms, mean 9.17 ms; 1 of 4 calls (25%) waited for the scheduler, 4.0 ms beyond the transfer (median): transfer + share x wait = 8.13 + 0.25 x 4.0 = 9.12 ms
+    calls' transfer 8.20 ms, p50 8.25 ms, mean 9.17 ms; 1 of 4 calls (25%) waited for the scheduler, 3.9 ms beyond the transfer (median): transfer + share x wait = 8.20 + 0.25 x 3.9 = 9.18 ms
     """
     times = [float(t) for t in row.get("allreduce_times_s") or []]
     if not times:  # only the p50 stored: no transfer to compare
@@ -188,12 +188,12 @@ def allreduce_law(row, prof, *, ranks: int) -> dict:
     predicted = float(prof.transfer_s(float(row["grad_bytes"]), ranks=ranks))
     ms = 1e3
     mean = math.fsum(times) / len(times)
-    note = (f"calls' p10 {w['transfer_s'] * ms:.2f} ms (the transfer), p50 "
+    note = (f"calls' transfer {w['transfer_s'] * ms:.2f} ms, p50 "
             f"{percentile(times, 50) * ms:.2f} ms, mean {mean * ms:.2f} ms; {k} of {len(times)} "
             f"calls ({w['wait_share']:.0%}) waited for the scheduler"
             + (f", {wait * ms:.1f} ms beyond the transfer (median): transfer + share x wait = "
                f"{w['transfer_s'] * ms:.2f} + {w['wait_share']:.2f} x {wait * ms:.1f} = "
                f"{(w['transfer_s'] + w['wait_share'] * wait) * ms:.2f} ms" if k else ""))
     return check(f"all-reduce of the {float(row['grad_bytes']) / 1e6:.1f} MB of gradients, "
-                 f"{ranks} ranks: transfer (machine profile, cores idle) = the calls' p10",
+                 f"{ranks} ranks: transfer (machine profile, cores idle) = the calls' transfer",
                  predicted=predicted * ms, measured=w["transfer_s"] * ms, unit="ms", note=note)

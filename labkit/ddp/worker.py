@@ -68,6 +68,7 @@ from labkit.ddp.train import (
 )
 from labkit.errors import UsageError
 from labkit.harness import worker_main
+from labkit.machine.formulas import transfer_of
 from labkit.procs import allocated_cores
 
 #: the standalone all-reduce sizes (bytes) timed besides the gradient bytes for the α–β fit:
@@ -362,10 +363,10 @@ def _breakdown(cfg, rt, ddp, row: dict, local: dict) -> dict:
     slowest = [timing.slowest_step_times(local[k])[0] for k in sizes]
     times = [float(np.median(t)) for t in slowest]
     fit = _alpha_beta(rt.world_size, [*sizes, nbytes], [*times, t_ar])
-    # each size's calls that waited for nothing (their 10th percentile): the transfers
-    p10 = [float(np.percentile(t, 10)) for t in [*slowest, ar["allreduce_times_s"]]]
+    # each size's transfer: the median of its calls that waited for nothing
+    transfers = [transfer_of(t) for t in [*slowest, ar["allreduce_times_s"]]]
     return {
-        **nosync, **ar, **copies, **fit, "allreduce_fit_times_p10_s": p10,
+        **nosync, **ar, **copies, **fit, "allreduce_fit_transfers_s": transfers,
         "bucket_bytes": _bucket_bytes(ddp),
         "allreduce_bytes": nbytes,
         "allreduce_algbw_gb_per_s": algbw,

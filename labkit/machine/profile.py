@@ -138,11 +138,12 @@ class Profile:
     # -- messages: the two kinds of call (labkit.machine.formulas.waits) --------------------
     def _transfers(self, measurement: str, busy: bool) -> tuple[list, list]:
         # a row that keeps no transfer apart (a profile written before they were) counts its
-        # median as its transfer, with no waits
-        rows = [{**r, "time_p10_s": r["time_p50_s"]} if r.get("time_p10_s") is None else r
-                for r in self.rows]
-        return _pairs(rows, measurement, "busy" if busy else "idle", "size_bytes",
-                      "time_p10_s")
+        # 10th percentile, else its median, as its transfer, with no waits
+        rows = [{**r, "transfer_s": next((r[k] for k in ("transfer_s", "time_p10_s",
+                                                         "time_p50_s") if r.get(k) is not None),
+                                         None)} for r in self.rows]
+        return _pairs([r for r in rows if r["transfer_s"] is not None], measurement,
+                      "busy" if busy else "idle", "size_bytes", "transfer_s")
 
     def measured(self, measurement: str) -> bool:
         """Whether the profile timed ``measurement`` (a profile of an older labkit may lack
@@ -169,7 +170,7 @@ class Profile:
                    ranks: int | None = None, busy: bool = False) -> float:
         """An all-reduce (or a point-to-point ``message``, one way, a ``reduce_scatter`` or an
         ``all_gather`` of ``size_bytes`` in nccl-tests' sense) that waited for nothing: the
-        sweep's 10th percentiles read at that size (log-log between sizes) at the profile's
+        sweep's transfers (:func:`labkit.machine.formulas.transfer_of`) read at that size (log-log between sizes) at the profile's
         world size; an all-reduce at another rank count, the ring α–β line fitted to them.
         ``busy``: while every rank's core also computes."""
         ranks = self.world_size if ranks is None else int(ranks)
@@ -224,7 +225,7 @@ class Profile:
         """The measured rows (what, context, size, p50 time, rate) as a DataFrame."""
         import pandas as pd
 
-        cols = ["measurement", "context", "n", "size_bytes", "time_p50_s", "time_p10_s",
+        cols = ["measurement", "context", "n", "size_bytes", "time_p50_s", "transfer_s",
                 "wait_share", "flop_per_s", "bytes_per_s"]
         df = pd.DataFrame(self.rows)
         return df[[c for c in cols if c in df]]

@@ -18,8 +18,9 @@ COLUMNS = (
     Column("n", "", "n of the n x n matrix product"),
     Column("size_bytes", "bytes", "bytes copied, all-reduced or sent"),
     Column("time_p50_s", "s", "median time of one operation (slowest rank, or rank 0 alone)"),
-    Column("time_p10_s", "s", "messages: 10th percentile, the transfer (the calls that waited "
-                              "for nothing)"),
+    Column("transfer_s", "s", "messages: the transfer, the median of the calls that waited for "
+                              "nothing (labkit.machine.formulas.transfer_of)"),
+    Column("time_p10_s", "s", "messages: 10th percentile"),
     Column("time_p90_s", "s", "messages: 90th percentile"),
     Column("wait_share", "", "messages: the share of calls that also waited for the scheduler "
                              "(longer than the transfer + 1.5 ms, or + a quarter of it)"),

@@ -11,7 +11,7 @@ below take plain numbers.
 * a collective of ``S`` bytes on ``N`` ranks: a call moves at its transfer's pace or also
   waits for the scheduler (:func:`labkit.machine.formulas.waits`), and how often changes from
   second to second, so the transfers are compared: the profile's all-reduce transfer at that
-  size (its sweep's 10th percentiles, the peer idle) against the calls' 10th percentile, with
+  size (its sweep's transfers, the peer idle) against the calls' transfer, with
   the calls' median, mean and share that waited beside them; the α–β ring law with the
   profile's α, β fitted to its transfers (:func:`labkit.collectives.formulas.collective_time`)::
 
@@ -193,8 +193,8 @@ def call_times(row: dict) -> list[float]:
 def _collective_row(r: dict, *, op: str, n: int, ab: float, a: float, b: float,
                     profile) -> dict:
     """One collective row of :func:`model_check`: with a profile, the transfers (the
-    profile's against the calls' p10, their p50 where the row keeps no p10) and the calls'
-    wait share; fitted, the α–β line against the p50."""
+    profile's against the calls', :func:`labkit.machine.formulas.transfer_of`; their p50 where
+    the row keeps none) and the calls' wait share; fitted, the α–β line against the p50."""
     out = {"lab": "collectives", "what": op, "world_size": n, "size_bytes": r["size_bytes"],
            "quantity": "time_s", "alpha_beta_s": ab, "alpha_s": a, "beta_gb_per_s": b / 1e9,
            "measured_p10_s": r.get("time_p10_s"), "measured_p50_s": r["time_p50_s"],
@@ -203,8 +203,9 @@ def _collective_row(r: dict, *, op: str, n: int, ab: float, a: float, b: float,
         return {**out, "measured": r["time_p50_s"], "model": ab, "statistic": "p50",
                 "error_pct": laws.symmetric_error_pct(ab, r["time_p50_s"])}
     model = profile.transfer_s(r["size_bytes"], ranks=n) if op == "all_reduce" else ab
-    p10 = r.get("time_p10_s")
-    measured, stat = (p10, "p10") if p10 is not None and p10 == p10 else (r["time_p50_s"], "p50")
+    # the calls' transfer (a row stored before it was kept: its p10), else their p50
+    measured, stat = next(((r[k], s) for k, s in (("transfer_s", "transfer"), ("time_p10_s", "p10"))
+                           if r.get(k) is not None and r[k] == r[k]), (r["time_p50_s"], "p50"))
     calls = call_times(r)
     w = machine_formulas.waits(calls) if calls else None
     share = w["wait_share"] if w else None
@@ -221,7 +222,7 @@ def model_check(collective_rows=None, pipeline_rows=None, *, profile=None, fit: 
     what, world_size, size_bytes, num_microbatches, quantity, measured, model, error_pct``).
 
     Collective rows, with a profile: the profile's all-reduce transfer at that size
-    (``model``) against the calls' 10th percentile (``measured``; ``statistic`` says which),
+    (``model``) against the calls' transfer (``measured``; ``statistic`` says which),
     the calls' median and mean, how many of the calls in the row's timeline waited for the
     scheduler (``calls_waited``, ``wait_share``: :func:`labkit.machine.formulas.waits`) and
     the profile's transfer + that share × its scheduler wait (``in_context_s``); the α–β law
