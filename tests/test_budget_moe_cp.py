@@ -75,7 +75,7 @@ def test_the_comments_document_these_values():
                  "tokens per rank: 64 to 2048 run within budget_s; 8192 is refused before launch",
                  "(> 0: 0.5 drops many, 2.0 none)", "EP launch: 1, 2 (one per core) or 4",
                  "64 to 1024 run within budget_s; 2048 is refused before launch",
-                 "heads x head size: 32 to 256", "attention heads: 1 to 8",
+                 "(heads x head size): 32 to 256", "attention heads: 1 to 8",
                  "CP launch: 1, 2 (one per core) or 4", "budget_s: float = 30.0",
                  "trace: bool = True"):
         assert said in text, said

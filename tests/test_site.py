@@ -171,6 +171,12 @@ def _views(notebook: Path) -> int:
                for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
+# MathJax 2 typesets in its startup queue, after the page's load event: startup has posted
+# "End" once that typeset is done, and an idle queue has run whatever the widgets queued since
+MATHJAX_DONE = ("() => !window.MathJax || !MathJax.Hub || (MathJax.Hub.Startup.signal.posted"
+                ".some(m => m === 'End') && !MathJax.Hub.queue.running && !MathJax.Hub.queue.pending)")
+
+
 def open_pages(base: str, pages: list[str], *, views: dict) -> tuple[dict, dict]:
     """Every page as a reader meets it, in one browser with every request off the site refused:
     ({page: its DOM once MathJax has typeset and ``views[page]`` widgets have rendered},
@@ -188,10 +194,7 @@ def open_pages(base: str, pages: list[str], *, views: dict) -> tuple[dict, dict]
             page = ctx.new_page()
             for rel in pages:
                 page.goto(f"{base}/{rel}", wait_until="load")
-                # MathJax 2 typesets in its own queue; an error shows once it has run
-                page.wait_for_function("() => !window.MathJax || (MathJax.isReady && "
-                                       "!(MathJax.Hub.queue && MathJax.Hub.queue.running))",
-                                       timeout=30_000)
+                page.wait_for_function(MATHJAX_DONE, timeout=30_000)
                 if views.get(rel):  # the html-manager renders each view after the page loads
                     page.wait_for_function(
                         "n => document.querySelectorAll('.lm-Widget').length >= n",

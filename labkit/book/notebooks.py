@@ -68,14 +68,21 @@ def parameter_problems(source: str) -> list[str]:
     []
     >>> parameter_problems("n = 3\\nm: int = n + 1")
     ['line 1: `n = 3` has no type annotation', 'line 2: m is not a literal (derived values belong in later cells)']
+    >>> parameter_problems("h: int = 64  # h = heads x head size")
+    ["line 1: h's line has a second '=' (papermill skips such a line: -p h would be unknown)"]
     """
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
         return [f"line {e.lineno}: syntax error ({e.msg})"]
     problems = []
+    lines = source.splitlines()
     for node in tree.body:
         text = ast.get_source_segment(source, node) or ""
+        if isinstance(node, ast.AnnAssign) and lines[node.lineno - 1].count("=") > 1:
+            problems.append(f"line {node.lineno}: {ast.unparse(node.target)}'s line has a second '=' "
+                            f"(papermill skips such a line: -p {ast.unparse(node.target)} would be unknown)")
+            continue
         if isinstance(node, ast.Assign):
             problems.append(f"line {node.lineno}: `{text}` has no type annotation")
         elif not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
