@@ -176,7 +176,7 @@ def placement(rt: Runtime) -> list[dict] | None:
         "device_name": device_name,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "threads": torch.get_num_threads(),
-        "cores": bound_cores(),
+        "bound_cores": bound_cores(),
         "_uuid": uuid,
     }
     table: list = [None] * rt.world_size

@@ -109,8 +109,10 @@ def test_two_ranks_run_on_cores_of_their_own(tmp_path):
     """A real 2-rank launch: each rank's placement row names its own core."""
     res = L.launch("placement", 2, {"allreduce_bytes": 1024, "repeat": 1, "warmup": 0},
                    timeout_s=120)
-    cores = [tuple(r["cores"]) for r in res.rows()]
+    cores = [tuple(r["bound_cores"]) for r in res.rows()]
     assert len(cores) == 2 and not set(cores[0]) & set(cores[1]), cores
+    # "cores" is the provenance's count (labkit.results): a rank's own list must not replace it
+    assert not any("cores" in r for r in res.rows())
 
 
 def test_memory_unknown_skips_the_check_and_says_so(monkeypatch, tmp_path):

@@ -22,7 +22,7 @@ COLUMNS = (
     Column("pid", "", "process id of the rank"),
     Column("cuda_visible_devices", "", "CUDA_VISIBLE_DEVICES of the rank (None: unset)"),
     Column("threads", "", "torch intra-op threads of the rank"),
-    Column("cores", "", "the cores the rank may run on (its share where the launch bound it: "
+    Column("bound_cores", "", "the cores the rank may run on (its share where the launch bound it: "
                         "labkit.procs.bind_to_cores; None where the platform has no mask)"),
     Column("problem", "", "non-empty where the rank shares its GPU with another rank"),
     Column("allreduce_bytes", "bytes", "size of the timed all-reduce"),
@@ -45,7 +45,7 @@ COLUMNS = (
 
 #: the placement table ``labkit placement`` prints per world size
 PLACEMENT_COLUMNS = ("rank", "local_rank", "host", "pid", "device", "device_name",
-                     "cuda_visible_devices", "threads", "cores", "problem")
+                     "cuda_visible_devices", "threads", "bound_cores", "problem")
 
 
 def sharing_problems(df):
