@@ -316,20 +316,26 @@ def measured_overlap(row: dict) -> float:
     return min(1.0, max(0.0, 1.0 - exposed / ar))
 
 
-def pays_agreement(predicted, measured, *, tie: float = 0.05) -> float:
-    """The share of swept batches at which the model says rightly whether DDP pays (speedup
-    above 1 or not). A measured speedup within ``tie`` of 1 agrees with either answer: a
-    sign that noise decides is no answer.
+def choice_cost(predicted, measured) -> tuple[float, int | None]:
+    """What choosing DDP or not by the model costs: at each swept batch, the measured
+    throughput of the model's choice (DDP where it predicts a speedup above 1, the one process
+    elsewhere) over the better of the two as measured; (the worst batch's ratio, its index),
+    or (1.0, None) where the model chose the better at every batch. A crossover divides small
+    differences: near it either choice costs little, and this is what the wrong side costs.
 
-    >>> pays_agreement([0.9, 1.2, 1.6], [0.8, 1.1, 1.5])
-    1.0
-    >>> pays_agreement([1.1, 1.2, 1.6], [0.8, 1.1, 1.5])
-    0.6666666666666666
-    >>> pays_agreement([1.1, 1.2], [0.97, 1.1])
-    1.0
+    >>> choice_cost([0.9, 1.04, 1.6], [0.8, 0.945, 1.5])
+    (0.945, 1)
+    >>> choice_cost([0.9, 1.2, 1.6], [0.8, 1.1, 1.5])
+    (1.0, None)
+    >>> choice_cost([0.8, 1.2], [1.25, 1.3])  # the one process where DDP ran 1.25x: 1 / 1.25
+    (0.8, 0)
     """
     pairs = [(float(p), float(m)) for p, m in zip(predicted, measured)]
     if not pairs:
-        return math.nan
-    ok = [abs(m - 1.0) <= tie or (p > 1.0) == (m > 1.0) for p, m in pairs]
-    return sum(ok) / len(ok)
+        return math.nan, None
+    worst, at = 1.0, None
+    for i, (p, m) in enumerate(pairs):
+        ratio = (m if p > 1.0 else 1.0) / max(m, 1.0)
+        if ratio < worst:
+            worst, at = ratio, i
+    return worst, at

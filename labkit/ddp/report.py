@@ -341,13 +341,14 @@ def crossover(df, world_size: int | None = None) -> dict:
     :func:`labkit.ddp.formulas.predicted_crossover_batch` from a straight line fitted to the
     no-DDP step times (:func:`~labkit.ddp.formulas.fit_step_time`), the model's compute (that
     line x the co-run slowdown) and the median over batches of what DDP adds in the model
-    (copies and exposed all-reduce); ``agreement``: the share of batches at which the model
-    says rightly whether DDP pays (:func:`labkit.ddp.predict.pays_agreement`). Also the fits,
+    (copies and exposed all-reduce); ``choice``: the measured throughput of the model's choice
+    (DDP or not) over the better one at the worst batch, ``choice_batch`` that batch (None:
+    the model chose the better everywhere; :func:`labkit.ddp.predict.choice_cost`). Also the fits,
     that median, the batches and both speedup series."""
     import numpy as np
 
     from labkit.ddp import formulas
-    from labkit.ddp.predict import pays_agreement
+    from labkit.ddp.predict import choice_cost
 
     n = top_world_size(df, world_size)
     frame = prediction_frame(df, n).dropna(subset=["no_ddp_ms", "compute_ms", "predicted_ms"])
@@ -360,6 +361,7 @@ def crossover(df, world_size: int | None = None) -> dict:
     a0, a1 = formulas.fit_step_time(b, frame["no_ddp_ms"] / 1e3)
     s = float(np.median(frame["slowdown"]))
     added = float(np.median(frame["predicted_ms"] - frame["compute_ms"]) / 1e3)
+    choice = choice_cost(frame["predicted"], frame["measured"])
     return {
         "world_size": n, "batches": b,
         "measured_speedups": frame["measured"].tolist(),
@@ -368,7 +370,7 @@ def crossover(df, world_size: int | None = None) -> dict:
         "predicted": formulas.predicted_crossover_batch(
             ranks=n, noddp_fixed_s=a0, noddp_per_sample_s=a1, compute_fixed_s=s * a0,
             compute_per_sample_s=s * a1, comm_s=added),
-        "agreement": pays_agreement(frame["predicted"], frame["measured"]),
+        "choice": choice[0], "choice_batch": None if choice[1] is None else b[choice[1]],
         "noddp_fit": (a0, a1), "slowdown": s, "added_s": added,
     }
 

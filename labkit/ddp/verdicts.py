@@ -137,16 +137,53 @@ def agreement_sentence(batches, predicted, measured, *, tie: float = 0.05) -> st
     >>> agreement_sentence([16, 32, 64], [0.9, 1.2, 1.6], [0.8, 1.1, 1.5])
     'The model says rightly whether DDP pays at 3 of 3 batches.'
     >>> agreement_sentence([16, 32, 64], [1.1, 1.2, 1.6], [0.8, 1.1, 1.5])
-    'The model says rightly whether DDP pays at 2 of 3 batches; wrong at batch 16 (predicted 1.10x, measured 0.80x).'
+    'The model says rightly whether DDP pays at 2 of 3 batches; wrong at batch 16 (predicted 1.10x, measured 0.80x): choosing DDP there by the model gives 20% less throughput than the one process.'
+    >>> agreement_sentence([16, 32, 64], [1.1, 1.2, 1.6], [0.8, 0.9, 1.5])
+    'The model says rightly whether DDP pays at 1 of 3 batches; wrong at batch 16 (predicted 1.10x, measured 0.80x), batch 32 (predicted 1.20x, measured 0.90x); at the worst of them, batch 16, choosing DDP by the model gives 20% less throughput than the one process.'
+    >>> agreement_sentence([16, 32], [0.9, 1.2], [1.3, 1.1])
+    'The model says rightly whether DDP pays at 1 of 2 batches; wrong at batch 16 (predicted 0.90x, measured 1.30x): choosing the one process there by the model gives 23% less throughput than DDP.'
     """
+    from labkit.ddp.predict import choice_cost
+
     rows = [(int(b), float(p), float(m)) for b, p, m in zip(batches, predicted, measured)]
     wrong = [(b, p, m) for b, p, m in rows if not (abs(m - 1) <= tie or (p > 1) == (m > 1))]
     head = (f"The model says rightly whether DDP pays at {len(rows) - len(wrong)} of "
             f"{len(rows)} batches")
     if not wrong:
         return head + "."
+    worst, at = choice_cost([p for _, p, _ in rows], [m for _, _, m in rows])
+    cost = ""
+    if at is not None:
+        b, p, m = rows[at]
+        picked, other = ("DDP", "the one process") if p > 1 else ("the one process", "DDP")
+        lead = (": choosing {} there" if len(wrong) == 1
+                else f"; at the worst of them, batch {b}, choosing {{}}").format(picked)
+        cost = (f"{lead} by the model gives {1 - worst:.0%} less throughput than {other}"
+                if (b, p, m) in wrong else "")
     return head + "; wrong at " + ", ".join(
-        f"batch {b} (predicted {p:.2f}x, measured {m:.2f}x)" for b, p, m in wrong) + "."
+        f"batch {b} (predicted {p:.2f}x, measured {m:.2f}x)" for b, p, m in wrong) + cost + "."
+
+
+def choice_note(cross: dict) -> str:
+    """The note of the choice law (:func:`labkit.ddp.report.crossover`'s ``choice``): where
+    the model's choice cost most, measured.
+
+    >>> choice_note({"choice": 0.945, "choice_batch": 32, "batches": [16, 32, 128],
+    ...              "predicted_speedups": [0.75, 1.04, 1.44],
+    ...              "measured_speedups": [0.59, 0.945, 1.44]})
+    'at batch 32 the model chose DDP (predicted 1.04x the one process), which measured 0.945x: the better choice was the one process'
+    >>> choice_note({"choice": 1.0, "choice_batch": None, "batches": [16, 128],
+    ...              "predicted_speedups": [0.75, 1.44], "measured_speedups": [0.59, 1.44]})
+    'the model chose the better of DDP and the one process at every swept batch (16, 128)'
+    """
+    if cross["choice_batch"] is None:
+        return ("the model chose the better of DDP and the one process at every swept batch ("
+                + ", ".join(str(int(b)) for b in cross["batches"]) + ")")
+    i = list(cross["batches"]).index(cross["choice_batch"])
+    p, m = cross["predicted_speedups"][i], cross["measured_speedups"][i]
+    picked, better = ("DDP", "the one process") if p > 1 else ("the one process", "DDP")
+    return (f"at batch {int(cross['choice_batch'])} the model chose {picked} (predicted "
+            f"{p:.3g}x the one process), which measured {m:.3g}x: the better choice was {better}")
 
 
 def overlap_sentence(*, buckets: int, overlap: float, window_ms: float,
