@@ -10,8 +10,8 @@ printed by its lab's verdict functions; this catches the ones that slipped):
   followed by ``(a -> b)`` where b does not move that way (``shrinks (0.07 -> 0.07)``);
 * a **tolerance phrase**: "within X%" or "more than X%" (or an absolute "within/more than X")
   followed in the same sentence by a signed number in parentheses on the wrong side of X;
-* "mostly negative" / "mostly positive" while most signed percentages of the same cell's
-  outputs have the other sign.
+* "mostly negative" / "mostly positive" while most signed percentages it describes have the
+  other sign: those listed after it on its own line where it lists them, else the cell's.
 """
 
 from __future__ import annotations
@@ -81,6 +81,11 @@ def cell_problems(texts: list[str], law_rows: dict[str, dict]) -> list[str]:
     ['verdict "does not hold" but laws.json says it holds: speedup']
     >>> cell_problems(["errors are mostly negative", "| a | +169.0% |", "| b | +12.0% |"], {})
     ['"mostly negative" but 2 of 2 signed percentages are positive']
+    >>> cell_problems(["mostly positive (in 2 of 3 rows: +20%, +9%, -10%)", "x (error -45%)",
+    ...                "y (error -54%)"], {})  # its own list, not the laws' lines below
+    []
+    >>> cell_problems(["mostly positive (in 2 of 3 rows: -20%, -9%, +10%)", "x (error +45%)"], {})
+    ['"mostly positive" but 2 of 3 signed percentages are negative']
     """
     problems = []
     for text in texts:
@@ -96,7 +101,9 @@ def cell_problems(texts: list[str], law_rows: dict[str, dict]) -> list[str]:
                                     f'{"holds" if row["holds"] else "does not hold"}: {m["law"]}')
     joined = "\n".join(texts)
     for m in MOSTLY.finditer(joined):
-        signs = [float(v) for v in SIGNED_PCT.findall(joined)]
+        end = joined.find("\n", m.end())
+        own = SIGNED_PCT.findall(joined[m.end():end if end >= 0 else None])
+        signs = [float(v) for v in (own or SIGNED_PCT.findall(joined))]
         pos, neg = sum(v > 0 for v in signs), sum(v < 0 for v in signs)
         if m["sign"] == "negative" and pos > neg:
             problems.append(f'"mostly negative" but {pos} of {len(signs)} signed percentages '
