@@ -17,22 +17,30 @@ def message_transfer(size_bytes: float) -> float:
     return ALPHA / 2 + size_bytes / BETA
 
 
-def wait_profile(*, co_run: float = CO_RUN, share_busy: float = 0.5) -> Profile:
-    """A machine profile whose messages and all-reduces move at known transfers (their p10)
-    and, as often as ``share_busy`` with the cores busy (0.2 idle), wait one scheduler tick
-    (the excesses' median: :data:`WAIT_S`) more: the real class, synthetic rows."""
-    rows = [{"hostname": "synthetic", "cores": 2, "world_size": 2, "torch_version": "x",
+def compute_rows(*, rate: float, co_run: float, cores: int = 2) -> list[dict]:
+    """A synthetic profile's compute rows, every number known: copies at 2 GB/s alone and
+    together, n x n products (n = 64, 256) and the 2-layer MLP step of width 512, batch 64, at
+    ``rate`` alone and ``co_run`` times slower together."""
+    rows = [{"hostname": "synthetic", "cores": cores, "world_size": 2, "torch_version": "x",
              "timestamp": "2026-11-25T00:00:00+00:00", "measurement": "copy", "context": c,
              "size_bytes": 1 << 20, "time_p50_s": 1e-3, "bytes_per_s": 2e9}
             for c in ("alone", "together")]
     for n in (64, 256):
         for c, f in (("alone", 1.0), ("together", co_run)):
             rows.append({"measurement": "matmul", "context": c, "n": n,
-                         "time_p50_s": 2 * n ** 3 / RATE * f, "flop_per_s": RATE / f})
+                         "time_p50_s": 2 * n ** 3 / rate * f, "flop_per_s": rate / f})
     flop = 6 * 2 * 64 * 512 ** 2
     for c, f in (("alone", 1.0), ("together", co_run)):
-        rows.append({"measurement": "step", "context": c, "n": 512, "time_p50_s": flop / RATE * f,
-                     "flop_per_s": RATE / f})
+        rows.append({"measurement": "step", "context": c, "n": 512, "time_p50_s": flop / rate * f,
+                     "flop_per_s": rate / f})
+    return rows
+
+
+def wait_profile(*, co_run: float = CO_RUN, share_busy: float = 0.5) -> Profile:
+    """A machine profile whose messages and all-reduces move at known transfers (their p10)
+    and, as often as ``share_busy`` with the cores busy (0.2 idle), wait one scheduler tick
+    (the excesses' median: :data:`WAIT_S`) more: the real class, synthetic rows."""
+    rows = compute_rows(rate=RATE, co_run=co_run)
     for s in (8, 512, 32768, 65536, 131072, 262144, 524288, 1 << 21):
         for c, share in (("idle", 0.2), ("busy", share_busy)):
             waits = {"wait_share": share, "wait_excess_s": [WAIT_S - 1e-4, WAIT_S, WAIT_S + 1e-4]}

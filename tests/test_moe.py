@@ -19,6 +19,7 @@ from labkit.launch import LaunchOptions
 from labkit.moe import formulas, layer, report, verdicts, waits
 from labkit.moe.config import MoEConfig
 
+from ._moe_rows import moe_row
 from .conftest import LAUNCH_TIMEOUT_S
 
 TINY = {"num_experts": 4, "top_k": 2, "hidden": 8, "ffn": 16, "tokens": 12, "steps": 3,
@@ -227,20 +228,8 @@ def test_one_rank_matches_one_process():
 
 # -- laws and sentences from a row -------------------------------------------------------------
 def _row(**over) -> dict:
-    row = {"world_size": 2, "num_experts": 4, "top_k": 2, "hidden": 128, "ffn": 512,
-           "tokens_per_rank": 256, "capacity": 160, "capacity_factor": 1.25,
-           "routed_by_rank": [[170, 100, 90, 152], [110, 130, 90, 182]],
-           "kept_by_rank": [[160, 100, 90, 152], [110, 130, 90, 160]],
-           "a2a_calls_measured": 4, "a2a_calls_formula": 4,
-           "step_time_p50_s": 0.02, "routing_time_s": 0.001, "dispatch_time_s": 0.001,
-           "experts_time_s": 0.017, "combine_time_s": 0.001}
-    kept = row["kept_by_rank"]
-    row["a2a_bytes_by_call_formula"] = [
-        [b["dispatch"], b["combine"], b["dispatch"], b["combine"]]
-        for b in (formulas.alltoall_bytes(kept, rank=r, hidden=128) for r in range(2))]
-    row["a2a_bytes_by_call_measured"] = [list(c) for c in row["a2a_bytes_by_call_formula"]]
-    row.update(over)
-    return {**row, **report.derived_fields(row)}
+    return moe_row(**{"step_time_p50_s": 0.02, "routing_time_s": 0.001, "dispatch_time_s": 0.001,
+                      "experts_time_s": 0.017, "combine_time_s": 0.001, **over})
 
 
 def test_derived_fields_count_the_drops_and_the_bytes():

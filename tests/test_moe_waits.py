@@ -11,6 +11,7 @@ import pytest
 
 from labkit.moe import formulas, report, verdicts, waits
 
+from ._moe_rows import moe_row
 from ._waits_profile import WAIT_S, profile
 
 PROF = profile()
@@ -18,18 +19,7 @@ TAGS = ("counts", "dispatch", "combine", "combine_grad", "dispatch_grad")
 
 
 def _row(**over) -> dict:
-    row = {"world_size": 2, "num_experts": 4, "top_k": 2, "hidden": 128, "ffn": 64,
-           "tokens_per_rank": 256, "capacity": 160, "capacity_factor": 1.25,
-           "routed_by_rank": [[170, 100, 90, 152], [110, 130, 90, 182]],
-           "kept_by_rank": [[160, 100, 90, 152], [110, 130, 90, 160]],
-           "a2a_calls_measured": 4, "a2a_calls_formula": 4}
-    kept = row["kept_by_rank"]
-    row["a2a_bytes_by_call_formula"] = [
-        [b["dispatch"], b["combine"], b["dispatch"], b["combine"]]
-        for b in (formulas.alltoall_bytes(kept, rank=r, hidden=128) for r in range(2))]
-    row["a2a_bytes_by_call_measured"] = [list(c) for c in row["a2a_bytes_by_call_formula"]]
-    row.update(over)
-    return {**row, **report.derived_fields(row)}
+    return moe_row(**{"ffn": 64, **over})
 
 
 def _timeline(transfers: dict, waited=(), *, skew_s: float = 2e-3) -> list[dict]:

@@ -14,23 +14,14 @@ from labkit.machine.profile import Profile
 from labkit.perfmodel import catalog, mlsysim_engine, model, modelcheck, published, verdicts
 from labkit.pipeline.formulas import bubble_fraction
 
+from ._pipeline_timelines import compute_rows
+
 ALPHA, BETA, RATE, CO_RUN = 2e-4, 1e9, 30e9, 1.3
 
 
 def _profile(alpha=ALPHA, beta=BETA, rate=RATE, co_run=CO_RUN, cores=2):
     """A machine profile built from synthetic rows that follow known laws (the real class)."""
-    rows = [{"hostname": "synthetic", "cores": cores, "world_size": 2, "torch_version": "x",
-             "timestamp": "2026-11-25T00:00:00+00:00", "measurement": "copy", "context": c,
-             "size_bytes": 1 << 20, "time_p50_s": 1e-3, "bytes_per_s": 2e9}
-            for c in ("alone", "together")]
-    for n in (64, 256):
-        for c, f in (("alone", 1.0), ("together", co_run)):
-            rows.append({"measurement": "matmul", "context": c, "n": n,
-                         "time_p50_s": 2 * n ** 3 / rate * f, "flop_per_s": rate / f})
-    flop = 6 * 2 * 64 * 512 ** 2
-    for c, f in (("alone", 1.0), ("together", co_run)):
-        rows.append({"measurement": "step", "context": c, "n": 512, "time_p50_s": flop / rate * f,
-                     "flop_per_s": rate / f})
+    rows = compute_rows(rate=rate, co_run=co_run, cores=cores)
     for s in (8, 512, 32768, 1 << 21):
         for c, f in (("idle", 1.0), ("busy", 1.5)):
             rows.append({"measurement": "allreduce", "context": c, "size_bytes": s,
