@@ -284,7 +284,7 @@ def waits_sentence(row, prof) -> str:
     ...                      FakeProfile()))
     causal on 2 ranks: none of the median pass's 1 K/V exchanges waited for the scheduler (each cost a rank at most its transfer + max(1.5 ms, transfer / 4), counted from its timeline): the model prices their transfers only.
     """
-    from labkit.machine.formulas import WAIT_THRESHOLD_S
+    from labkit.machine.formulas import WAIT_RULE
 
     p = int(row["world_size"])
     head = f"{row['variant']} on {p} rank{'s' if p != 1 else ''}: "
@@ -292,7 +292,7 @@ def waits_sentence(row, prof) -> str:
         return head + "no K/V block travels, so nothing waited for the scheduler."
     ctx = context(row, prof)
     got = ctx["waits"]
-    rule = f"its transfer + max({WAIT_THRESHOLD_S * 1e3:g} ms, transfer / 4)"
+    rule = f"its {WAIT_RULE}"
     if not got:
         return head + ("the row holds no timeline, so no wait for the scheduler was counted: "
                        "the model prices the exchanges' transfers only.")

@@ -139,10 +139,10 @@ def waits_sentence(row) -> str:
     >>> print(waits_sentence({**row, "allreduces_waited": 0}))
     none of the median step's 4 all-reduces waited for the scheduler (each completed within its transfer + max(1.5 ms, transfer / 4), counted from rank 0's timeline): the model prices their transfers only.
     """
-    from labkit.machine.formulas import WAIT_THRESHOLD_S
+    from labkit.machine.formulas import WAIT_RULE
 
     n = row.get("allreduces_counted")
-    rule = f"transfer + max({WAIT_THRESHOLD_S * 1e3:g} ms, transfer / 4)"
+    rule = WAIT_RULE
     if n is None or n != n:
         return ("the row holds no timeline of its buckets' all-reduces, so no wait for the "
                 "scheduler was counted: the model prices their transfers only.")

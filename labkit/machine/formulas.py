@@ -103,6 +103,8 @@ def compute_slowdown(ranks: int, *, co_run: float, measured_ranks: int, cores: i
 #: a call waited for the scheduler when it took this much longer than its transfer (at least;
 #: a quarter of the transfer where that is more: a large message's own spread is no wait)
 WAIT_THRESHOLD_S = 1.5e-3
+#: that rule in the sentences that count waits: a call waited when it took longer than this
+WAIT_RULE = f"transfer + max({WAIT_THRESHOLD_S * 1e3:g} ms, transfer / 4)"
 
 
 def _cut(transfer_s: float, threshold_s: float) -> float:

@@ -285,7 +285,7 @@ def waits_sentence(row, prof) -> str:
     >>> print(waits_sentence({**row, "a2a_timeline_s": tl[:3] + tl[4:8] + tl[9:]}, FakeProfile()))
     on 2 ranks, none of the median step's 4 all-to-alls waited for the scheduler (each ended within its transfer + max(1.5 ms, transfer / 4), counted from its timeline): the model prices their transfers only.
     """
-    from labkit.machine.formulas import WAIT_THRESHOLD_S
+    from labkit.machine.formulas import WAIT_RULE
 
     p = int(row["world_size"])
     head = f"on {p} rank{'s' if p != 1 else ''}, "
@@ -293,7 +293,7 @@ def waits_sentence(row, prof) -> str:
         return head + "no all-to-all moves anything: nothing waited for the scheduler."
     ctx = context(row, prof)
     got = ctx["waits"]
-    rule = f"its transfer + max({WAIT_THRESHOLD_S * 1e3:g} ms, transfer / 4)"
+    rule = f"its {WAIT_RULE}"
     if not got:
         return head + ("the row holds no timeline of its all-to-alls, so no wait for the "
                        "scheduler was counted: the model prices their transfers only.")

@@ -170,7 +170,7 @@ def waits_sentence(df, schedule: str, num_stages: int | None = None) -> str:
     >>> print(waits_sentence(df.assign(messages_waited=0), "gpipe"))
     gpipe, P = 2: none of the 20 messages of the median steps waited for the scheduler (each arrived within its transfer + max(1.5 ms, transfer / 4), counted from their timelines): the model prices their transfers only.
     """
-    from labkit.machine.formulas import WAIT_THRESHOLD_S
+    from labkit.machine.formulas import WAIT_RULE
 
     part, p = _series_at(df, schedule, num_stages)
     head = f"{schedule}, P = {p}: "
@@ -180,7 +180,7 @@ def waits_sentence(df, schedule: str, num_stages: int | None = None) -> str:
     n, k = int(part.messages.sum()), int(part.messages_waited.sum())
     if k == 0:
         return head + (f"none of the {n} messages of the median steps waited for the scheduler "
-                       f"(each arrived within its transfer + max({WAIT_THRESHOLD_S * 1e3:g} ms, transfer / 4), "
+                       f"(each arrived within its {WAIT_RULE}, "
                        "counted from their timelines): the model prices their transfers only.")
     each = ", ".join(f"M = {r.num_microbatches}: {int(r.messages_waited)} of {int(r.messages)}"
                      for r in part.itertuples())
