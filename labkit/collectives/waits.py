@@ -19,13 +19,22 @@ from labkit.book import laws
 
 def call_times(rows) -> list[float]:
     """Every timed call of a sweep whose rows hold their calls (``timeline_s``: every rank's
-    calls on one clock), as the rows count a call: the slowest rank's."""
+    calls on one clock), as the rows count a call: the slowest rank's; none from a row that
+    holds no timeline (None, or NaN in a DataFrame's row).
+
+    >>> call_times([{"timeline_s": [{"rank": 0, "call": 1, "start_s": 0.0, "end_s": 1e-3},
+    ...                             {"rank": 1, "call": 1, "start_s": 0.0, "end_s": 2e-3},
+    ...                             {"rank": 0, "call": 2, "start_s": 2e-3, "end_s": 6e-3}]},
+    ...             {"timeline_s": float("nan")}])
+    [0.002, 0.004]
+    """
     if hasattr(rows, "to_dict"):
         rows = rows.to_dict("records")
     out = []
     for r in rows:
+        timeline = r.get("timeline_s")
         calls: dict = {}
-        for c in r.get("timeline_s") or []:
+        for c in timeline if isinstance(timeline, list) else []:
             calls[c["call"]] = max(calls.get(c["call"], 0.0), c["end_s"] - c["start_s"])
         out += list(calls.values())
     return out

@@ -158,36 +158,18 @@ def message_waits(prof, row: dict) -> dict:
             "waited": float(prof.wait_share(busy=True)) * n, "measured_s": None}
 
 
-def profile_terms(prof, row: dict) -> dict:
+def profile_terms(prof, row: dict, waits: dict | None = None) -> dict:
     """:func:`pipeline_terms` of a pipeline row with a machine profile's numbers: the rate of
     its miniature training step alone (Linear + tanh layers forward and backward, the pipeline
     lab's own kind of layer), the co-run slowdown of P ranks training at once, the one-way
     transfer of one microbatch's activations with the cores busy, and a scheduler wait for
-    each message that waited (:func:`message_waits`)."""
-    w = message_waits(prof, row)
+    each message that waited (``waits``: :func:`message_waits` of the row, counted here where
+    not given)."""
+    w = message_waits(prof, row) if waits is None else waits
     return pipeline_terms(row, compute_flop_per_s=prof.step_flop_per_s(),
                           compute_slowdown=prof.compute_slowdown(int(row["num_stages"])),
                           transfer_s=w["transfer_s"], waited=w["waited"],
                           scheduler_wait_s=w["scheduler_wait_s"])
-
-
-def call_times(row: dict) -> list[float]:
-    """Each timed call's seconds (the slowest rank's, as the row's percentiles count them) from
-    a collectives row's timeline (``timeline_s``: the first calls of every rank); [] where the
-    row holds none.
-
-    >>> call_times({"timeline_s": [{"rank": 0, "call": 1, "start_s": 0.0, "end_s": 1e-3},
-    ...                            {"rank": 1, "call": 1, "start_s": 0.0, "end_s": 2e-3},
-    ...                            {"rank": 0, "call": 2, "start_s": 2e-3, "end_s": 6e-3}]})
-    [0.002, 0.004]
-    """
-    timeline = row.get("timeline_s")
-    if not isinstance(timeline, list):
-        return []
-    longest: dict = {}
-    for c in timeline:
-        longest[c["call"]] = max(longest.get(c["call"], 0.0), float(c["end_s"]) - float(c["start_s"]))
-    return [longest[k] for k in sorted(longest)]
 
 
 def _collective_row(r: dict, *, op: str, n: int, ab: float, a: float, b: float,
@@ -206,7 +188,9 @@ def _collective_row(r: dict, *, op: str, n: int, ab: float, a: float, b: float,
     # the calls' transfer (a row stored before it was kept: its p10), else their p50
     measured, stat = next(((r[k], s) for k, s in (("transfer_s", "transfer"), ("time_p10_s", "p10"))
                            if r.get(k) is not None and r[k] == r[k]), (r["time_p50_s"], "p50"))
-    calls = call_times(r)
+    from labkit.collectives.waits import call_times
+
+    calls = call_times([r])
     w = machine_formulas.waits(calls) if calls else None
     share = w["wait_share"] if w else None
     return {**out, "measured": measured, "model": model, "statistic": stat,
@@ -277,7 +261,8 @@ def _pipeline_rows(r: dict, profile) -> list[dict]:
     out = [{**head, "quantity": "bubble_fraction", "measured": meas, "model": f,
             "error_pct": laws.symmetric_error_pct(f, meas), "error_abs": f - meas}]
     if profile is not None and "hidden" in r:
-        t, w = profile_terms(profile, r), message_waits(profile, r)
+        w = message_waits(profile, r)
+        t = profile_terms(profile, r, w)
         step = float(r["step_time_s"])
         split = None
         if r.get("compute_share") is not None and r.get("idle_other") is not None:
