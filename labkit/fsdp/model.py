@@ -25,12 +25,11 @@ from __future__ import annotations
 from labkit.fsdp.formulas import collectives_per_step
 from labkit.tp import waits
 from labkit.tp.formulas import BYTES_PER_VALUE, param_count
+from labkit.tp.timeline import OP_CAT
 from labkit.tp.verdicts import WAITS_TERM, call_s, op_factor
 
 #: whether each stage's collectives move while the cores compute, where they can (a GPU)
 BUSY = {"ddp": True, "zero1": False, "zero2": False, "zero3": True}
-#: a collective's operation -> its category in the timelines
-CAT = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter"}
 
 
 def _ms(x: float) -> float:
@@ -96,7 +95,7 @@ def comm_parts(row, prof) -> dict:
     if tl is not None:
         # each operation's transfer: its buffer in the formula's list (every unit here has the
         # same bytes, so one size an operation)
-        each = {CAT[op]: t for (op, _), t in zip(coll, priced)}
+        each = {OP_CAT[op]: t for (op, _), t in zip(coll, priced)}
         got = waits.count(tl, transfers=each)
         wait = float(prof.scheduler_wait_s)
         out.update(waits=got, scheduler_wait_s=wait, waits_s=got["count"] * wait if got else 0.0)

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from labkit import trace
 from labkit.ddp.overlap import union
+from labkit.tp.timeline import OP_CAT
 
 #: stretches shorter than this are rounding, not work (a trace's times are whole nanoseconds)
 RESOLUTION_S = 1e-9
-#: a collective's operation -> its category
-OP_CAT = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
-          "all_reduce": "all-reduce"}
 
 
 def _minus(a: float, b: float, holes) -> list[tuple[float, float]]:
@@ -63,7 +61,7 @@ def _blocks(marks: list, end_s: float) -> list[tuple[str, str, float, float]]:
 def step_slices(records, *, shared_clock: bool = True) -> list[dict]:
     """One step of every rank as slices on one clock (the first rank's start at 0): ``rank,
     name, cat, start_s, end_s``, compute first (categories ``forward``, ``backward``,
-    ``other``), then the collectives (:data:`OP_CAT`). ``records[r]``: rank r's step
+    ``other``), then the collectives (:data:`labkit.tp.timeline.OP_CAT`). ``records[r]``: rank r's step
     (``origin_s``, ``end_s``, ``marks``, ``collectives``, ``blocking``). Ranks on one host's
     clock (``shared_clock``) are shifted by their starts, others start together (the barrier
     before the step).
@@ -82,8 +80,8 @@ def step_slices(records, *, shared_clock: bool = True) -> list[dict]:
     [('before forward', 'other', 0.0, 1.0), ('F L0', 'forward', 1.0, 4.0), ('loss', 'other', 4.0, 5.0), ('B L0', 'backward', 6.0, 8.0), ('after backward', 'other', 8.0, 10.0), ('AG L0 (bwd)', 'all-gather', 5.0, 6.0)]
     """
     records = [dict(r) for r in records]
-    first = min(r["origin_s"] for r in records)
-    shift = [r["origin_s"] - first if shared_clock else 0.0 for r in records]
+    shift = (trace.start_offsets([r["origin_s"] for r in records], [0] * len(records))
+             if shared_clock else [0.0] * len(records))
     out = []
     for rank, rec in enumerate(records):
         coll = [(float(c["entry_s"]), float(c["exit_s"])) for c in rec["collectives"]]

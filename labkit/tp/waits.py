@@ -18,9 +18,10 @@ the profile's :attr:`~labkit.machine.Profile.scheduler_wait_s`.
 from __future__ import annotations
 
 from labkit.machine.formulas import WAIT_THRESHOLD_S, counted_waits
+from labkit.tp.timeline import OP_CAT
 
 #: the categories of a collective's message in the labs' timelines
-COLLECTIVE_CATS = ("all-reduce", "all-gather", "reduce-scatter")
+COLLECTIVE_CATS = tuple(OP_CAT.values())
 
 
 def timeline(row) -> list | None:
