@@ -30,6 +30,7 @@ from labkit.cp.formulas import (
     predict_step,
     ring_sends_per_rank,
 )
+from labkit.machine.formulas import compute_slowdown
 
 #: seconds a launch costs besides its passes: torchrun, importing torch, gloo's rendezvous,
 #: the placement table and the row (whole launches on 2 ranks: 3.6 to 3.9 s at S = 64,
@@ -114,7 +115,7 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
     51
     """
     p, s = world_size, config.steps
-    slow = (CO_RUN_SLOWDOWN if p > 1 else 1.0) * max(1.0, p / cores)
+    slow = compute_slowdown(p, co_run=CO_RUN_SLOWDOWN, measured_ranks=p, cores=cores)
     whole = config.batch_size * config.num_heads * config.seq_len ** 2
     # the one-process attention works through the scores in blocks of its own: no spill
     reference = FLOAT64_FACTOR * whole * (SCORE_FLOP + 12 * config.head_dim) / flop_per_s

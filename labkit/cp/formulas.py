@@ -13,6 +13,8 @@ itself) under the triangular mask, at the cost of a whole block.
 
 from __future__ import annotations
 
+from labkit.machine.formulas import median
+
 VARIANTS = ("full", "causal", "causal_balanced")
 #: fp32 in the timed steps
 BYTES_PER_VALUE = 4
@@ -139,9 +141,7 @@ def rank_compute(*, alone_per_rank_s, kinds_per_rank, block_s: dict) -> dict:
     """
     blocks = [sum(int(n) * float(block_s.get(kind, 0.0)) for kind, n in kinds.items())
               for kinds in kinds_per_rank]
-    rest = sorted(float(a) - b for a, b in zip(alone_per_rank_s, blocks))
-    k = len(rest) // 2
-    fixed = max(0.0, rest[k] if len(rest) % 2 else (rest[k - 1] + rest[k]) / 2)
+    fixed = max(0.0, median([float(a) - b for a, b in zip(alone_per_rank_s, blocks)]))
     per_rank = [fixed + b for b in blocks]
     return {"fixed_s": fixed, "blocks_s": blocks, "per_rank_s": per_rank,
             "ratio": max(per_rank) / min(per_rank) if min(per_rank) > 0 else float("nan")}

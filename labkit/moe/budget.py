@@ -28,6 +28,7 @@ from __future__ import annotations
 from labkit.cp import budget as cp_budget
 from labkit.cp.config import CPConfig
 from labkit.errors import UsageError
+from labkit.machine.formulas import compute_slowdown
 from labkit.moe.config import MoEConfig
 from labkit.pipeline.config import best_matmul_flop_per_s
 
@@ -47,8 +48,8 @@ STEP_S = 8e-3
 #: one-process reference's in float64 (measured: 0.5 to 0.8 of the best 48 GFLOP/s in the
 #: steps of T = 256 to 4096, h = 256 to 512; 0.23 to 0.5 in the reference)
 EXPERT_EFFICIENCY, FLOAT64_EFFICIENCY = 0.6, 0.25
-#: ranks computing at once on their own cores run this much slower than alone
-CO_RUN_SLOWDOWN = 1.25
+#: ranks computing at once on their own cores run this much slower than alone (the CP budget's)
+CO_RUN_SLOWDOWN = cp_budget.CO_RUN_SLOWDOWN
 
 
 def rows_per_rank(config: MoEConfig) -> float:
@@ -74,7 +75,7 @@ def launch_seconds(config: MoEConfig, world_size: int, *, flop_per_s: float,
     5.3
     """
     p, h, f = world_size, config.hidden, config.expert_width
-    slow = (CO_RUN_SLOWDOWN if p > 1 else 1.0) * max(1.0, p / cores)
+    slow = compute_slowdown(p, co_run=CO_RUN_SLOWDOWN, measured_ranks=p, cores=cores)
     f64 = FLOAT64_EFFICIENCY * flop_per_s
     reference = 12 * config.num_experts * p * config.tokens * h * f / f64
     product = 12 * rows_per_rank(config) * h * f
