@@ -145,3 +145,19 @@ def show_frames_readably() -> None:
         html = ip.display_formatter.formatters["text/html"]
         for module in ("pandas", "pandas.core.frame"):
             html.for_type_by_name(module, "DataFrame", frame_html)
+
+
+def size_text(size_bytes: float) -> str:
+    """A size as people write it (powers of 1024).
+
+    >>> size_text(8), size_text(2048), size_text(8 << 20), size_text(795402.9)
+    ('8 B', '2 KiB', '8 MiB', '777 KiB')
+    """
+    b = float(size_bytes)
+    if b < 1024:
+        return f"{b:.0f} B"
+    if b < 1 << 20:
+        return f"{b / 1024:.3g} KiB"
+    if b < 1 << 30:
+        return f"{b / (1 << 20):.3g} MiB"
+    return f"{b / (1 << 30):.3g} GiB"

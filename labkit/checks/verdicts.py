@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from labkit.machine.formulas import WAIT_THRESHOLD_S
+
 #: a time on a shared 2-core machine
 TIME_TOLERANCE_PCT = 25.0
 
@@ -110,17 +112,12 @@ def allreduce_sentence(*, world_size: int, size_bytes: float, predicted_s: float
     'Its p50, 0.85 ms, is 1.1x its transfer: few calls waited.'
     """
     ratio = p50_s / measured_s
-    why = ("some calls also waited for the scheduler" if p50_s - measured_s > WAIT_MS / 1e3 / 2
+    why = ("some calls also waited for the scheduler" if p50_s - measured_s > WAIT_THRESHOLD_S / 2
            else "few calls waited")
     return (f"N = {world_size}: the profile predicts a transfer of {predicted_s * 1e3:.3g} ms for "
             f"an all-reduce of {_size(size_bytes)}; this launch measured "
             f"{measured_s * 1e3:.3g} ms: {_slower(measured_s / predicted_s)} than the "
             f"profile. Its p50, {p50_s * 1e3:.3g} ms, is {ratio:.2g}x its transfer: {why}.")
-
-
-#: the smallest excess of a p50 over its transfer read as calls that waited for the scheduler
-#: (ms; the wait threshold of labkit.machine.formulas)
-WAIT_MS = 1.5
 
 
 def allreduce_law(*, world_size: int, size_bytes: float, predicted_s: float, measured_s: float,

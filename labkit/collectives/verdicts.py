@@ -22,28 +22,13 @@ import numpy as np
 from labkit.book import laws
 from labkit.collectives.formulas import moe_all_to_all_bytes
 from labkit.collectives.regimes import Regimes, time_at
+from labkit.tables import size_text
 
 #: how much the p50 may vary across the latency regime's sizes and still be called flat
 FLAT_RATIO = 1.25
 #: the largest size must be this many S* for busbw to be near β (the model's busbw there is
 #: β·k/(k+1): 80 % of β at k = 4, within the 25 % tolerance)
 PLATEAU_S_STAR = 4.0
-
-
-def size_text(size_bytes: float) -> str:
-    """A size as people write it (powers of 1024).
-
-    >>> size_text(8), size_text(2048), size_text(8 << 20), size_text(795402.9)
-    ('8 B', '2 KiB', '8 MiB', '777 KiB')
-    """
-    b = float(size_bytes)
-    if b < 1024:
-        return f"{b:.0f} B"
-    if b < 1 << 20:
-        return f"{b / 1024:.3g} KiB"
-    if b < 1 << 30:
-        return f"{b / (1 << 20):.3g} MiB"
-    return f"{b / (1 << 30):.3g} GiB"
 
 
 def _ms(t: float) -> str:

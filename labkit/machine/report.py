@@ -7,6 +7,7 @@ reads that machine's story.
 from __future__ import annotations
 
 from labkit.results import Column
+from labkit.tables import size_text
 
 KEY = ("measurement", "context", "n", "size_bytes")
 COLUMNS = (
@@ -46,18 +47,6 @@ def _ratio_words(r: float, *, more: str, less: str, same_within: float = 0.05) -
     return f"{r:.2f}x {more}" if r > 1 else f"{1 / r:.2f}x {less}"
 
 
-def _bytes_words(n: float) -> str:
-    """A size in the largest binary unit that keeps it whole-ish.
-
-    >>> _bytes_words(32 << 20), _bytes_words(1536 << 10), _bytes_words(4096), _bytes_words(100)
-    ('32 MiB', '1.5 MiB', '4 KiB', '100 B')
-    """
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
 def copy_sentence(copy_slowdowns: dict, *, ranks: int) -> str:
     """What copying at once did at each size the profile timed, largest first.
 
@@ -73,9 +62,9 @@ def copy_sentence(copy_slowdowns: dict, *, ranks: int) -> str:
     def words(size):
         return _ratio_words(copy_slowdowns[size], more="slower", less="faster")
 
-    text = (f"memory: a copy of {_bytes_words(sizes[0])} per rank runs {words(sizes[0])} with "
+    text = (f"memory: a copy of {size_text(sizes[0])} per rank runs {words(sizes[0])} with "
             f"{ranks} ranks copying at once than alone")
-    return "; ".join([text] + [f"of {_bytes_words(s)}, {words(s)}" for s in sizes[1:]]) + "."
+    return "; ".join([text] + [f"of {size_text(s)}, {words(s)}" for s in sizes[1:]]) + "."
 
 
 def sentences(*, co_run: float, copy_slowdowns: dict, ranks: int, small_idle_s: float,
