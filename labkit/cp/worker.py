@@ -31,7 +31,6 @@ from __future__ import annotations
 import socket
 import statistics
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -42,6 +41,7 @@ from labkit.cp.config import CPConfig
 from labkit.cp.ring import block_attention, local_chunks, loopback, reference, ring_attention
 from labkit.cp.timeline import NO_CLOCK, RingClock
 from labkit.harness import worker_main
+from labkit.machine.formulas import median_index
 from labkit.memory import SavedActivations
 
 
@@ -157,7 +157,7 @@ def _traced(rt, cfg, fn, clock: RingClock) -> dict:
     local = timing.repeat_timed(fn, warmup=cfg.warmup, repeat=cfg.measured_steps,
                                 device=rt.device)
     slowest, _ = timing.slowest_step_times(local)
-    k = int(np.argsort(slowest, kind="stable")[(len(slowest) - 1) // 2])
+    k = median_index(slowest)
     origin, spans = clock.spans(len(clock.passes) - cfg.measured_steps + k)
     mine = (local[k], spans, origin, socket.gethostname())
     gathered = [mine]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from labkit.book.laws import check
-from labkit.machine.formulas import counted_waits, median, percentile, waits
+from labkit.machine.formulas import counted_waits, median, median_index, percentile, waits
 
 
 def median_step(row) -> int | None:
@@ -35,8 +35,7 @@ def median_step(row) -> int | None:
     if not isinstance(times, list) or not isinstance(steps, list) or not times \
             or len(times) != len(steps):
         return None
-    order = sorted(range(len(times)), key=lambda i: (float(times[i]), i))
-    return order[(len(order) - 1) // 2]
+    return median_index(times)
 
 
 def bucket_times(spans, *, backward_end_s: float | None = None) -> list[float]:

@@ -268,9 +268,9 @@ def _timeline(rt, recorder: StepRecorder, slowest: list) -> dict:
     import torch.distributed as dist
 
     from labkit.fsdp.trace import step_slices
-    from labkit.tp.worker import middle_step
+    from labkit.machine.formulas import median_index
 
-    k = middle_step(slowest)
+    k = median_index(slowest)
     # the recorder also saw the warm-up steps: the timed ones are the last
     mine = (socket.gethostname(), rt.device.type, recorder.record(k - len(slowest)))
     every = [None] * rt.world_size

@@ -192,6 +192,19 @@ def percentile(values: Sequence[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
+def median_index(values: Sequence[float]) -> int:
+    """The index of the median value (the lower middle of an even count; ties in order): which
+    timed step is the median one, for a timeline of that very step.
+
+    >>> median_index([0.03, 0.01, 0.02, 0.05]), median_index([0.05, 0.04, 0.09, 0.06])
+    (2, 0)
+    """
+    if not len(values):
+        raise ValueError("median of nothing")
+    order = sorted(range(len(values)), key=lambda k: float(values[k]))
+    return order[(len(values) - 1) // 2]
+
+
 def median(values: Sequence[float]) -> float:
     """The median (the middle of the sorted values; the mean of the middle two).
 

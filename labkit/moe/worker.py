@@ -36,12 +36,12 @@ import socket
 import statistics
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from labkit import runtime, timing, trace
 from labkit.harness import worker_main
+from labkit.machine.formulas import median_index
 from labkit.moe import formulas
 from labkit.moe.config import MoEConfig
 from labkit.moe.formulas import PHASES
@@ -237,7 +237,7 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
     local = timing.repeat_timed(timed, warmup=0, repeat=cfg.measured_steps, device=dev)
     stats = timing.summarize(local)
     slowest, _ = timing.slowest_step_times(local)
-    middle = int(np.argsort(slowest, kind="stable")[(len(slowest) - 1) // 2])
+    middle = median_index(slowest)
     timeline, a2a_timeline = _timeline(rt, local[middle], watches[middle]) or (None, None)
     medians = torch.tensor([statistics.median(s.get(ph, 0.0) for s in phases) for ph in PHASES],
                            dtype=torch.float64, device=dev)

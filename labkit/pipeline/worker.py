@@ -47,6 +47,7 @@ from torch import nn
 
 from labkit import runtime, timing
 from labkit.harness import worker_main
+from labkit.machine.formulas import median_index
 from labkit.memory import SavedActivations
 from labkit.pipeline.ahead import post_receives_ahead
 from labkit.pipeline.config import SCHEDULES_AHEAD, PipelineConfig, placements
@@ -388,7 +389,7 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
                  if b["kind"] == kind]
         return float(np.median(times)) if times else None
 
-    middle = int(np.argsort(spans, kind="stable")[(len(spans) - 1) // 2])
+    middle = median_index(spans)
     mid = splits[middle]
     step_split = {"compute": mid["compute_s"] / p, "fill/drain bubble": mid["bubble_s"] / p,
                   "messages and other waits": mid["other_s"] / p}

@@ -46,6 +46,7 @@ import math
 
 from labkit import runtime, timing
 from labkit.harness import worker_main
+from labkit.machine.formulas import median_index
 from labkit.memory import SavedActivations
 from labkit.tp import formulas, timeline
 from labkit.tp.config import TPConfig
@@ -126,16 +127,6 @@ def timed_after_warmup(step, cfg, rt, *, prefix: str = "step_time",
     return timed_steps(step, rt, repeat=cfg.measured_steps, prefix=prefix, rank_p50=rank_p50)
 
 
-def middle_step(times) -> int:
-    """The index of the timed step of median length (the lower middle of an even count).
-
-    >>> middle_step([0.03, 0.01, 0.02, 0.05])
-    2
-    """
-    order = sorted(range(len(times)), key=lambda k: times[k])
-    return order[(len(times) - 1) // 2]
-
-
 def _inside_and_timeline(rt, comm: Comm, slowest: list) -> tuple[dict, dict]:
     """Seconds per step inside the collectives on the rank that spent the longest there, split
     into the wait for the later rank and the messages (:func:`labkit.tp.timeline.split_waits`),
@@ -145,7 +136,7 @@ def _inside_and_timeline(rt, comm: Comm, slowest: list) -> tuple[dict, dict]:
 
     import torch.distributed as dist
 
-    k = middle_step(slowest)
+    k = median_index(slowest)
     mine = (socket.gethostname(), rt.device.type, comm.timeline(), comm.step_record(k))
     every = [None] * rt.world_size
     dist.all_gather_object(every, mine)
