@@ -102,8 +102,7 @@ def count(row, transfers, *, spare_core: bool = True) -> dict | None:
     durations = bucket_times(spans, backward_end_s=backward_end)
     predicted = [float(t) for t in transfers]
     got = counted_waits(durations, predicted)
-    flags = [counted_waits([d], [t])["count"] == 1 for d, t in zip(durations, predicted)]
-    return {"step": k, "buckets": len(spans), "count": got["count"], "waited": flags,
+    return {"step": k, "buckets": len(spans), "count": got["count"], "waited": got["flags"],
             "excess_s": sum(got["excess_s"])}
 
 

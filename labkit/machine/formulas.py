@@ -159,22 +159,25 @@ def counted_waits(durations: Sequence[float], transfers: Sequence[float], *,
     ``durations[i]`` against the transfer the profile predicts for it, ``transfers[i]``
     (:meth:`labkit.machine.Profile.transfer_s`); it waited when it took longer than its
     transfer + the threshold (as :func:`waits` counts the profile's own calls). ``count``,
-    ``share`` (of the messages) and ``excess_s`` (what each that waited took beyond its
-    transfer). A step model prices ``count`` waits at the profile's
+    ``share`` (of the messages), ``excess_s`` (what each that waited took beyond its
+    transfer) and ``flags`` (per message, whether it waited). A step model prices ``count``
+    waits at the profile's
     :meth:`~labkit.machine.Profile.scheduler_wait_s`: how often the scheduler made a message
     wait is this run's (it changes from second to second), how long a wait lasts is the
     machine's.
 
     >>> w = counted_waits([0.3e-3, 4.1e-3, 0.4e-3], [0.3e-3] * 3)
-    >>> w["count"], round(w["share"], 3), [round(x * 1e3, 1) for x in w["excess_s"]]
-    (1, 0.333, [3.8])
+    >>> w["count"], round(w["share"], 3), [round(x * 1e3, 1) for x in w["excess_s"]], w["flags"]
+    (1, 0.333, [3.8], [False, True, False])
     """
     if len(durations) != len(transfers):
         raise ValueError("one transfer per measured message")
-    excess = [float(d) - float(t) for d, t in zip(durations, transfers)
-              if float(d) > float(t) + _cut(float(t), threshold_s)]
+    pairs = [(float(d), float(t)) for d, t in zip(durations, transfers)]
+    flags = [d > t + _cut(t, threshold_s) for d, t in pairs]
+    excess = [d - t for (d, t), waited in zip(pairs, flags) if waited]
     n = len(durations)
-    return {"count": len(excess), "share": len(excess) / n if n else 0.0, "excess_s": excess}
+    return {"count": len(excess), "share": len(excess) / n if n else 0.0, "excess_s": excess,
+            "flags": flags}
 
 
 def percentile(values: Sequence[float], q: float) -> float:

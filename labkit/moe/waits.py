@@ -76,11 +76,10 @@ def count(timeline, *, transfers: dict) -> dict | None:
     predicted = [float(transfers["counts" if c["tag"] == "counts" else "rows"]) for c in calls]
     got = counted_waits([c["message_s"] for c in calls], predicted)
     waited, excess = {"dispatch": 0, "combine": 0}, {"dispatch": 0.0, "combine": 0.0}
-    for c, t in zip(calls, predicted):  # the same rule, call by call: which phases
-        one = counted_waits([c["message_s"]], [t])
-        if one["count"]:
+    for c, t, w in zip(calls, predicted, got["flags"]):  # which phases waited
+        if w:
             phase = PHASE_OF[c["tag"]]
             waited[phase] += 1
-            excess[phase] += one["excess_s"][0]
+            excess[phase] += float(c["message_s"]) - t
     return {"calls": len(calls), "count": got["count"], "share": got["share"],
             "waited": waited, "excess_s": excess}

@@ -83,11 +83,7 @@ def count(messages, *, transfer_s: float) -> dict:
     """
     delays = [float(m["delay_s"]) for m in messages]
     got = counted_waits(delays, [transfer_s] * len(delays))
-    waited = {}
-    for m, d in zip(messages, delays):  # the same rule, message by message: which ones
-        one = counted_waits([d], [transfer_s])
-        if one["count"]:
-            waited[_key(m)] = one["excess_s"][0]
+    waited = {_key(m): d - transfer_s for m, d, w in zip(messages, delays, got["flags"]) if w}
     return {"messages": len(delays), **got, "waited": waited}
 
 

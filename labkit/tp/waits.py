@@ -96,8 +96,7 @@ def count(slices, *, transfers: dict) -> dict | None:
         return None
     predicted = [float(transfers[c["cat"]]) for c in calls]
     got = counted_waits([c["message_s"] for c in calls], predicted)
-    waited = [c["name"] for c, t in zip(calls, predicted)  # the same rule, call by call
-              if counted_waits([c["message_s"]], [t])["count"]]
+    waited = [c["name"] for c, w in zip(calls, got["flags"]) if w]
     return {**got, "calls": len(calls), "transfer_s": sum(predicted), "waited": waited}
 
 
