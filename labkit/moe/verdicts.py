@@ -174,14 +174,12 @@ def waits_note(ctx: dict) -> str:
     >>> waits_note({"waits": None, "scheduler_wait_s": 3.6e-3})
     "no all-to-all's wait was counted (the row holds no timeline of them): transfers from the profile's message sweep only"
     """
-    got = ctx["waits"]
-    if not got:
-        return ("no all-to-all's wait was counted (the row holds no timeline of them): "
-                "transfers from the profile's message sweep only")
-    return (f"{got['count']} of {got['calls']} all-to-alls waited for the scheduler in the "
-            f"median step (counted from its timeline), priced at the profile's "
-            f"{_ms(ctx['scheduler_wait_s']):.1f} ms each; transfers from the profile's message "
-            "sweep")
+    from labkit.tp.waits import note
+
+    return note(ctx["waits"], wait_s=ctx["scheduler_wait_s"], what="all-to-alls",
+                transfers="from the profile's message sweep",
+                fallback="no all-to-all's wait was counted (the row holds no timeline of them): "
+                         "transfers from the profile's message sweep only")
 
 
 def laws(row, prof) -> list[dict]:
