@@ -168,3 +168,19 @@ def test_two_sp_ranks_match_one_process_and_count_their_formulas(tmp_path):
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     frame = report.activation_frames([naive, sp])
     assert list(frame.variant) == ["naive"] * 3 + ["sp"] * 3
+
+
+def test_a_launch_whose_sweep_fits_no_line_predicts_no_communication_for_every_variant():
+    """A 2-rank row's fields where the launch's all-reduce sweep gave no α–β fit (NaN): every
+    variant's predicted step is NaN, none raises (sequence parallelism's collectives too)."""
+    import math
+
+    from labkit.tp.models import build_model
+    from labkit.tp.worker import _common
+
+    cfg = TPConfig(hidden=32, num_heads=4, num_layers=1, seq_len=8, batch_size=2)
+    full = build_model(hidden=32, num_heads=4, num_layers=1, seed=0)
+    none = {"alpha_s": math.nan, "beta_bytes_per_s": math.nan, "sweep": []}
+    for variant in ("naive", "sp"):
+        got = _common(cfg, full, 2, none, 1e9, variant)
+        assert math.isnan(got["predicted_step_s"]) and got["predicted_compute_s"] > 0, variant

@@ -24,6 +24,8 @@ to F / R.
 
 from __future__ import annotations
 
+import math
+
 from labkit.collectives.formulas import collective_time
 from labkit.config import one_of, positive_int, positive_number
 
@@ -143,16 +145,23 @@ def comm_time(collectives, *, ranks: int, alpha_s: float, beta_bytes_per_s: floa
 def predict_step(*, flops: float, compute_flop_per_s: float, collectives, ranks: int,
                  alpha_s: float, beta_bytes_per_s: float) -> dict:
     """``compute_s`` = F / R, ``comm_s`` = :func:`comm_time`, ``step_s`` their sum (nothing
-    overlapped: an upper bound where DDP hides its all-reduce behind backward).
+    overlapped: an upper bound where DDP hides its all-reduce behind backward). A β not finite (a
+    launch's sweep that no α–β line fitted) predicts no communication: NaN, and so the step.
 
     >>> p = predict_step(flops=1.2e9, compute_flop_per_s=40e9, collectives=[("all_reduce", 1e6)],
     ...                  ranks=2, alpha_s=0.0, beta_bytes_per_s=1e9)
     >>> round(p["compute_s"], 4), round(p["comm_s"], 4), round(p["step_s"], 4)
     (0.03, 0.001, 0.031)
+    >>> predict_step(flops=1.2e9, compute_flop_per_s=40e9, collectives=[("all_reduce", 1e6)],
+    ...              ranks=2, alpha_s=math.nan, beta_bytes_per_s=math.nan)["step_s"]
+    nan
     """
     compute = float(flops) / positive_number("compute rate", compute_flop_per_s)
-    comm = comm_time(collectives, ranks=ranks, alpha_s=alpha_s,
-                     beta_bytes_per_s=beta_bytes_per_s) if ranks > 1 else 0.0
+    if ranks > 1 and not math.isfinite(beta_bytes_per_s):
+        comm = math.nan
+    else:
+        comm = comm_time(collectives, ranks=ranks, alpha_s=alpha_s,
+                         beta_bytes_per_s=beta_bytes_per_s) if ranks > 1 else 0.0
     return {"compute_s": compute, "comm_s": comm, "step_s": compute + comm}
 
 

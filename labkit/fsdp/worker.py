@@ -189,12 +189,9 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
         law = formulas.state_bytes(params=psi, stage=stage, dp=n, **formulas.LAB_BYTES)
         coll = formulas.collectives_per_step(stage=stage, unit_bytes=units,
                                              reshard_after_forward=cfg.reshard_after_forward)
-        if n == 1 or math.isfinite(link["beta_bytes_per_s"]):
-            pred = formulas.predict_step(flops=flops, compute_flop_per_s=rate, collectives=coll,
-                                         ranks=n, alpha_s=link["alpha_s"],
-                                         beta_bytes_per_s=link["beta_bytes_per_s"])
-        else:  # the sweep gave no α–β fit: no prediction of the communication
-            pred = {"compute_s": flops / rate, "comm_s": math.nan, "step_s": math.nan}
+        pred = formulas.predict_step(flops=flops, compute_flop_per_s=rate, collectives=coll,
+                                     ranks=n, alpha_s=link["alpha_s"],
+                                     beta_bytes_per_s=link["beta_bytes_per_s"])
         traced = {}
         if variant in TRACED and n > 1 and not cfg.checkpoint:
             recorder = StepRecorder(model, opt, variant, dev)
