@@ -43,6 +43,8 @@ class Comm:
         self.world_size = int(world_size)
         self.enabled = self.world_size > 1
         self.device = device
+        # decided once: a stamp is taken inside every timed collective
+        self.cuda = device is not None and torch.device(device).type == "cuda"
         self.group = group
         self.reset()
 
@@ -55,11 +57,8 @@ class Comm:
         self._steps: list = []  # (start stamp, end stamp, first call, one past the last call)
         self._anchor = None
 
-    def _cuda(self) -> bool:
-        return self.device is not None and torch.device(self.device).type == "cuda"
-
     def _stamp(self):
-        if not self._cuda():
+        if not self.cuda:
             return time.perf_counter()
         event = timing.stamp("cuda")
         if self._anchor is None:
@@ -78,7 +77,7 @@ class Comm:
     def timeline(self) -> list[tuple[float, float]]:
         """(entry, exit) of every collective since :meth:`reset`, seconds on this rank's clock
         (CUDA: from the first event recorded; read once the device is idle)."""
-        if self._cuda():
+        if self.cuda:
             return [(self._since(self._anchor, a), self._since(self._anchor, b))
                     for *_, a, b in self._calls]
         return [(a, b) for *_, a, b in self._calls]
