@@ -121,6 +121,21 @@ def names(ranks: Iterable[int], threads: dict | None = None) -> list[dict]:
     return out
 
 
+def timed_rows(rows, field: str | None = None) -> list[dict]:
+    """A lab's rows as dicts (a DataFrame's records, or copies of the dicts given), only those
+    whose ``field`` holds a timeline (a non-empty list) where ``field`` is given: the rows a
+    trace is drawn from.
+
+    >>> [r["n"] for r in timed_rows([{"n": 1, "timeline_s": [{}]}, {"n": 2, "timeline_s": None},
+    ...                              {"n": 3, "timeline_s": []}], "timeline_s")]
+    [1]
+    """
+    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
+    if field is None:
+        return rows
+    return [r for r in rows if isinstance(r.get(field), list) and r[field]]
+
+
 def start_offsets(starts, hosts) -> list[float]:
     """Where each rank's start lies on one clock whose 0 is the first rank's start: add it to
     a rank's readings counted from its own start to put every rank on that clock. ``starts``:

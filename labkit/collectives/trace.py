@@ -92,10 +92,6 @@ def thread_name(row: dict, *, busy: bool = False) -> str:
     return text
 
 
-def _records(rows) -> list[dict]:
-    return rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
-
-
 def _timed(value) -> bool:
     return isinstance(value, list) and bool(value)
 
@@ -121,7 +117,7 @@ def trace_events(rows) -> list[dict]:
     []
     """
     threads, ranks, events = {}, set(), []
-    for row in _records(rows):
+    for row in trace.timed_rows(rows):
         for column, busy in (("timeline_s", False), ("busy_timeline_s", True)):
             calls = row.get(column)
             if not _timed(calls):
@@ -173,7 +169,7 @@ def widest_spread(rows, op: str) -> dict:
     >>> widest_spread(rows, "all_reduce")["size_bytes"]
     8
     """
-    mine = [r for r in _records(rows) if r.get("op") == op and _timed(r.get("timeline_s"))]
+    mine = [r for r in trace.timed_rows(rows, "timeline_s") if r.get("op") == op]
     if not mine:
         raise ValueError(f"no {op} row with a timeline")
     return max(mine, key=lambda r: (r["time_p90_s"] / r["time_p10_s"], -r["size_bytes"]))

@@ -68,8 +68,7 @@ def trace_events(rows) -> list[dict]:
     >>> trace.slices(events)[-1]["args"]["to_rank"], trace.overlaps(events)
     (1, [])
     """
-    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
-    rows = [r for r in rows if isinstance(r.get("timeline_s"), list) and r["timeline_s"]]
+    rows = trace.timed_rows(rows, "timeline_s")
     threads, ranks, events, tid = {}, set(), [], 0
     for row in rows:
         for thread, suffix in (("compute", ""), ("ring", ": ring")):

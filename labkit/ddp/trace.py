@@ -43,12 +43,9 @@ def trace_events(rows) -> list[dict]:
     >>> trace.overlaps(events)
     []
     """
-    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
     threads, events, tid = {}, [], 0
-    for row in rows:
-        steps = row.get("comm_intervals_s")
-        if not isinstance(steps, list) or not steps:
-            continue
+    for row in trace.timed_rows(rows, "comm_intervals_s"):
+        steps = row["comm_intervals_s"]
         for k, intervals in enumerate(steps):
             start = row["timeline_backward_start_s"][k]
             end = row["timeline_backward_end_s"][k]

@@ -139,13 +139,10 @@ def trace_events(rows) -> list[dict]:
     >>> sorted({e["args"]["name"] for e in events if e["name"] == "thread_name"})
     ['fsdp N=2, step 1', 'fsdp N=2, step 1: collectives']
     """
-    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
     threads, ranks, events, tid = {}, set(), [], 0
     comm_cats = set(OP_CAT.values())
-    for row in rows:
-        slices = row.get("timeline_s")
-        if not isinstance(slices, list) or not slices:
-            continue
+    for row in trace.timed_rows(rows, "timeline_s"):
+        slices = row["timeline_s"]
         tid += 1
         threads[tid] = _label(row)
         mine = sorted({int(s["rank"]) for s in slices})

@@ -71,8 +71,7 @@ def trace_events(rows) -> list[dict]:
     >>> trace.overlaps(events)
     []
     """
-    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
-    rows = [r for r in rows if isinstance(r.get("timeline_s"), list) and r["timeline_s"]]
+    rows = trace.timed_rows(rows, "timeline_s")
     threads, ranks, events = {}, set(), []
     for tid, row in enumerate(rows, start=1):
         threads[tid] = label(row)

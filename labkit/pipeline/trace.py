@@ -102,8 +102,7 @@ def trace_events(rows) -> list[dict]:
     >>> trace.overlaps(events)
     []
     """
-    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
-    rows = [r for r in rows if isinstance(r.get("blocks"), list) and r["blocks"]]
+    rows = trace.timed_rows(rows, "blocks")
     seen: dict = {}
     for r in rows:
         key = (r["schedule"], r["num_microbatches"], r.get("virtual_stages"))

@@ -30,12 +30,6 @@ OTHER = "other"
 RESOLUTION_S = 1e-9
 
 
-def _records(rows) -> list[dict]:
-    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
-    return [r for r in rows
-            if isinstance(r.get("timeline_iterations_s"), list) and r["timeline_iterations_s"]]
-
-
 def _label(row: dict, modes: str | None = None) -> str:
     return (f"{row['mode'] if modes is None else modes} {int(row['dof_global']):,} DOF "
             f"{row['partitioner']} {row['method']}")
@@ -101,7 +95,7 @@ def trace_events(rows) -> list[dict]:
     []
     """
     solves: dict = {}  # one solve's spans -> the rows that hold it (weak and throughput share)
-    for row in _records(rows):
+    for row in trace.timed_rows(rows, "timeline_iterations_s"):
         key = tuple((s["rank"], s["iteration"], s["start_s"], s["end_s"])
                     for s in row["timeline_iterations_s"])
         solves.setdefault(key, []).append(row)

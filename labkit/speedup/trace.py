@@ -17,11 +17,6 @@ from pathlib import Path
 from labkit import trace
 
 
-def _records(rows) -> list[dict]:
-    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
-    return [r for r in rows if isinstance(r.get("timeline_s"), list) and r["timeline_s"]]
-
-
 def thread_name(row: dict, run: int) -> str:
     """The thread of one timed run of ``row``.
 
@@ -75,7 +70,7 @@ def trace_events(rows) -> list[dict]:
     [(0, 'serial', 0.0, 2000.0), (0, 'parallel', 2000.0, 1000.0), (1, 'wait for the serial part', 0.0, 2000.0), (1, 'parallel', 2000.0, 1000.0)]
     """
     threads, ranks, events, tid = {}, set(), [], 0
-    for row in _records(rows):
+    for row in trace.timed_rows(rows, "timeline_s"):
         for run in sorted({int(s["run"]) for s in row["timeline_s"]}):
             tid += 1
             threads[tid] = thread_name(row, run)

@@ -40,12 +40,9 @@ def trace_events(rows) -> list[dict]:
     >>> trace.overlaps(events)
     []
     """
-    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else [dict(r) for r in rows]
     threads, ranks, events = {}, set(), []
-    for row in rows:
-        slices = row.get("timeline_s")
-        if not isinstance(slices, list) or not slices:
-            continue
+    for row in trace.timed_rows(rows, "timeline_s"):
+        slices = row["timeline_s"]
         tid = len(threads) + 1
         threads[tid] = _label(row)
         for s in sorted(slices, key=lambda s: (s["rank"], s["start_s"])):
