@@ -287,17 +287,27 @@ def of_rows(rows, *, fit_min_bytes: float = 0, **kw) -> Regimes:
                         **_times(rows), **kw)
 
 
-def _transfers_of(r) -> float | None:
-    """A row's transfer (``transfer_s``; a row stored before it: its p10), None without."""
-    t = r.get("transfer_s", r.get("time_p10_s"))
-    return None if t is None or t != t else float(t)
+def row_transfer(r, prefix: str = "") -> float | None:
+    """A row's transfer (``transfer_s``; a row stored before the transfers were: its p10),
+    None without either; ``prefix`` ``busy_`` for the all-reduce timed while the cores compute.
+
+    >>> row_transfer({"transfer_s": 2e-4, "time_p10_s": 1e-4}), row_transfer({"time_p10_s": 1e-4})
+    (0.0002, 0.0001)
+    >>> row_transfer({"transfer_s": float("nan"), "busy_time_p10_s": 3e-4}, "busy_")
+    0.0003
+    """
+    for key in (f"{prefix}transfer_s", f"{prefix}time_p10_s"):
+        t = r.get(key)
+        if t is not None and t == t:
+            return float(t)
+    return None
 
 
 def _times(rows) -> dict:
     """The keyword arguments of :func:`find_regimes` for rows: the transfers where every row
     has one, else the p50s."""
     p50 = [float(r["time_p50_s"]) for r in rows]
-    p10 = [_transfers_of(r) for r in rows]
+    p10 = [row_transfer(r) for r in rows]
     if all(t is not None for t in p10):
         return {"times": p10, "naive_times": p50, "statistic": "transfer"}
     return {"times": p50}
@@ -340,7 +350,7 @@ def add_fit(rows: list[dict], min_fit_bytes: float = 0) -> list[dict]:
         moves = reg is not None and n > 1
         for r in part:
             s, p50 = r["size_bytes"], r["time_p50_s"]
-            measured = _transfers_of(r) if reg is not None and reg.statistic == "transfer" else p50
+            measured = row_transfer(r) if reg is not None and reg.statistic == "transfer" else p50
             t = reg.time_s(s) if moves else nan
             naive = reg.naive_s(s) if moves else nan
             r.update({

@@ -21,7 +21,7 @@ import numpy as np
 
 from labkit.book import laws
 from labkit.collectives.formulas import moe_all_to_all_bytes
-from labkit.collectives.regimes import Regimes, time_at
+from labkit.collectives.regimes import Regimes, row_transfer, time_at
 from labkit.tables import size_text
 
 #: how much the p50 may vary across the latency regime's sizes and still be called flat
@@ -153,13 +153,11 @@ def in_context(rows, prof, *, ranks: int) -> dict:
         return math.nan if v is None or v != v else float(v)
 
     busy = known("busy_time_p50_s")
+    idle_t, busy_t = row_transfer(r), row_transfer(r, "busy_")
     s = float(r["size_bytes"])
     return {"size_bytes": s, "idle_s": float(r["time_p50_s"]), "busy_s": busy,
-            # a row stored before the transfers were: its p10
-            "idle_transfer_s": known("transfer_s") if r.get("transfer_s") is not None
-            else known("time_p10_s"),
-            "busy_transfer_s": known("busy_transfer_s") if r.get("busy_transfer_s") is not None
-            else known("busy_time_p10_s"),
+            "idle_transfer_s": math.nan if idle_t is None else idle_t,
+            "busy_transfer_s": math.nan if busy_t is None else busy_t,
             "matmuls": r.get("busy_matmuls"),
             "predicted_idle_s": prof.transfer_s(s, ranks=ranks),
             "predicted_busy_s": prof.transfer_s(s, ranks=ranks, busy=True),

@@ -53,6 +53,7 @@ def waits_of(rows) -> dict:
     >>> w["calls"], w["waited"], [round(x * 1e3, 1) for x in w["excess_s"]]
     (6, 2, [4.0, 4.0])
     """
+    from labkit.collectives.regimes import row_transfer
     from labkit.machine.formulas import waits
 
     if hasattr(rows, "to_dict"):
@@ -60,10 +61,10 @@ def waits_of(rows) -> dict:
     calls, excess = 0, []
     for r in rows:
         times = call_times([r])
-        transfer = r.get("transfer_s", r.get("time_p10_s"))  # a row stored before: its p10
-        if not times or transfer is None or transfer != transfer:
+        transfer = row_transfer(r)
+        if not times or transfer is None:
             continue
-        w = waits(times, transfer_s=float(transfer))
+        w = waits(times, transfer_s=transfer)
         calls += len(times)
         excess += w["wait_excess_s"]
     return {"calls": calls, "waited": len(excess), "share": len(excess) / calls if calls else 0.0,
