@@ -47,6 +47,20 @@ from labkit.ddp.formulas import (
 )
 
 
+def bucket_transfers(bucket_bytes, transfer_s, *, spare_core: bool) -> list[float]:
+    """Each bucket's all-reduce transfer, ``transfer_s(size, busy)``: busy (the cores compute
+    beside it) for every bucket but the last where a core is spare for it, idle where none is
+    (then the all-reduces wait for backward to end) and for the last (backward has ended).
+
+    >>> bucket_transfers([1, 2, 3], lambda b, busy: b * (10 if busy else 1), spare_core=True)
+    [10.0, 20.0, 3.0]
+    >>> bucket_transfers([1, 2, 3], lambda b, busy: b * (10 if busy else 1), spare_core=False)
+    [1.0, 2.0, 3.0]
+    """
+    sizes = [float(b) for b in bucket_bytes]
+    return [float(transfer_s(b, spare_core and i < len(sizes) - 1)) for i, b in enumerate(sizes)]
+
+
 def step_in_context(*, compute_alone_s: float, slowdown: float, copy_s: float, bucket_bytes,
                     transfer_s: Callable[[float, bool], float], spare_core: bool,
                     waited=(), wait_s: float = 0.0) -> dict:
@@ -83,8 +97,7 @@ def step_in_context(*, compute_alone_s: float, slowdown: float, copy_s: float, b
     flags = list(waited) or [False] * len(sizes)
     if len(flags) != len(sizes):
         raise ValueError("one waited flag per bucket")
-    last = len(sizes) - 1
-    moved = [transfer_s(b, spare_core and i < last) for i, b in enumerate(sizes)]
+    moved = bucket_transfers(sizes, transfer_s, spare_core=spare_core)
     waits_each = [float(wait_s) if f else 0.0 for f in flags]
     during_transfer, during_waits = sum(moved[:-1]), sum(waits_each[:-1])
     after = moved[-1] + waits_each[-1]
@@ -183,8 +196,8 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
             return float(profile.transfer_s(size, ranks=n, busy=busy))
 
         wait = float(profile.scheduler_wait_s)
-        got = waits.count(r, [transfer(b, spare and i < len(sizes) - 1)
-                              for i, b in enumerate(sizes)], spare_core=spare)
+        got = waits.count(r, bucket_transfers(sizes, transfer, spare_core=spare),
+                          spare_core=spare)
         terms = step_in_context(
             compute_alone_s=t0, slowdown=slowdown, copy_s=copy_s, bucket_bytes=sizes,
             spare_core=spare, transfer_s=transfer, waited=got["waited"] if got else (),
