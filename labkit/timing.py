@@ -146,3 +146,16 @@ class Stopwatch:
 
     def reset(self) -> None:
         self.totals.clear()
+
+
+def gather_stamps(device, payload) -> tuple[list, bool]:
+    """Every rank's ``payload`` (what it stamped), on every rank, and whether their stamps
+    share one clock: every rank on one host stamping with the host's clock (a CPU's
+    ``time.perf_counter``; a GPU's events count on that GPU alone). Collective."""
+    import socket
+
+    mine = (socket.gethostname(), torch.device(device).type, payload)
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    shared = len({(host, dev) for host, dev, _ in every}) == 1 and every[0][1] == "cpu"
+    return [got for *_, got in every], shared

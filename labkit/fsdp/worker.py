@@ -260,20 +260,13 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
 def _timeline(rt, recorder: StepRecorder, slowest: list) -> dict:
     """The timed step of median length, every rank's layers and collectives on one clock
     (:func:`labkit.fsdp.trace.step_slices`): the row's ``timeline_s``. Collective."""
-    import socket
-
-    import torch.distributed as dist
-
     from labkit.fsdp.trace import step_slices
     from labkit.machine.formulas import median_index
 
     k = median_index(slowest)
     # the recorder also saw the warm-up steps: the timed ones are the last
-    mine = (socket.gethostname(), rt.device.type, recorder.record(k - len(slowest)))
-    every = [None] * rt.world_size
-    dist.all_gather_object(every, mine)
-    shared = len({(host, dev) for host, dev, _ in every}) == 1 and every[0][1] == "cpu"
-    return {"timeline_s": step_slices([rec for *_, rec in every], shared_clock=shared),
+    every, shared = timing.gather_stamps(rt.device, recorder.record(k - len(slowest)))
+    return {"timeline_s": step_slices(every, shared_clock=shared),
             "timeline_step": k + 1, "timeline_step_time_s": slowest[k]}
 
 

@@ -132,18 +132,10 @@ def _inside_and_timeline(rt, comm: Comm, slowest: list) -> tuple[dict, dict]:
     into the wait for the later rank and the messages (:func:`labkit.tp.timeline.split_waits`),
     and the timed step of median length on one clock (:func:`labkit.tp.timeline.step_slices`),
     both from every rank's stamps. Collective."""
-    import socket
-
-    import torch.distributed as dist
-
     k = median_index(slowest)
-    mine = (socket.gethostname(), rt.device.type, comm.timeline(), comm.step_record(k))
-    every = [None] * rt.world_size
-    dist.all_gather_object(every, mine)
-    shared = len({(host, dev) for host, dev, *_ in every}) == 1 and every[0][1] == "cpu"
-    worst = timeline.slowest(timeline.split_waits([tl for _, _, tl, _ in every],
-                                                  shared_clock=shared))
-    slices = timeline.step_slices([rec for *_, rec in every], shared_clock=shared)
+    every, shared = timing.gather_stamps(rt.device, (comm.timeline(), comm.step_record(k)))
+    worst = timeline.slowest(timeline.split_waits([tl for tl, _ in every], shared_clock=shared))
+    slices = timeline.step_slices([rec for _, rec in every], shared_clock=shared)
     return ({k2: v / len(slowest) for k2, v in worst.items()},
             {"timeline_s": slices, "timeline_step": k + 1, "timeline_step_time_s": slowest[k]})
 
