@@ -15,6 +15,7 @@ scheduler to give one of gloo's threads a core (about a scheduler tick on this m
 from __future__ import annotations
 
 from labkit.machine.formulas import counted_waits
+from labkit.tp.waits import message_s
 
 #: the phase of the step each all-to-all runs in (the layer's spans: the split sizes and the
 #: dispatch forward in the dispatch's, its gradients in the dispatch's backward; the combine's
@@ -45,9 +46,7 @@ def call_times(timeline) -> list[dict]:
         tags = {s["tag"] for s in spans}
         if len(tags) != 1:
             raise ValueError(f"all-to-all {call} has different tags on different ranks: {tags}")
-        entered = max(float(s["start_s"]) for s in spans)
-        left = max(float(s["end_s"]) for s in spans)
-        out.append({"call": call, "tag": tags.pop(), "message_s": max(0.0, left - entered)})
+        out.append({"call": call, "tag": tags.pop(), "message_s": message_s(spans)})
     return out
 
 

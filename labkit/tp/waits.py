@@ -37,6 +37,18 @@ def timeline(row) -> list | None:
     return tl
 
 
+def message_s(spans) -> float:
+    """One collective's message, from every rank's span of it (dicts of ``start_s, end_s`` on
+    one clock): from the later rank's entry to the last rank's exit; before that, the rank
+    that entered first was waiting for the other.
+
+    >>> round(message_s([{"start_s": 0.001, "end_s": 0.0045}, {"start_s": 0.003, "end_s": 0.004}]), 6)
+    0.0015
+    """
+    return max(0.0, max(float(s["end_s"]) for s in spans)
+               - max(float(s["start_s"]) for s in spans))
+
+
 def call_messages(slices) -> list[dict]:
     """Each collective of one step, in call order: ``name``, ``cat`` (its operation) and
     ``message_s``, from the later rank's entry to the last rank's exit. ``slices``: dicts of
@@ -66,10 +78,8 @@ def call_messages(slices) -> list[dict]:
         if len(cats) != 1:
             raise ValueError(f"collective {calls[0]['name']!r} is of different operations on "
                              f"different ranks: {sorted(cats)}")
-        entered = max(float(c["start_s"]) for c in calls)
-        left = max(float(c["end_s"]) for c in calls)
         out.append({"name": calls[0]["name"], "cat": calls[0]["cat"],
-                    "message_s": max(0.0, left - entered)})
+                    "message_s": message_s(calls)})
     return out
 
 
