@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from labkit.cp.config import CPConfig
 from labkit.cp.formulas import (
-    block_kinds,
     blocks_per_rank,
     chunk_count,
+    kinds_computed,
     kv_block_bytes,
     predict_step,
     ring_sends_per_rank,
@@ -84,9 +84,20 @@ def pass_seconds(config: CPConfig, world_size: int, variant: str, *, flop_per_s:
     >>> round(pass_seconds(CPConfig(), 2, "causal_balanced", flop_per_s=48e9) * 1e3, 2)
     2.48
     """
-    c = config.seq_len // chunk_count(world_size, variant)
     blocks = max(blocks_per_rank(r, world_size, variant) for r in range(world_size))
-    return (world_size * RING_STEP_S + blocks * config.batch_size * config.num_heads * c * c
+    return (world_size * RING_STEP_S
+            + blocks * block_seconds(config, world_size, variant, flop_per_s=flop_per_s))
+
+
+def block_seconds(config: CPConfig, world_size: int, variant: str, *, flop_per_s: float) -> float:
+    """One score block's forward + backward, alone: a chunk of c = S / (the variant's chunks)
+    queries against c keys, for every sequence and head (:func:`score_seconds` a score).
+
+    >>> round(block_seconds(CPConfig(), 2, "causal_balanced", flop_per_s=48e9) * 1e6, 1)
+    356.4
+    """
+    c = config.seq_len // chunk_count(world_size, variant)
+    return (config.batch_size * config.num_heads * c * c
             * score_seconds(config, c, flop_per_s=flop_per_s))
 
 
@@ -131,8 +142,6 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
         total += slow * (reference + FLOAT64_FACTOR * t) + sends * x  # the check
         total += (1 + s) * ring + s * slow * t + p * s * (4 / 3) * t + s * (1 + sends) * x
         total += pass_seconds(config, 1, variant, flop_per_s=flop_per_s) / 3
-        c = config.seq_len // chunk_count(p, variant)
-        kinds = {k for r in range(p) for k, n in block_kinds(r, p, variant).items() if n}
-        total += p * s * len(kinds) * config.batch_size * config.num_heads * c * c \
-            * score_seconds(config, c, flop_per_s=flop_per_s)
+        total += p * s * len(kinds_computed(p, variant)) * block_seconds(
+            config, p, variant, flop_per_s=flop_per_s)
     return total

@@ -121,6 +121,16 @@ def block_kinds(rank: int, world_size: int, variant: str) -> dict:
     return out
 
 
+def kinds_computed(world_size: int, variant: str) -> set:
+    """The kinds of score block (:func:`block_kinds`) some rank of the ring computes.
+
+    >>> sorted(kinds_computed(2, "causal")), sorted(kinds_computed(4, "full"))
+    (['causal', 'full'], ['full'])
+    """
+    return {kind for r in range(world_size)
+            for kind, n in block_kinds(r, world_size, variant).items() if n}
+
+
 def rank_compute(*, alone_per_rank_s, kinds_per_rank, block_s: dict) -> dict:
     """Each rank's compute alone as **fixed work + its blocks**: ``block_s`` the time of one
     block of each kind (forward + backward, timed alone), ``kinds_per_rank`` each rank's

@@ -128,8 +128,7 @@ def _block_times(rt, cfg: CPConfig, variant: str) -> dict:
     shape = (cfg.batch_size, cfg.num_heads, c, cfg.head_dim)
     q, k, v, go = [torch.randn(shape, generator=g).to(rt.device) for _ in range(4)]
     leaves = [t.requires_grad_() for t in (q, k, v)]
-    kinds = {kind for r in range(rt.world_size)
-             for kind, n in formulas.block_kinds(r, rt.world_size, variant).items() if n}
+    kinds = formulas.kinds_computed(rt.world_size, variant)
     out = {}
     for kind in sorted(kinds):
         def one(causal=kind == "causal"):
