@@ -123,21 +123,21 @@ def check(law: str, *, predicted: float, measured: float, kind: str = "model", u
             "split": {k: float(v) for k, v in split.items()} if split else None}
 
 
-def _given(value) -> bool:
+def given(value) -> bool:
     """A field that holds a number (a row read back into a DataFrame has NaN for None)."""
     return value is not None and value == value
 
 
 def _tolerance(row: dict) -> str:
-    if _given(row.get("tolerance_abs")):
+    if given(row.get("tolerance_abs")):
         return f"±{row['tolerance_abs']:g}"
     return f"{row.get('tolerance_pct', MAX_TOLERANCE_PCT):g}%"
 
 
 def _error(row: dict) -> str:
-    if _given(row.get("tolerance_abs")):
-        return f"{row['error_abs']:+.3g}" if _given(row.get("error_abs")) else "n/a"
-    return f"{row['error_pct']:+.1f}%" if _given(row.get("error_pct")) else "n/a"
+    if given(row.get("tolerance_abs")):
+        return f"{row['error_abs']:+.3g}" if given(row.get("error_abs")) else "n/a"
+    return f"{row['error_pct']:+.1f}%" if given(row.get("error_pct")) else "n/a"
 
 
 def split_sentence(row: dict) -> str:
@@ -181,7 +181,7 @@ def verdict(row: dict) -> str:
     kind = row.get("kind", "model")
     label = "" if kind == "model" else f" ({_KIND_WORDS[kind]})"
     err = _error(row)
-    if not _given(row.get("tolerance_abs")) and _given(row.get("error_pct")) \
+    if not given(row.get("tolerance_abs")) and given(row.get("error_pct")) \
             and abs(row["error_pct"]) >= 100:
         err = f"{row['error_pct']:+.0f}%"
     head = (f"{row['law']}{label}: predicted {row['predicted']:.3g}{unit}, measured "

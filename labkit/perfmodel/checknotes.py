@@ -12,9 +12,7 @@ messages that waited in the row's own median step.
 
 from __future__ import annotations
 
-
-def _given(x) -> bool:
-    return x is not None and x == x
+from labkit.book.laws import given
 
 
 def collective_note(r: dict) -> str:
@@ -26,7 +24,7 @@ def collective_note(r: dict) -> str:
     ...     "in_context_s": 3.54e-3}))
     transfers compared: the profile's 0.0021 s against the calls' transfer 0.002 s; the calls' p50 0.0049 s, mean 0.0042 s, p90 0.006 s: 4 of 10 calls waited for the scheduler (share 0.40), so transfer + 0.40 x the profile's 3.6 ms wait = 0.00354 s
     """
-    if not _given(r.get("scheduler_wait_s")):  # fitted: no profile
+    if not given(r.get("scheduler_wait_s")):  # fitted: no profile
         return (f"the alpha-beta line fitted to the rows' medians, {r['model']:.3g} s, against "
                 f"the calls' p50 {r['measured']:.3g} s")
     head = (f"transfers compared: the profile's {r['model']:.3g} s against the calls' "
@@ -36,9 +34,9 @@ def collective_note(r: dict) -> str:
     calls = [f"{k} {r[c]:.3g} s" for k, c in (("p50", "measured_p50_s"),
                                               ("mean", "measured_mean_s"),
                                               ("p90", "measured_p90_s"))
-             if r.get("statistic") in ("transfer", "p10") and _given(r.get(c))]
+             if r.get("statistic") in ("transfer", "p10") and given(r.get(c))]
     text = head + ("; the calls' " + ", ".join(calls) if calls else "")
-    if not _given(r.get("wait_share")):
+    if not given(r.get("wait_share")):
         return text + " (no per-call times in the row: their waits not counted)"
     return text + (f": {int(r['calls_waited'])} of {int(r['calls'])} calls waited for the "
                    f"scheduler (share {r['wait_share']:.2f}), so transfer + "
@@ -55,7 +53,7 @@ def step_note(r: dict) -> str:
     """
     head = (f"transfers {int(r['messages'])} x {r['transfer_s'] * 1e3:.2f} ms (the profile's, "
             "cores busy)")
-    if _given(r.get("waits_counted")) and bool(r["waits_counted"]):
+    if given(r.get("waits_counted")) and bool(r["waits_counted"]):
         return head + (f"; {int(r['messages_waited'])} of {int(r['messages'])} messages waited "
                        "for the scheduler in the median step (counted from its timeline), "
                        f"priced at the profile's {r['scheduler_wait_s'] * 1e3:.1f} ms each")
@@ -83,7 +81,7 @@ def waits_sentence(check) -> str:
     parts = []
     steps = check[check.quantity == "step_time_s"] if "quantity" in check else check.iloc[:0]
     counted = [r for r in steps.to_dict("records")
-               if _given(r.get("waits_counted")) and bool(r["waits_counted"])]
+               if given(r.get("waits_counted")) and bool(r["waits_counted"])]
     if counted:
         each = ", ".join(f"{int(r['messages_waited'])} of {int(r['messages'])} at M = "
                          f"{int(r['num_microbatches'])}" for r in counted)
@@ -99,7 +97,7 @@ def waits_sentence(check) -> str:
                          f"({each}, counted from the timelines): the step model prices their "
                          "transfers only.")
     coll = check[check.quantity == "time_s"] if "quantity" in check else check.iloc[:0]
-    if len(coll) and _given(coll.sort_values("size_bytes").iloc[-1].get("wait_share")):
+    if len(coll) and given(coll.sort_values("size_bytes").iloc[-1].get("wait_share")):
         r = coll.sort_values("size_bytes").iloc[-1]
         k = int(r["calls_waited"])
         who = f"{k} of its {int(r['calls'])} timed calls" if k else \
