@@ -45,7 +45,7 @@ def config(worker: str, world_size: int) -> dict:
         "transport": {"transports": ["torch"], "rounds": 5, "values": 16, "jitter_us": 0.0,
                       "repeat": 5},
         "selftest": {},
-        "machine": {"matmul_sizes": [8, 16], "step_width": 16, "step_batch": 4,
+        "machine": {"matmul_sizes": [8, 16], "step_width": 16, "step_batches": [4],
                     "copy_bytes": 4096, "min_bytes": 8, "max_bytes": 512, "iters": 2,
                     "warmup": 1, "sample_s": 0.001, "busy_n": 16},
     }[worker]

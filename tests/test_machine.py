@@ -270,3 +270,24 @@ def test_the_profile_times_reduce_scatters_and_all_gathers_where_sharding_moves_
     assert not old.measured("reduce_scatter")
     assert op_factor(old, "reduce_scatter", 1 << 20, ranks=2, busy=False) == 0.5
     assert SHARDED_FROM_BYTES in MachineConfig().sizes()  # timed at a size of the sweep
+
+
+def test_step_rate_by_batch_and_the_median_co_run_over_batches():
+    base = [r for r in synthetic_rows(co_run=1.25) if r["measurement"] != "step"]
+    steps = []
+    # 16 rows at 20 GFLOP/s, 64 at 40 (a small batch's products run slower); the co-run
+    # slowdowns 1.1, 1.3 and an outlier 2.0: the median is the middle one
+    for b, rate, co in ((16, 20e9, 1.1), (64, 40e9, 1.3), (128, 40e9, 2.0)):
+        t = 12 * b * 512 ** 2 / rate
+        steps += [{**base[0], "measurement": "step", "context": c, "n": 512, "batch": b,
+                   "time_p50_s": t * f, "flop_per_s": rate / f}
+                  for c, f in (("alone", 1.0), ("together", co))]
+    p = Profile.from_rows(base + steps)
+    assert p.co_run_slowdown == pytest.approx(1.3)
+    assert p.step_flop_per_s(batch=32) == pytest.approx(20e9 * 2 ** 0.5)  # log-log halfway
+    assert p.step_flop_per_s(batch=4) == pytest.approx(20e9)  # not extrapolated
+    assert p.step_flop_per_s() == pytest.approx(40e9)  # the largest batch's
+    assert p.step_flop_per_s(together=True, batch=16) == pytest.approx(20e9 / 1.1)
+    # a profile of one step row without its batch (written before batches were timed)
+    old = Profile.from_rows(synthetic_rows(co_run=1.25))
+    assert old.step_flop_per_s(batch=16) == old.step_flop_per_s() == pytest.approx(1e11)

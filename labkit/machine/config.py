@@ -18,7 +18,9 @@ class MachineConfig:
 
     matmul_sizes: tuple = option((64, 256, 512), "n of the n x n matrix products timed")
     step_width: int = option(512, "width of the two-layer MLP whose training step is timed")
-    step_batch: int = option(64, "batch of that training step")
+    step_batches: tuple = option((16, 64, 128),
+                                 "batches of that training step (small batches run at a lower "
+                                 "rate: a pipeline's microbatches are small)")
     copy_bytes: tuple = option((1 << 20, 4 << 20, 16 << 20, 32 << 20),
                                "bytes of each memory copy timed, per rank (sizes from within the "
                                "shared cache to beyond it: its co-run slowdown changes between "
@@ -35,7 +37,8 @@ class MachineConfig:
         object.__setattr__(self, "matmul_sizes",
                            tuple(distinct_positive_ints("matmul_sizes", self.matmul_sizes)))
         positive_int("step_width", self.step_width)
-        positive_int("step_batch", self.step_batch)
+        object.__setattr__(self, "step_batches",
+                           tuple(sorted(distinct_positive_ints("step_batches", self.step_batches))))
         object.__setattr__(self, "copy_bytes",
                            tuple(sorted(distinct_positive_ints("copy_bytes", self.copy_bytes,
                                                                minimum=4))))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,20 +83,33 @@ class Profile:
         # a rate is not extrapolated: outside the sizes measured, the nearest one's
         return formulas.loglog_interp(min(max(n, xs[0]), xs[-1]), xs, ys)
 
+    def _steps(self, context: str) -> dict:
+        """{batch: (p50 seconds, flop/s)} of the training-step rows (a profile written before
+        several batches were timed holds one, batch 0)."""
+        return {int(r.get("batch") or 0): (r["time_p50_s"], r["flop_per_s"]) for r in self.rows
+                if r.get("measurement") == "step" and r.get("context") == context}
+
     @property
     def co_run_slowdown(self) -> float:
         """t_together / t_alone of the miniature training step (an MLP's forward and backward:
         products, elementwise ops, autograd's memory traffic), the slowdown the step models
-        carry."""
-        _, (alone,) = _pairs(self.rows, "step", "alone", "n", "time_p50_s")
-        _, (together,) = _pairs(self.rows, "step", "together", "n", "time_p50_s")
-        return formulas.slowdown(t_together_s=together, t_alone_s=alone)
+        carry: the median over the batches timed, each timed alone and together in turn (one
+        batch's ratio swings by a tenth from second to second on a shared host)."""
+        alone, together = self._steps("alone"), self._steps("together")
+        return statistics.median(formulas.slowdown(t_together_s=together[b][0],
+                                                   t_alone_s=alone[b][0])
+                                 for b in sorted(alone) if b in together)
 
-    def step_flop_per_s(self, *, together: bool = False) -> float:
-        """The miniature training step's rate, alone or with every rank at it at once."""
-        _, (rate,) = _pairs(self.rows, "step", "together" if together else "alone", "n",
-                            "flop_per_s")
-        return rate
+    def step_flop_per_s(self, *, together: bool = False, batch: float | None = None) -> float:
+        """The miniature training step's rate, alone or with every rank at it at once, at a
+        batch of ``batch`` rows (read log-log between the batches timed; outside them, the
+        nearest one's); None: the largest batch's."""
+        got = self._steps("together" if together else "alone")
+        xs = sorted(got)
+        if batch is None or len(xs) == 1 or xs[0] <= 0:
+            return got[xs[-1]][1]
+        return formulas.loglog_interp(min(max(batch, xs[0]), xs[-1]), xs,
+                                      [got[x][1] for x in xs])
 
     def compute_slowdown(self, ranks: int, *, n: float | None = None) -> float:
         """One rank's compute with ``ranks`` ranks at it at once, over alone (1.0 for one rank):

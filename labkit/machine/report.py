@@ -9,14 +9,15 @@ from __future__ import annotations
 from labkit.results import Column
 from labkit.tables import size_text
 
-KEY = ("measurement", "context", "n", "size_bytes")
+KEY = ("measurement", "context", "n", "batch", "size_bytes")
 COLUMNS = (
     Column("measurement", "", "matmul, step (an MLP's forward and backward), copy, allreduce, "
                               "message (point-to-point, one way), reduce_scatter or "
                               "all_gather (of size_bytes in nccl-tests' sense, from 256 KiB)"),
     Column("context", "", "alone (rank 0 only), together (every rank at once), idle or busy "
                           "(every rank's core also computing while the messages move)"),
-    Column("n", "", "n of the n x n matrix product"),
+    Column("n", "", "n of the n x n matrix product; step: the MLP's width"),
+    Column("batch", "", "step: the rows of its batch"),
     Column("size_bytes", "bytes", "bytes copied, all-reduced or sent"),
     Column("time_p50_s", "s", "median time of one operation (slowest rank, or rank 0 alone)"),
     Column("transfer_s", "s", "messages: the transfer, the median of the calls that waited for "

@@ -7,7 +7,9 @@ Run by hand (the launcher builds the same command)::
 
 Rows (rank 0 returns them): one per measurement x context x size, with the p50 time of the
 slowest rank (``together``, ``idle``, ``busy``) or of rank 0 (``alone``) and the rate it implies.
-Copies are timed at several sizes (``copy_bytes``), interleaved round by round.
+Copies are timed at several sizes (``copy_bytes``), interleaved round by round; the products
+and the training step (at several batches, ``step_batches``) likewise, half their rounds before
+the messages and half after.
 "alone": rank 0 works while the others wait at a barrier; "together": every rank does the same
 work at once (the co-run slowdown is their ratio); "busy": a thread in every rank keeps that
 rank's core computing matrix products while the collective runs (what backward does to an
@@ -51,34 +53,54 @@ def _alone_and_together(rt, fn, cfg) -> tuple[float, float]:
 
 
 def _alone_and_together_each(rt, fns, cfg) -> list[tuple[float, float]]:
-    """:func:`_alone_and_together` of several calls, interleaved: each round times one sample
-    of every call (alone, then together), so each call's medians span the whole measurement,
-    not one burst of it, and calls of different sizes compare on the same machine state."""
-    counts = [_reps(fn, cfg.sample_s, rt.device) for fn in fns]
+    """:func:`_alone_and_together` of several calls, interleaved (:class:`Interleaved`)."""
+    timed = Interleaved(rt, fns, cfg)
+    timed.rounds(cfg.iters)
+    return timed.medians()
 
-    def many_of(fn, reps):
+
+class Interleaved:
+    """Several calls timed alone and together, interleaved: each round times one sample of
+    every call (alone, then together), so each call's medians span the whole measurement, not
+    one burst of it, and calls of different sizes compare on the same machine state. Rounds
+    may come in parts (:meth:`rounds`), the medians (:meth:`medians`) taken over all of them:
+    the profile times its compute before and after the messages, so that its co-run slowdowns
+    span the whole profile, not the few seconds of one burst of a neighbour's."""
+
+    def __init__(self, rt, fns, cfg):
+        self.rt = rt
+        self.counts = [_reps(fn, cfg.sample_s, rt.device) for fn in fns]
+        self.manys = [self._many(fn, reps) for fn, reps in zip(fns, self.counts)]
+        for many in self.manys:
+            many()  # warm-up
+        self.alone, self.together = [[] for _ in fns], [[] for _ in fns]
+
+    @staticmethod
+    def _many(fn, reps):
         def many():
             for _ in range(reps):
                 fn()
         return many
 
-    manys = [many_of(fn, reps) for fn, reps in zip(fns, counts)]
-    for many in manys:
-        many()  # warm-up
-    alone, together = [[] for _ in fns], [[] for _ in fns]
-    for _ in range(cfg.iters):
-        for i, many in enumerate(manys):
-            dist.barrier()
-            if rt.rank == 0:  # the others wait in the next barrier
-                alone[i] += timing.repeat_timed(many, warmup=0, repeat=1, device=rt.device,
-                                                barrier=False)
-            together[i] += timing.repeat_timed(many, warmup=0, repeat=1, device=rt.device)
-    out = []
-    for a, t, reps in zip(alone, together, counts):
-        steps, _ = timing.slowest_step_times(t)
-        a = a or [1.0]  # rank 0's numbers are the ones kept
-        out.append((_p50(a) / reps, _p50(steps) / reps))
-    return out
+    def rounds(self, k: int) -> None:
+        rt = self.rt
+        for _ in range(k):
+            for i, many in enumerate(self.manys):
+                dist.barrier()
+                if rt.rank == 0:  # the others wait in the next barrier
+                    self.alone[i] += timing.repeat_timed(many, warmup=0, repeat=1,
+                                                         device=rt.device, barrier=False)
+                self.together[i] += timing.repeat_timed(many, warmup=0, repeat=1,
+                                                        device=rt.device)
+
+    def medians(self) -> list[tuple[float, float]]:
+        """(alone, together) p50 seconds of one call each. Collective: call on every rank."""
+        out = []
+        for a, t, reps in zip(self.alone, self.together, self.counts):
+            steps, _ = timing.slowest_step_times(t)
+            a = a or [1.0]  # rank 0's numbers are the ones kept
+            out.append((_p50(a) / reps, _p50(steps) / reps))
+        return out
 
 
 class Busy:
@@ -171,27 +193,22 @@ def _pingpong(rt, buf) -> None:
 def on_rank(rt: runtime.Runtime, cfg: MachineConfig) -> dict:
     torch.manual_seed(1234 + rt.rank)
     rows = []
-    for n in cfg.matmul_sizes:
-        a = torch.randn(n, n, device=rt.device)
-        alone, together = _alone_and_together(rt, lambda a=a: a @ a, cfg)
-        for context, t in (("alone", alone), ("together", together)):
-            rows.append({"measurement": "matmul", "context": context, "n": n, "time_p50_s": t,
-                         "flop_per_s": 2 * n ** 3 / t})
-    # a training step in miniature (matrix products, elementwise ops and autograd's memory
-    # traffic): the co-run slowdown of the labs that train
+    # the products and a training step in miniature (matrix products, elementwise ops and
+    # autograd's memory traffic: the co-run slowdown of the labs that train) at several
+    # batches, interleaved round by round: their co-run slowdowns are read off one machine state
+    mats = [torch.randn(n, n, device=rt.device) for n in cfg.matmul_sizes]
     w1 = torch.randn(cfg.step_width, cfg.step_width, device=rt.device, requires_grad=True)
     w2 = torch.randn(cfg.step_width, cfg.step_width, device=rt.device, requires_grad=True)
-    x = torch.randn(cfg.step_batch, cfg.step_width, device=rt.device)
 
-    def step():
-        w1.grad = w2.grad = None
-        (torch.tanh(torch.tanh(x @ w1) @ w2) ** 2).mean().backward()
+    def step_of(x):
+        def step():
+            w1.grad = w2.grad = None
+            (torch.tanh(torch.tanh(x @ w1) @ w2) ** 2).mean().backward()
+        return step
 
-    alone, together = _alone_and_together(rt, step, cfg)
-    flop = 6 * 2 * cfg.step_batch * cfg.step_width ** 2  # forward 2 products, backward 4
-    for context, t in (("alone", alone), ("together", together)):
-        rows.append({"measurement": "step", "context": context, "n": cfg.step_width,
-                     "time_p50_s": t, "flop_per_s": flop / t})
+    steps = [step_of(torch.randn(b, cfg.step_width, device=rt.device)) for b in cfg.step_batches]
+    compute = Interleaved(rt, [lambda a=a: a @ a for a in mats] + steps, cfg)
+    compute.rounds(cfg.iters - cfg.iters // 2)  # half now, the rest after the messages
     # copies of several sizes, interleaved: the co-run slowdown of memory traffic depends on
     # where it lives (every rank's copy within the shared cache, or out in the memory)
     srcs = [torch.ones(size // 4, dtype=torch.float32, device=rt.device)
@@ -207,9 +224,20 @@ def on_rank(rt: runtime.Runtime, cfg: MachineConfig) -> dict:
     rows += _collective_rows(rt, cfg, "idle")
     with Busy(cfg.busy_n, rt.device):
         rows += _collective_rows(rt, cfg, "busy")
+    compute.rounds(cfg.iters // 2)
+    timed = compute.medians()
+    for n, (alone, together) in zip(cfg.matmul_sizes, timed):
+        for context, t in (("alone", alone), ("together", together)):
+            rows.append({"measurement": "matmul", "context": context, "n": n, "time_p50_s": t,
+                         "flop_per_s": 2 * n ** 3 / t})
+    for b, (alone, together) in zip(cfg.step_batches, timed[len(mats):]):
+        flop = 6 * 2 * b * cfg.step_width ** 2  # forward 2 products, backward 4
+        for context, t in (("alone", alone), ("together", together)):
+            rows.append({"measurement": "step", "context": context, "n": cfg.step_width,
+                         "batch": b, "time_p50_s": t, "flop_per_s": flop / t})
     if rt.rank != 0:
         return {}
-    return {"rows": [{"n": None, "size_bytes": None, **r} for r in rows]}
+    return {"rows": [{"n": None, "batch": None, "size_bytes": None, **r} for r in rows]}
 
 
 if __name__ == "__main__":

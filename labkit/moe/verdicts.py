@@ -61,7 +61,7 @@ class FakeProfile:
     def matmul_flop_per_s(self, n, *, together=False):
         return self.rate / (self.slowdown if together else 1.0)
 
-    def step_flop_per_s(self, *, together=False):
+    def step_flop_per_s(self, *, together=False, batch=None):
         return self.matmul_flop_per_s(0, together=together)
 
     def compute_slowdown(self, ranks, *, n=None):
@@ -103,9 +103,11 @@ def context(row, prof) -> dict:
     kept = [list(map(int, r)) for r in row["kept_by_rank"]]
     between = formulas.rows_between(kept, world_size=p)
     rows = max(sum(between[s][d] for s in range(p)) for d in range(p))
-    n = formulas.matmul_size(rows=max(1, rows // (e // p)), hidden=h, ffn=f)
+    per_expert = max(1, rows // (e // p))
+    n = formulas.matmul_size(rows=per_expert, hidden=h, ffn=f)
     slow = prof.compute_slowdown(p, n=n) if p > 1 else 1.0
-    expert_s = formulas.expert_flops(rows=rows, hidden=h, ffn=f) / prof.step_flop_per_s() * slow
+    expert_s = (formulas.expert_flops(rows=rows, hidden=h, ffn=f)
+                / prof.step_flop_per_s(batch=per_expert) * slow)
     n_router = formulas.matmul_size(rows=t, hidden=h, ffn=e)
     routing_s = (formulas.router_flops(tokens=t, hidden=h, num_experts=e)
                  / prof.matmul_flop_per_s(n_router) * slow)

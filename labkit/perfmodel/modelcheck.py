@@ -23,8 +23,8 @@ below take plain numbers.
       T = T_stage + (P−1)/(v·M)·T_stage + 2·v·M·t_transfer + n_waited·t_wait,
       T_stage = 6·(L/P)·h²·B / rate
 
-  with ``rate`` the profile's training-step rate measured alone divided by the co-run
-  slowdown of P ranks computing at once, ``t_transfer`` the one-way transfer of one
+  with ``rate`` the profile's training-step rate measured alone at the microbatch's B/M rows
+  (small products run slower) divided by the co-run slowdown of P ranks computing at once, ``t_transfer`` the one-way transfer of one
   microbatch's activations ((B/M)·h·4 bytes) with the cores busy (a message that waited for
   nothing), ``n_waited`` the messages of the row's median step that waited for the scheduler
   (counted from its timeline: :func:`labkit.pipeline.messages.row_waits`) and ``t_wait`` the
@@ -160,13 +160,14 @@ def message_waits(prof, row: dict) -> dict:
 
 def profile_terms(prof, row: dict, waits: dict | None = None) -> dict:
     """:func:`pipeline_terms` of a pipeline row with a machine profile's numbers: the rate of
-    its miniature training step alone (Linear + tanh layers forward and backward, the pipeline
-    lab's own kind of layer), the co-run slowdown of P ranks training at once, the one-way
+    its miniature training step alone at the microbatch's rows (Linear + tanh layers forward
+    and backward, the pipeline lab's own kind of layer), the co-run slowdown of P ranks training at once, the one-way
     transfer of one microbatch's activations with the cores busy, and a scheduler wait for
     each message that waited (``waits``: :func:`message_waits` of the row, counted here where
     not given)."""
     w = message_waits(prof, row) if waits is None else waits
-    return pipeline_terms(row, compute_flop_per_s=prof.step_flop_per_s(),
+    rows = int(row["batch"]) / int(row["num_microbatches"])
+    return pipeline_terms(row, compute_flop_per_s=prof.step_flop_per_s(batch=rows),
                           compute_slowdown=prof.compute_slowdown(int(row["num_stages"])),
                           transfer_s=w["transfer_s"], waited=w["waited"],
                           scheduler_wait_s=w["scheduler_wait_s"])
