@@ -426,3 +426,28 @@ def test_the_figure_fits_the_page_column_with_readable_legends(panels):
         plt.close(fig)
     with pytest.raises(UsageError, match="panels must be some of busbw, time"):
         plots.busbw_vs_size(pd.DataFrame(_swept_rows()), panels=("legend",))
+
+
+def test_busy_law_compares_p50s_where_most_of_the_profiles_busy_calls_waited():
+    rows = [{"size_bytes": s, "time_p50_s": t, "busy_time_p50_s": 1.4 * t, "busy_matmuls": 9,
+             "time_p10_s": t / 2, "busy_time_p10_s": 1.5 * t / 2}
+            for s, t in zip(SIZES, floor_then_line())]
+    # the stand-in keeps no wait shares: the busy law compares transfers
+    ctx = verdicts.in_context(rows, _Profile(), ranks=2)
+    assert math.isnan(ctx["profile_busy_wait_share"])
+    assert ctx["predicted_busy_p50_s"] == pytest.approx(4.5e-3)  # 1.5 x 3 ms at 2 MiB
+    assert "transfer" in verdicts.context_laws(ctx, ranks=2)[1]["law"]
+
+    class Waited(_Profile):  # 10 of 11 busy calls waited at every size
+        rows = [dict(r, wait_share=10 / 11 if r["context"] == "busy" else 0.1)
+                for r in _Profile.rows]
+
+    ctx = verdicts.in_context(rows, Waited(), ranks=2)
+    busy = verdicts.context_laws(ctx, ranks=2)[1]
+    assert busy["law"].startswith("all-reduce p50 while every core computes")
+    assert busy["predicted"] == pytest.approx(4.5) and busy["measured"] == pytest.approx(
+        ctx["busy_s"] * 1e3)
+    assert "91% of the profile's busy calls" in busy["note"]
+    # at half or fewer, the transfers again
+    half = dict(ctx, profile_busy_wait_share=0.5)
+    assert "transfer" in verdicts.context_laws(half, ranks=2)[1]["law"]
