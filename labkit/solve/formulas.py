@@ -321,18 +321,25 @@ def fixed_cost_at(*, seconds_per_iteration: float, dof: float, ranks: int,
 
 def fit_iteration_time(dofs, seconds) -> tuple[float, float]:
     """Least-squares (c, k) of t1 = c + k N over 1-rank sizes, in relative error (each size
-    counts alike: the largest, out of cache, would otherwise decide k alone); c >= 0.
+    counts alike: the largest, out of cache, would otherwise decide k alone); c >= 0 and k > 0.
 
     >>> c, k = fit_iteration_time([1e4, 1e5, 1e6], [20e-6 + 5e-9 * n for n in (1e4, 1e5, 1e6)])
     >>> round(c * 1e6, 3), round(k * 1e9, 3)
     (20.0, 5.0)
+
+    A noisy machine can time a larger size no slower than a smaller one: a line with k <= 0
+    would say the work shrinks as it grows, so the fit goes through the origin instead.
+
+    >>> c, k = fit_iteration_time([2e3, 1e4], [300e-6, 290e-6])
+    >>> c, k > 0
+    (0.0, True)
     """
     import numpy as np
 
     n, t = np.asarray(dofs, dtype=float), np.asarray(seconds, dtype=float)
     a = np.column_stack([np.ones_like(n), n]) / t[:, None]
     (c, k), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    if c < 0:  # no fixed cost: refit through the origin
+    if c < 0 or k <= 0:  # no fixed cost, or no growth: refit through the origin
         c, k = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
     return float(c), float(k)
 
