@@ -389,8 +389,9 @@ def busy_law(*, size_bytes: float, ranks: int, predicted_s: float, measured_s: f
     """
     return laws.check(
         f"all-reduce {statistic} while every core computes ({size_text(size_bytes)}, "
-        f"N = {ranks}), from the machine profile", predicted=predicted_s * 1e3, measured=measured_s * 1e3, unit="ms",
-        tolerance_pct=25, mechanism_observed=bool(matmuls), note=note, split=split,
+        f"N = {ranks}), from the machine profile", predicted=predicted_s * 1e3,
+        measured=measured_s * 1e3, unit="ms", tolerance_pct=25, mechanism_observed=bool(matmuls),
+        note=note, split=split,
         mechanism="the busy thread computed during the timed calls")
 
 

@@ -106,7 +106,7 @@ class Profile:
         nearest one's); None: the largest batch's."""
         got = self._steps("together" if together else "alone")
         xs = sorted(got)
-        if batch is None or len(xs) == 1 or xs[0] <= 0:
+        if batch is None or len(xs) == 1:
             return got[xs[-1]][1]
         return formulas.loglog_interp(min(max(batch, xs[0]), xs[-1]), xs,
                                       [got[x][1] for x in xs])

@@ -43,17 +43,9 @@ def _reps(fn, sample_s: float, device) -> int:
     return int(reps.item())
 
 
-def _alone_and_together(rt, fn, cfg) -> tuple[float, float]:
-    """(p50 seconds of one call on rank 0 alone, p50 of the slowest rank with all at it).
-
-    The two are timed in turn, sample after sample, so a change of the machine's state (a
-    neighbour's burst) falls on both alike and their ratio, the co-run slowdown, stays honest.
-    """
-    return _alone_and_together_each(rt, [fn], cfg)[0]
-
-
 def _alone_and_together_each(rt, fns, cfg) -> list[tuple[float, float]]:
-    """:func:`_alone_and_together` of several calls, interleaved (:class:`Interleaved`)."""
+    """For each call, (p50 seconds of one call on rank 0 alone, p50 of the slowest rank with
+    all at it), over ``cfg.iters`` interleaved rounds (:class:`Interleaved`)."""
     timed = Interleaved(rt, fns, cfg)
     timed.rounds(cfg.iters)
     return timed.medians()
@@ -61,8 +53,10 @@ def _alone_and_together_each(rt, fns, cfg) -> list[tuple[float, float]]:
 
 class Interleaved:
     """Several calls timed alone and together, interleaved: each round times one sample of
-    every call (alone, then together), so each call's medians span the whole measurement, not
-    one burst of it, and calls of different sizes compare on the same machine state. Rounds
+    every call (alone, then together), so a change of the machine's state (a neighbour's
+    burst) falls on both alike and their ratio, the co-run slowdown, stays honest; each call's
+    medians span the whole measurement, not one burst of it, and calls of different sizes
+    compare on the same machine state. Rounds
     may come in parts (:meth:`rounds`), the medians (:meth:`medians`) taken over all of them:
     the profile times its compute before and after the messages, so that its co-run slowdowns
     span the whole profile, not the few seconds of one burst of a neighbour's."""

@@ -24,11 +24,12 @@ below take plain numbers.
       T_stage = 6·(L/P)·h²·B / rate
 
   with ``rate`` the profile's training-step rate measured alone at the microbatch's B/M rows
-  (small products run slower) divided by the co-run slowdown of P ranks computing at once, ``t_transfer`` the one-way transfer of one
-  microbatch's activations ((B/M)·h·4 bytes) with the cores busy (a message that waited for
-  nothing), ``n_waited`` the messages of the row's median step that waited for the scheduler
-  (counted from its timeline: :func:`labkit.pipeline.messages.row_waits`) and ``t_wait`` the
-  profile's scheduler wait (about a tick);
+  (small products run slower) divided by the co-run slowdown of P ranks computing at once,
+  ``t_transfer`` the one-way transfer of one microbatch's activations ((B/M)·h·4 bytes) with
+  the cores busy (a message that waited for nothing), ``n_waited`` the messages of the row's
+  median step that waited for the scheduler (counted from its timeline:
+  :func:`labkit.pipeline.messages.row_waits`) and ``t_wait`` the profile's scheduler wait
+  (about a tick);
 * the bubble fraction (P−1)/(v·M+P−1) beside the fill and drain idle read off the timeline.
 
 Errors are symmetric (:func:`labkit.book.laws.symmetric_error_pct`). The laws' notes and the
@@ -94,13 +95,22 @@ def overlap_from_ddp_rows(ddp_rows) -> tuple[float, int]:
     return statistics.median(vals), len(vals)
 
 
+def microbatch_rows(row: dict) -> int:
+    """Rows of one microbatch of a pipeline-lab row: B/M (the lab takes B a multiple of M).
+
+    >>> microbatch_rows(dict(batch=128, num_microbatches=4))
+    32
+    """
+    return int(row["batch"]) // int(row["num_microbatches"])
+
+
 def message_bytes(row: dict) -> int:
     """Bytes of one microbatch's activations, what a stage sends: (B/M)·h·4.
 
     >>> message_bytes(dict(batch=128, num_microbatches=4, hidden=512))
     65536
     """
-    return int(row["batch"]) // int(row["num_microbatches"]) * int(row["hidden"]) * ACTIVATION_BYTES
+    return microbatch_rows(row) * int(row["hidden"]) * ACTIVATION_BYTES
 
 
 def pipeline_terms(row: dict, *, compute_flop_per_s: float, compute_slowdown: float = 1.0,
@@ -161,13 +171,13 @@ def message_waits(prof, row: dict) -> dict:
 def profile_terms(prof, row: dict, waits: dict | None = None) -> dict:
     """:func:`pipeline_terms` of a pipeline row with a machine profile's numbers: the rate of
     its miniature training step alone at the microbatch's rows (Linear + tanh layers forward
-    and backward, the pipeline lab's own kind of layer), the co-run slowdown of P ranks training at once, the one-way
-    transfer of one microbatch's activations with the cores busy, and a scheduler wait for
-    each message that waited (``waits``: :func:`message_waits` of the row, counted here where
-    not given)."""
+    and backward, the pipeline lab's own kind of layer), the co-run slowdown of P ranks
+    training at once, the one-way transfer of one microbatch's activations with the cores
+    busy, and a scheduler wait for each message that waited (``waits``: :func:`message_waits`
+    of the row, counted here where not given)."""
     w = message_waits(prof, row) if waits is None else waits
-    rows = int(row["batch"]) / int(row["num_microbatches"])
-    return pipeline_terms(row, compute_flop_per_s=prof.step_flop_per_s(batch=rows),
+    rate = prof.step_flop_per_s(batch=microbatch_rows(row))
+    return pipeline_terms(row, compute_flop_per_s=rate,
                           compute_slowdown=prof.compute_slowdown(int(row["num_stages"])),
                           transfer_s=w["transfer_s"], waited=w["waited"],
                           scheduler_wait_s=w["scheduler_wait_s"])
