@@ -131,6 +131,9 @@ def test_two_ranks_match_one_process_and_hold_half(tmp_path):
                                                         rel=0.10)
     assert z1.param_bytes_per_rank == z1.ddp_param_bytes_per_rank
     assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
+    # FSDP2's step with its collectives local was timed (its own work), and no other variant's
+    assert f.local_step_time_p50_s > 0
+    assert df[df.variant != "fsdp"].local_step_time_p50_s.isna().all()
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     stored = results.read_rows(store)
     assert len(stored) == 3 and results.undeclared(stored, report.COLUMNS) == []
@@ -238,3 +241,43 @@ def test_dp_sentences_flip_with_their_numbers():
                                                      tokens=8)
     assert "(-10 ms" in verdicts.extra_comm_sentence(ddp_s=0.062, fsdp_s=0.052, compute_s=1,
                                                      tokens=8)
+
+
+def test_fsdp_own_work_enters_the_model_law_and_split():
+    from labkit.book import laws
+    from labkit.fsdp import model, verdicts
+    from labkit.tp.verdicts import FakeProfile
+
+    prof = FakeProfile(slowdown=1.25, allreduce_s=1e-3)
+    plain = model.context(_dp_row(), prof)
+    own = _dp_row(local_step_time_p50_s=0.092)  # 30 ms beyond the plain model's 62
+    ctx = model.context(own, prof)
+    assert ctx["own_s"] == pytest.approx(0.030) and plain["own_s"] == 0
+    assert ctx["step_s"] == pytest.approx(plain["step_s"] + 0.030)
+    law = verdicts.laws([own], [], prof)[-1]
+    assert law["law"].endswith(model.OWN_TERM) and laws.split_sums(law)
+    assert law["split"][model.OWN_TERM] == pytest.approx(30.0)
+    assert model.OWN_TERM not in verdicts.laws([_dp_row()], [], prof)[-1]["law"]
+    assert f"{model.OWN_TERM} 30.0" in verdicts.step_sentence(own, prof)
+    assert model.OWN_TERM not in verdicts.step_sentence(_dp_row(), prof)
+    # a local step no slower than the plain model's adds nothing
+    assert model.own_work_s(_dp_row(local_step_time_p50_s=0.05)) == 0
+
+
+def test_local_collectives_move_nothing_and_keep_the_shapes():
+    import torch
+
+    from labkit.fsdp.local import _LocalAllGather, _LocalReduceScatter
+
+    class Alloc:
+        def allocate(self, size, *, dtype, device):
+            return torch.empty(size, dtype=dtype, device=device)
+
+    out = _LocalAllGather(Alloc()).allocate((6,), dtype=torch.float32, device="cpu")
+    _LocalAllGather(Alloc())(output_tensor=out, input_tensor=torch.tensor([1.0, 2.0]),
+                             group=None, async_op=False)
+    assert out.tolist() == [1.0, 2.0] * 3  # every rank's slot: this rank's shard
+    part = torch.empty(2)
+    _LocalReduceScatter(Alloc(), rank=1)(output_tensor=part,
+                                         input_tensor=torch.arange(6.0), group=None, op=None)
+    assert part.tolist() == [2.0, 3.0]  # rank 1's part, nothing summed

@@ -15,18 +15,26 @@ its **transfer** (a call that waited for nothing) plus, for each one of the row'
 step that **waited for the scheduler** (counted from its timeline, :mod:`labkit.tp.waits`),
 the profile's scheduler wait. DDP's all-reduces run inside its C++ reducer, unstamped: a DDP
 row holds no timeline, and its collectives are priced at the profile's average in context
-(transfer + its share of waits), which its law's note says. ``prof`` is a
+(transfer + its share of waits), which its law's note says. FSDP2's row adds its own work,
+measured in the launch with its collectives made local (:func:`own_work_s`). ``prof`` is a
 :class:`labkit.machine.Profile` or anything with its ``compute_slowdown``, ``transfer_s``,
 ``wait_share`` and ``scheduler_wait_s`` (:class:`labkit.tp.verdicts.FakeProfile`).
 """
 
 from __future__ import annotations
 
+import math
+
 from labkit.fsdp.formulas import collectives_per_step
 from labkit.tp import waits
 from labkit.tp.formulas import BYTES_PER_VALUE, param_count
 from labkit.tp.timeline import OP_CAT
 from labkit.tp.verdicts import WAITS_TERM, call_s, op_factor
+
+#: FSDP2's own work in a step's split and in its model (:func:`own_work_s`)
+OWN_TERM = "FSDP2's own work (collectives local)"
+#: what is left of a step split with FSDP2's own work measured
+REST_OWN_TERM = "the rest (waits for the later rank, anything else)"
 
 #: whether each stage's collectives move while the cores compute, where they can (a GPU)
 BUSY = {"ddp": True, "zero1": False, "zero2": False, "zero3": True}
@@ -125,9 +133,29 @@ def comm_in_context(row, prof) -> float:
     return comm_parts(row, prof)["comm_s"]
 
 
+def own_work_s(row) -> float:
+    """FSDP2's own work in a step (s), measured in the launch: its step with the collectives
+    replaced by local copies less the plain model's step, both with every rank at once
+    (:mod:`labkit.fsdp.local`): the copies into and out of its flat buffers, its hooks, Adam
+    on DTensors. 0 where the row holds no such step (DDP, the hand-written ZeRO, 1 rank).
+
+    >>> own_work_s({"local_step_time_p50_s": 0.070, "compute_time_p50_s": 0.044})
+    0.026
+    >>> own_work_s({"stage": "ddp", "compute_time_p50_s": 0.044})
+    0.0
+    """
+    get = row.get if hasattr(row, "get") else (lambda key, default=None: default)
+    local = get("local_step_time_p50_s", None)
+    local = math.nan if local is None else float(local)
+    if not math.isfinite(local):
+        return 0.0
+    return round(max(0.0, local - float(row["compute_time_p50_s"])), 9)
+
+
 def context(row, prof) -> dict:
-    """``slowdown``, ``compute_s``, ``comm_s``, ``step_s`` of one row, in context, with
-    :func:`comm_parts`' ``transfers_s``, ``waits``, ``scheduler_wait_s`` and ``waits_s``.
+    """``slowdown``, ``compute_s``, ``comm_s``, ``own_s`` (:func:`own_work_s`), ``step_s`` (the
+    three) of one row, in context, with :func:`comm_parts`' ``transfers_s``, ``waits``,
+    ``scheduler_wait_s`` and ``waits_s``.
 
     >>> from labkit.tp.verdicts import FakeProfile
     >>> row = {"stage": "ddp", "world_size": 2, "hidden": 64, "num_layers": 2,
@@ -135,14 +163,19 @@ def context(row, prof) -> dict:
     >>> ctx = context(row, FakeProfile())
     >>> ctx["slowdown"], [round(ctx[k] * 1e3, 1) for k in ("compute_s", "comm_s", "step_s")]
     (1.25, [75.0, 1.2, 76.2])
+    >>> fsdp = {**row, "stage": "zero3", "compute_time_p50_s": 0.07,
+    ...         "local_step_time_p50_s": 0.09}
+    >>> [round(context(fsdp, FakeProfile())[k] * 1e3, 1) for k in ("own_s", "step_s")]
+    [20.0, 101.4]
     """
     n = int(row["world_size"])
     slow = prof.compute_slowdown(n, n=int(row["hidden"])) if n > 1 else 1.0
     compute = float(row["predicted_compute_s"]) * slow
     comm = comm_parts(row, prof)
+    own = own_work_s(row)
     return {**{k: comm[k] for k in ("transfers_s", "waits", "scheduler_wait_s", "waits_s")},
-            "slowdown": slow, "compute_s": compute, "comm_s": comm["comm_s"],
-            "step_s": compute + comm["comm_s"]}
+            "slowdown": slow, "compute_s": compute, "comm_s": comm["comm_s"], "own_s": own,
+            "step_s": compute + comm["comm_s"] + own}
 
 
 def step_split(row, ctx: dict | None = None) -> dict:
@@ -159,21 +192,27 @@ def step_split(row, ctx: dict | None = None) -> dict:
     ...             "collectives_time_alone_s": 0.02},
     ...            {"waits": {"count": 2, "excess_s": [0.003, 0.004]}})["scheduler waits (counted)"]
     7.0
-    """
-    import math
 
+    FSDP2's row also holds its own work, measured (:func:`own_work_s`):
+
+    >>> step_split({"step_time_p50_s": 0.217, "compute_time_p50_s": 0.103,
+    ...             "collectives_time_alone_s": 0.02, "local_step_time_p50_s": 0.133})
+    {'the plain model': 103.0, 'its collectives (timed alone)': 20.0, "FSDP2's own work (collectives local)": 30.0, 'the rest (waits for the later rank, anything else)': 64.0}
+    """
     compute = _ms(row["compute_time_p50_s"])
     alone = float(row.get("collectives_time_alone_s", math.nan))
     out = {"the plain model": compute}
     if math.isfinite(alone):
         out["its collectives (timed alone)"] = _ms(alone)
+    if own_work_s(row) > 0:
+        out[OWN_TERM] = _ms(own_work_s(row))
     rest = _ms(row["step_time_p50_s"]) - sum(out.values())
     got = (ctx or {}).get("waits")
     if got and got["count"]:
         part = min(_ms(sum(got["excess_s"])), max(rest, 0.0))  # within what is left
         out[WAITS_TERM] = part
         rest -= part
-    out["the rest (the wrapper's work, waits)"] = rest
+    out[REST_OWN_TERM if OWN_TERM in out else "the rest (the wrapper's work, waits)"] = rest
     return {k: round(v, 6) for k, v in out.items()}
 
 

@@ -59,19 +59,27 @@ class _Timed:
                                         functools.partial(self.inner, *args, **kwargs))
 
 
-def _time_fsdp_collectives(layer, recorder, i: int) -> bool:
-    """Route a ``fully_shard`` layer's all-gather and reduce-scatter through :class:`_Timed`
-    (FSDP2's ``set_custom_all_gather`` / ``set_custom_reduce_scatter``), wrapping the ones it
-    has (read from its internals, torch 2.13); False, changing nothing, where they are not
-    found."""
+def fsdp_collectives(layer) -> tuple | None:
+    """A ``fully_shard`` module's own all-gather and reduce-scatter (read from its internals,
+    torch 2.13: its one parameter group's), or None where they are not found (a module with
+    no parameters of its own, another torch)."""
     get = getattr(layer, "_get_fsdp_state", None)
     groups = getattr(get(), "_fsdp_param_groups", None) if get is not None else None
     if not groups or len(groups) != 1:
-        return False
+        return None
     ag = getattr(groups[0], "_all_gather_comm", None)
     rs = getattr(groups[0], "_reduce_scatter_comm", None)
-    if ag is None or rs is None:
+    return None if ag is None or rs is None else (ag, rs)
+
+
+def _time_fsdp_collectives(layer, recorder, i: int) -> bool:
+    """Route a ``fully_shard`` layer's all-gather and reduce-scatter through :class:`_Timed`
+    (FSDP2's ``set_custom_all_gather`` / ``set_custom_reduce_scatter``), wrapping its own
+    (:func:`fsdp_collectives`); False, changing nothing, where they are not found."""
+    found = fsdp_collectives(layer)
+    if found is None:
         return False
+    ag, rs = found
     layer.set_custom_all_gather(_Timed(ag, recorder, i, "all_gather"))
     layer.set_custom_reduce_scatter(_Timed(rs, recorder, i, "reduce_scatter"))
     recorder.restore.append(functools.partial(_restore, layer, ag, rs))

@@ -114,6 +114,10 @@ COLUMNS = (
     Column("collectives_time_alone_s", "s", "the step's collectives (its sizes, in its order) "
                                             "with nothing around them, p50 of the slowest rank "
                                             "(NaN on one rank)"),
+    Column("local_step_time_p50_s", "s", "FSDP2's step with its collectives replaced by local "
+                                         "copies (nothing on the wire), every rank at once, p50 "
+                                         "of the slowest rank: its own work beside the plain "
+                                         "model's step (NaN but for FSDP2 on 2+ ranks)"),
     *timed_columns("compute_time", "the plain model's step on this rank's batch (no "
                                    "communication)"),
     Column("comm_time_s", "s", "step_time_p50_s - compute_time_p50_s (at least 0)"),

@@ -12,7 +12,7 @@ stamped, at the profile's average in context. ``prof`` is a :class:`labkit.machi
 from __future__ import annotations
 
 from labkit.book.laws import check
-from labkit.fsdp.model import context, step_split, wait_note
+from labkit.fsdp.model import OWN_TERM, context, step_split, wait_note
 from labkit.tp import waits
 from labkit.tp.verdicts import TOLERANCE_PCT
 
@@ -44,8 +44,9 @@ def laws(rows, comm_rows, prof) -> list[dict]:
     for r in rows:
         ctx = context(r, prof)
         n = int(r["world_size"])
+        own = f" + {OWN_TERM}" if ctx["own_s"] > 0 else ""
         out.append(check(f"{r['variant']}, N = {n}: step = F/R x slowdown + "
-                         "its collectives (in context)", predicted=_ms(ctx["step_s"]),
+                         f"its collectives (in context){own}", predicted=_ms(ctx["step_s"]),
                          measured=_ms(r["step_time_p50_s"]), unit="ms",
                          tolerance_pct=TOLERANCE_PCT, split=step_split(r, ctx),
                          note=wait_note(ctx) if n > 1 else ""))
@@ -98,8 +99,9 @@ def step_sentence(r, prof) -> str:
             f"wait{'s' if got['count'] != 1 else ''} counted in the median step "
             f"{_ms(ctx['waits_s']):.1f}" if got else
             f"its collectives at the profile's average in context {_ms(ctx['comm_s']):.1f}")
+    own = f" + {OWN_TERM} {_ms(ctx['own_s']):.1f}" if ctx["own_s"] > 0 else ""
     return (f"{r['variant']}: step {_ms(r['step_time_p50_s']):.1f} ms = {parts}; the model: F/R "
-            f"alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + {comm}")
+            f"alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + {comm}{own}")
 
 
 def waits_sentence(r, prof) -> str:

@@ -206,6 +206,9 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
             alone = timing.summarize(timing.repeat_timed(
                 collectives_alone(coll, dev), warmup=1, repeat=3, device=dev),
                 prefix="t")["t_p50_s"]
+        # FSDP2's own work: its step with nothing on the wire, beside the plain model's
+        local = (_local_step_s(model, step, cfg, rt) if stage == "zero3" and n > 1
+                 and not cfg.checkpoint else math.nan)
         t = stats["step_time_p50_s"]
         rows.append({
             **cfg.describe(),
@@ -241,6 +244,7 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
             "step_times_s": slowest,
             **traced,
             "collectives_time_alone_s": alone,
+            "local_step_time_p50_s": local,
             **prediction_fields(link=link, compute_flop_per_s=rate, flops_per_rank=flops,
                                 predicted=pred),
             "prediction_error_pct": tp_formulas.prediction_error_pct(
@@ -255,6 +259,19 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
     add_compute_time(rows, compute)
     add_checkpoint_fields(rows, cfg, rt, full, x, y)
     return {"rows": against_ddp(rows)} if rt.rank == 0 else {}
+
+
+def _local_step_s(model, step, cfg: FSDPConfig, rt) -> float:
+    """p50 (the slowest rank's, as the step's) of FSDP2's ``step`` with its collectives local
+    (:class:`labkit.fsdp.local.LocalCollectives`), every rank at once; NaN where they could
+    not be swapped. Last of the variant's timings: the weights it leaves are wrong."""
+    from labkit.fsdp.local import LocalCollectives
+
+    with LocalCollectives(model, rt.rank) as local:
+        if not local.active:
+            return math.nan
+        stats, _ = timed_after_warmup(step, cfg, rt, prefix="t")
+    return stats["t_p50_s"]
 
 
 def _timeline(rt, recorder: StepRecorder, slowest: list) -> dict:

@@ -44,7 +44,7 @@ def notebook_seconds(*, hidden: int, seq_len: int, num_layers: int, tp_batch: in
     >>> kw = dict(hidden=256, seq_len=32, num_layers=2, tp_batch=8, dp_batch=4, steps=4,
     ...           tp_ranks=2, fsdp_ranks=2, matmul_flop_per_s=36e9, slowdown=1.25)
     >>> round(notebook_seconds(**kw), 1), round(notebook_seconds(**kw, sequence_parallel=False), 1)
-    (25.0, 24.6)
+    (25.3, 25.0)
     """
     rate = LAYER_EFFICIENCY * matmul_flop_per_s
 
@@ -64,11 +64,13 @@ def notebook_seconds(*, hidden: int, seq_len: int, num_layers: int, tp_batch: in
     if fsdp_ranks:
         slow = slowdown if fsdp_ranks > 1 else 1.0
         step = t(dp_batch) * slow
-        # four variants (DDP, ZeRO-1, ZeRO-2, FSDP; FSDP's one more sampled step), the plain
-        # model's steps, then with activation checkpointing (4/3 of them) and its forwards
+        # four variants (DDP, ZeRO-1, ZeRO-2, FSDP; FSDP's one more sampled step and, on 2+
+        # ranks, its steps with the collectives local), the plain model's steps, then with
+        # activation checkpointing (4/3 of them) and its forwards
+        local = steps if fsdp_ranks > 1 else 0
         total += (LAUNCH_S + fsdp_ranks * t(dp_batch)
                   + fsdp_ranks * RATE_RUNS * t(dp_batch, layers=1)
-                  + (4 * (steps + 1) + 1) * step * WRAPPER_FACTOR
+                  + (4 * (steps + 1) + 1 + local) * step * WRAPPER_FACTOR
                   + steps * step * (1 + 4 / 3 + 1 / 3))
     return total
 
@@ -83,7 +85,7 @@ def check(budget_s: float, **params) -> float:
     >>> check(28, hidden=1024, **kw)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: these parameters would take about 106 s on this machine, over the notebook's budget of 28 s: lower hidden, seq_len, the batches, num_layers or steps (or raise budget_s)
+    labkit.errors.UsageError: these parameters would take about 111 s on this machine, over the notebook's budget of 28 s: lower hidden, seq_len, the batches, num_layers or steps (or raise budget_s)
     """
     est = notebook_seconds(**params)
     if est > budget_s:
