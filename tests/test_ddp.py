@@ -395,7 +395,12 @@ def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
     assert two.replicas_in_sync  # the no_sync steps in between were undone
     frame = report.prediction_frame(df)
     assert list(frame.batch) == [8, 16] and frame.predicted.notna().all()
-    assert list(report.threads_frame(df).batch) == [16]
+    threads = report.threads_frame(df)
+    assert list(threads.batch) == [16]
+    # the speedup stands on the one-thread steps timed in turn with the all-cores ones
+    assert whole.one_thread_paired_p50_s > 0
+    assert threads.thread_speedup.iloc[0] == pytest.approx(whole.one_thread_paired_p50_s
+                                                           / whole.step_time_p50_s)
     # the overlap, measured: every timed step's buckets all-reduced inside that step
     steps = two.timeline_step_end_s
     assert len(steps) == len(two.comm_intervals_s) == two.measured_steps

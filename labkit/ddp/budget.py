@@ -66,12 +66,12 @@ def notebook_s(config: DDPConfig, *, world_sizes, bucket_batch: int | None, flop
     batch, the all-cores runs), each launch of more ranks (rounds of a DDP step, a ``no_sync``
     step, the all-reduces and the copies; ``slowdown``: ranks computing at once) and the
     bucket A/B's launch at ``bucket_batch`` (None: none), which times run A's steps too. Its
-    defaults: about 30 s.
+    defaults: about 31 s.
 
     >>> cfg = DDPConfig(batch_size=(16, 32, 64, 128), steps=5, warmup=1,
     ...                 all_cores_batches=(32, 128))
     >>> round(notebook_s(cfg, world_sizes=[1, 2], bucket_batch=32, flop_per_s=45e9))
-    30
+    31
     """
     rate_steps = config.steps
     rounds = config.measured_steps + 1
@@ -89,7 +89,8 @@ def notebook_s(config: DDPConfig, *, world_sizes, bucket_batch: int | None, flop
             if n == 1:
                 t += 2 * rate_steps * one  # no DDP, then DDP
                 if b in config.all_cores_batches:
-                    t += rate_steps * one / 1.8  # every core as a thread
+                    # every core as a thread, in turn with one thread's steps
+                    t += rate_steps * one * (1 + 1 / 1.8)
             else:
                 t += config.warmup * one * slowdown + rounds * (2 * one * slowdown + ar)
         return t

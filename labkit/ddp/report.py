@@ -64,6 +64,9 @@ COLUMNS = (
     Column("rank_step_times_s", "s", "every rank's time of every timed step (world_size lists)"),
     Column("samples_per_s_per_replica", "samples/s", "batch_size / step_time_p50_s"),
     Column("samples_per_s", "samples/s", "all ranks: world_size x batch_size / step_time_p50_s"),
+    Column("one_thread_paired_p50_s", "s", "no_ddp_all_cores rows: the one-thread no-DDP step "
+                                           "timed in turn with the all-cores steps (one, all, "
+                                           "...), p50: the threads' speedup's baseline"),
     Column("replica_drift", "", "largest parameter difference between ranks after training"),
     Column("replicas_in_sync", "", "replica_drift == 0: DDP kept every replica identical"),
     Column("params_by_rank", "", "every rank's final parameters (tests only: return_params)"),
@@ -377,7 +380,9 @@ def crossover(df, world_size: int | None = None) -> dict:
 
 def threads_frame(df, world_size: int | None = None, *, slowdown: float = 1.0):
     """The whole-machine comparison, one row per batch that has the all-cores run: the no-DDP
-    step with one thread and with every core as a thread, their ratio (the threads' speedup)
+    step with one thread (the baseline row's, and the one timed in turn with the all-cores
+    steps) and with every core as a thread, the threads' speedup (all cores against the
+    one-thread steps timed in turn with them)
     beside the model's (k threads, each ``slowdown`` times slower than one alone: the machine
     profile's co-run slowdown), the DDP step at ``world_size`` ranks (default: the largest) and
     N ranks' throughput against the all-cores process, measured and predicted (the model's DDP
@@ -393,11 +398,15 @@ def threads_frame(df, world_size: int | None = None, *, slowdown: float = 1.0):
         if one_thread.empty or ranks.empty:
             continue
         t1, tt, r = one_thread.iloc[0]["step_time_p50_s"], w["step_time_p50_s"], ranks.iloc[0]
+        # the one-thread steps timed in turn with the all-cores ones, where the row has them
+        paired = float(w.get("one_thread_paired_p50_s", math.nan))
+        t1_paired = paired if math.isfinite(paired) else t1
         k = int(w["threads_per_rank"])
         pred_threads = k / slowdown
         pred_step = r.get("predicted_step_time_s", math.nan)
         out.append({"batch": b, "threads": k, "one_thread_ms": ms(t1),
-                    "all_cores_ms": ms(tt), "thread_speedup": t1 / tt,
+                    "one_thread_paired_ms": ms(t1_paired),
+                    "all_cores_ms": ms(tt), "thread_speedup": t1_paired / tt,
                     "predicted_thread_speedup": pred_threads,
                     "ddp_ms": ms(r["step_time_p50_s"]),
                     "measured": n * tt / r["step_time_p50_s"],

@@ -223,18 +223,28 @@ def _compare_columns(cfg: DDPConfig, local_a: list[float]) -> dict:
 
 def _all_cores_row(cfg: DDPConfig, rt: runtime.Runtime, batches) -> dict:
     """The no-DDP run again, with every allocated core as a torch thread (one process using
-    the whole machine); the launch's own thread count is restored after."""
+    the whole machine), its steps timed in turn with one thread's on the same model (one,
+    all, one, all, ...): a burst of the machine's noise falls on both alike, so their ratio
+    is the threads' speedup of this moment. The launch's own thread count is restored after."""
     cores, saved = allocated_cores(), torch.get_num_threads()
     runtime.reset_device_peak(rt.device)
     model = build_model(cfg, rt.device)
-    torch.set_num_threads(cores)
+    step = make_step(model, make_optimizer(model, cfg), batches)
+    times: dict[int, list[float]] = {1: [], cores: []}
     try:
-        stats = _timed(make_step(model, make_optimizer(model, cfg), batches), cfg, rt)
+        for i in range(cfg.warmup + cfg.measured_steps):
+            for k in times:  # one key on a one-core machine
+                torch.set_num_threads(k)
+                t = timing.repeat_timed(step, warmup=0, repeat=1, device=rt.device,
+                                        barrier=False)[0]
+                if i >= cfg.warmup:
+                    times[k].append(t)
     finally:
         torch.set_num_threads(saved)
-    row = _row(cfg, "no_ddp_all_cores", 1, model, stats,
+    row = _row(cfg, "no_ddp_all_cores", 1, model, _summary(times[cores], "step_time"),
                peak_bytes=runtime.max_device_peak_bytes(rt.device))
     row["threads_per_rank"] = cores  # this run's threads, not the launch's
+    row["one_thread_paired_p50_s"] = float(np.median(times[1]))
     return row
 
 
