@@ -139,17 +139,16 @@ def own_work_s(row) -> float:
     (:mod:`labkit.fsdp.local`): the copies into and out of its flat buffers, its hooks, Adam
     on DTensors. 0 where the row holds no such step (DDP, the hand-written ZeRO, 1 rank).
 
-    >>> own_work_s({"local_step_time_p50_s": 0.070, "compute_time_p50_s": 0.044})
+    >>> round(own_work_s({"local_step_time_p50_s": 0.070, "compute_time_p50_s": 0.044}), 6)
     0.026
     >>> own_work_s({"stage": "ddp", "compute_time_p50_s": 0.044})
     0.0
     """
-    get = row.get if hasattr(row, "get") else (lambda key, default=None: default)
-    local = get("local_step_time_p50_s", None)
+    local = row.get("local_step_time_p50_s")
     local = math.nan if local is None else float(local)
     if not math.isfinite(local):
         return 0.0
-    return round(max(0.0, local - float(row["compute_time_p50_s"])), 9)
+    return max(0.0, local - float(row["compute_time_p50_s"]))
 
 
 def context(row, prof) -> dict:
@@ -204,8 +203,9 @@ def step_split(row, ctx: dict | None = None) -> dict:
     out = {"the plain model": compute}
     if math.isfinite(alone):
         out["its collectives (timed alone)"] = _ms(alone)
-    if own_work_s(row) > 0:
-        out[OWN_TERM] = _ms(own_work_s(row))
+    own = own_work_s(row)
+    if own > 0:
+        out[OWN_TERM] = _ms(own)
     rest = _ms(row["step_time_p50_s"]) - sum(out.values())
     got = (ctx or {}).get("waits")
     if got and got["count"]:
