@@ -134,6 +134,11 @@ def test_two_ranks_match_one_process_and_hold_half(tmp_path):
     # FSDP2's step with its collectives local was timed (its own work), and no other variant's
     assert f.local_step_time_p50_s > 0
     assert df[df.variant != "fsdp"].local_step_time_p50_s.isna().all()
+    # each variant's Adam alone: torch's over all Ψ for DDP and FSDP2 (the same number), the
+    # hand-written update of ZeRO-1's Ψ/N slice for ZeRO-1
+    d = report.one(df, "ddp")
+    assert d.optimizer_time_s > 0 and f.optimizer_time_s == d.optimizer_time_s
+    assert 0 < z1.optimizer_time_s != d.optimizer_time_s
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     stored = results.read_rows(store)
     assert len(stored) == 3 and results.undeclared(stored, report.COLUMNS) == []
@@ -262,6 +267,24 @@ def test_fsdp_own_work_enters_the_model_law_and_split():
     assert model.OWN_TERM not in verdicts.step_sentence(_dp_row(), prof)
     # a local step no slower than the plain model's adds nothing
     assert model.own_work_s(_dp_row(local_step_time_p50_s=0.05)) == 0
+
+
+def test_adam_enters_the_compute_term_slowed_as_the_compute():
+    from labkit.book import laws
+    from labkit.fsdp import model, verdicts
+    from labkit.tp.verdicts import FakeProfile
+
+    prof = FakeProfile(slowdown=1.25, allreduce_s=1e-3)
+    plain, adam = _dp_row(), _dp_row(optimizer_time_s=0.008)
+    before, after = model.context(plain, prof), model.context(adam, prof)
+    assert after["optimizer_s"] == 0.008 and before["optimizer_s"] == 0
+    assert after["compute_s"] == pytest.approx(before["compute_s"] + 0.008 * 1.25)
+    assert after["step_s"] == pytest.approx(before["step_s"] + 0.010)
+    law = verdicts.laws([adam], [], prof)[-1]
+    assert ": step = (F/R + Adam) x slowdown" in law["law"] and laws.split_sums(law)
+    assert ": step = F/R x slowdown" in verdicts.laws([plain], [], prof)[-1]["law"]
+    assert "the model: (F/R + Adam 8.0) alone x 1.25" in verdicts.step_sentence(adam, prof)
+    assert "the model: F/R alone x 1.25" in verdicts.step_sentence(plain, prof)
 
 
 def test_local_collectives_move_nothing_and_keep_the_shapes():

@@ -2,8 +2,9 @@
 machine's profile and the row's own median step (pure: no torch). The lab's laws and
 sentences (:mod:`labkit.fsdp.verdicts`) compare it with the measured step.
 
-The step model: a rank's compute measured alone in the launch (``predicted_compute_s``) times
-the profile's co-run slowdown at N ranks, plus each collective of the variant
+The step model: a rank's compute measured alone in the launch (``predicted_compute_s``, forward
+and backward, and the variant's Adam arithmetic, :func:`optimizer_s`) times the profile's
+co-run slowdown at N ranks, plus each collective of the variant
 (:func:`labkit.fsdp.formulas.collectives_per_step`) priced by the profile: an all-reduce of S
 as its all-reduce of S, an all-gather or a reduce-scatter as the profile timed it on the same
 buffer (:func:`labkit.tp.verdicts.op_factor`; a ring's half an all-reduce where it timed
@@ -31,6 +32,8 @@ from labkit.tp.formulas import BYTES_PER_VALUE, param_count
 from labkit.tp.timeline import OP_CAT
 from labkit.tp.verdicts import WAITS_TERM, call_s, op_factor
 
+#: the optimizer's arithmetic in a step's model (:func:`optimizer_s`)
+ADAM_TERM = "Adam"
 #: FSDP2's own work in a step's split and in its model (:func:`own_work_s`)
 OWN_TERM = "FSDP2's own work (collectives local)"
 #: what is left of a step split with FSDP2's own work measured
@@ -133,6 +136,19 @@ def comm_in_context(row, prof) -> float:
     return comm_parts(row, prof)["comm_s"]
 
 
+def optimizer_s(row) -> float:
+    """The variant's Adam arithmetic in a step (s), one rank alone, measured in the launch
+    (``optimizer_time_s``): what F/R, forward and backward, leaves out of the plain model's
+    step. 0 where the row holds none (a row written before rows kept it).
+
+    >>> optimizer_s({"optimizer_time_s": 0.0095}), optimizer_s({})
+    (0.0095, 0.0)
+    """
+    t = row.get("optimizer_time_s")
+    t = math.nan if t is None else float(t)
+    return t if math.isfinite(t) else 0.0
+
+
 def own_work_s(row) -> float:
     """FSDP2's own work in a step (s), measured in the launch: its step with the collectives
     replaced by local copies less the plain model's step, both with every rank at once
@@ -152,9 +168,10 @@ def own_work_s(row) -> float:
 
 
 def context(row, prof) -> dict:
-    """``slowdown``, ``compute_s``, ``comm_s``, ``own_s`` (:func:`own_work_s`), ``step_s`` (the
-    three) of one row, in context, with :func:`comm_parts`' ``transfers_s``, ``waits``,
-    ``scheduler_wait_s`` and ``waits_s``.
+    """``slowdown``, ``optimizer_s`` (:func:`optimizer_s`), ``compute_s`` ((F/R + Adam) x
+    slowdown), ``comm_s``, ``own_s`` (:func:`own_work_s`), ``step_s`` (the three) of one row,
+    in context, with :func:`comm_parts`' ``transfers_s``, ``waits``, ``scheduler_wait_s`` and
+    ``waits_s``.
 
     >>> from labkit.tp.verdicts import FakeProfile
     >>> row = {"stage": "ddp", "world_size": 2, "hidden": 64, "num_layers": 2,
@@ -166,14 +183,20 @@ def context(row, prof) -> dict:
     ...         "local_step_time_p50_s": 0.09}
     >>> [round(context(fsdp, FakeProfile())[k] * 1e3, 1) for k in ("own_s", "step_s")]
     [20.0, 101.4]
+
+    Adam's 8 ms alone, slowed as the compute is:
+
+    >>> round(context({**row, "optimizer_time_s": 0.008}, FakeProfile())["compute_s"] * 1e3, 1)
+    85.0
     """
     n = int(row["world_size"])
     slow = prof.compute_slowdown(n, n=int(row["hidden"])) if n > 1 else 1.0
-    compute = float(row["predicted_compute_s"]) * slow
+    adam = optimizer_s(row)
+    compute = (float(row["predicted_compute_s"]) + adam) * slow
     comm = comm_parts(row, prof)
     own = own_work_s(row)
     return {**{k: comm[k] for k in ("transfers_s", "waits", "scheduler_wait_s", "waits_s")},
-            "slowdown": slow, "compute_s": compute, "comm_s": comm["comm_s"], "own_s": own,
+            "slowdown": slow, "optimizer_s": adam, "compute_s": compute, "comm_s": comm["comm_s"], "own_s": own,
             "step_s": compute + comm["comm_s"] + own}
 
 

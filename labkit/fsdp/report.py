@@ -129,6 +129,10 @@ COLUMNS = (
            "forward + backward FLOP/s of one whole layer on one rank alone (the ranks "
            "taking turns), slowest rank"),
     Column("flops_per_rank", "FLOP", "3 L (24 b s h^2 + 4 b s^2 h), b per rank"),
+    Column("optimizer_time_s", "s", "the variant's Adam arithmetic, one rank alone (the ranks "
+           "taking turns): torch.optim.Adam over all Ψ (ddp; fsdp, whose own work is measured "
+           "against the plain model's step and its Adam), adam_update over the rank's Ψ/N "
+           "slice (zero1, zero2)"),
     Column("predicted_compute_s", "s", "flops_per_rank / compute_flop_per_s: one rank's "
                                        "compute alone"),
     Column("predicted_comm_s", "s", "the variant's collectives, α–β ring model, one after the "
@@ -192,7 +196,8 @@ SUMMARY_LEGEND = (
 #: the legend of :func:`summary_frame` with a machine profile
 SUMMARY_LEGEND_IN_CONTEXT = SUMMARY_LEGEND.replace(
     "predicted = F/R + the variant's collectives (α–β fitted in the launch)",
-    "predicted = F/R alone x the co-run slowdown + the variant's collectives in context (the "
+    "predicted = (F/R + the variant's Adam) alone x the co-run slowdown + the variant's "
+    "collectives in context (the "
     "machine profile's transfers, + its scheduler wait for each collective of the median step "
     "that waited; DDP, whose all-reduces are not stamped: the profile's average all-reduce)")
 

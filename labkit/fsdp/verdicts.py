@@ -12,7 +12,7 @@ stamped, at the profile's average in context. ``prof`` is a :class:`labkit.machi
 from __future__ import annotations
 
 from labkit.book.laws import check
-from labkit.fsdp.model import OWN_TERM, context, step_split, wait_note
+from labkit.fsdp.model import ADAM_TERM, OWN_TERM, context, step_split, wait_note
 from labkit.tp import waits
 from labkit.tp.verdicts import TOLERANCE_PCT
 
@@ -45,12 +45,21 @@ def laws(rows, comm_rows, prof) -> list[dict]:
         ctx = context(r, prof)
         n = int(r["world_size"])
         own = f" + {OWN_TERM}" if ctx["own_s"] > 0 else ""
-        out.append(check(f"{r['variant']}, N = {n}: step = F/R x slowdown + "
+        out.append(check(f"{r['variant']}, N = {n}: step = {_compute_name(ctx)} x slowdown + "
                          f"its collectives (in context){own}", predicted=_ms(ctx["step_s"]),
                          measured=_ms(r["step_time_p50_s"]), unit="ms",
                          tolerance_pct=TOLERANCE_PCT, split=step_split(r, ctx),
                          note=wait_note(ctx) if n > 1 else ""))
     return out
+
+
+def _compute_name(ctx: dict) -> str:
+    """The compute term's name: F/R, with the variant's Adam where the row measured it.
+
+    >>> _compute_name({"optimizer_s": 0.009}), _compute_name({"optimizer_s": 0.0})
+    ('(F/R + Adam)', 'F/R')
+    """
+    return f"(F/R + {ADAM_TERM})" if ctx["optimizer_s"] > 0 else "F/R"
 
 
 def against_ddp_sentence(r) -> str:
@@ -100,8 +109,10 @@ def step_sentence(r, prof) -> str:
             f"{_ms(ctx['waits_s']):.1f}" if got else
             f"its collectives at the profile's average in context {_ms(ctx['comm_s']):.1f}")
     own = f" + {OWN_TERM} {_ms(ctx['own_s']):.1f}" if ctx["own_s"] > 0 else ""
-    return (f"{r['variant']}: step {_ms(r['step_time_p50_s']):.1f} ms = {parts}; the model: F/R "
-            f"alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + {comm}{own}")
+    adam = (f"(F/R + {ADAM_TERM} {_ms(ctx['optimizer_s']):.1f})" if ctx["optimizer_s"] > 0
+            else "F/R")
+    return (f"{r['variant']}: step {_ms(r['step_time_p50_s']):.1f} ms = {parts}; the model: "
+            f"{adam} alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + {comm}{own}")
 
 
 def waits_sentence(r, prof) -> str:

@@ -32,7 +32,8 @@ What one launch does (data parallelism: rank r trains on its own seeded batch r)
    every rank's on one clock, is the row's ``timeline_s`` (the lab's Chrome trace,
    :mod:`labkit.fsdp.trace`);
 4. **compute only**, last: the plain model on this rank's batch, no wrapper, no
-   communication, timed; then with activation checkpointing (timed, and the bytes saved for
+   communication, timed; each stage's Adam arithmetic alone, the ranks taking turns
+   (:func:`_adam_alone`: what F/R leaves out); then with activation checkpointing (timed, and the bytes saved for
    backward both ways counted) and its forward alone.
 
 Everything lives on the rank's device; each variant's row carries its device memory peak
@@ -43,15 +44,25 @@ from __future__ import annotations
 
 import copy
 import math
+import statistics
 
 import torch
+import torch.distributed as dist
 
 from labkit import runtime, timing
 from labkit.fsdp import formulas
 from labkit.fsdp.config import STAGE, FSDPConfig
 from labkit.fsdp.peak import StepMemory
 from labkit.fsdp.record import StepRecorder
-from labkit.fsdp.shard import ZeRO1, ZeRO2, collectives_alone, held_bytes, wrap_ddp, wrap_fsdp
+from labkit.fsdp.shard import (
+    ZeRO1,
+    ZeRO2,
+    adam_update,
+    collectives_alone,
+    held_bytes,
+    wrap_ddp,
+    wrap_fsdp,
+)
 from labkit.harness import worker_main
 from labkit.memory import device_peak_bytes, reset_device_peak
 from labkit.tp import formulas as tp_formulas
@@ -253,12 +264,43 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
         del model, opt, step
     # compute only, last (as warm as the variants): the plain model on this rank's batch
     bare = copy.deepcopy(full)
-    compute, _ = timed_after_warmup(
-        make_step(bare, torch.optim.Adam(bare.parameters(), lr=cfg.lr), x, y), cfg, rt,
-        prefix="compute_time")
+    bare_opt = torch.optim.Adam(bare.parameters(), lr=cfg.lr)
+    compute, _ = timed_after_warmup(make_step(bare, bare_opt, x, y), cfg, rt,
+                                    prefix="compute_time")
     add_compute_time(rows, compute)
+    adam = _adam_alone(rt, cfg, bare_opt, psi)
+    for row in rows:
+        row["optimizer_time_s"] = adam[row["stage"]]
     add_checkpoint_fields(rows, cfg, rt, full, x, y)
     return {"rows": against_ddp(rows)} if rt.rank == 0 else {}
+
+
+def _alone_s(rt, fn, repeat: int = 5) -> float:
+    """p50 of ``fn`` on each rank alone (the ranks take turns, the others waiting in a
+    barrier), the slowest rank's. Collective."""
+    mine = math.nan
+    for turn in range(rt.world_size):
+        if turn == rt.rank:
+            mine = statistics.median(timing.repeat_timed(fn, warmup=1, repeat=repeat,
+                                                         device=rt.device, barrier=False))
+        if rt.world_size > 1:
+            dist.barrier()
+    return worst_over_ranks(rt, mine)
+
+
+def _adam_alone(rt, cfg: FSDPConfig, opt, psi: int) -> dict:
+    """Seconds of each stage's Adam arithmetic, one rank alone (:func:`_alone_s`), which F/R
+    (forward and backward) leaves out: ``torch.optim.Adam`` over the plain model's Ψ (``opt``,
+    its gradients in place: DDP's, and FSDP2's, whose own work is measured against the plain
+    model's step and so against this Adam); :func:`labkit.fsdp.shard.adam_update` over a
+    rank's flat slice of Ψ/N (the hand-written ZeRO-1's and ZeRO-2's). Last: it moves the
+    plain model's weights."""
+    full = _alone_s(rt, opt.step)
+    size = -(-psi // rt.world_size)
+    param, grad, m, v = (torch.rand(size, device=rt.device) for _ in range(4))
+    shard = _alone_s(rt, lambda: adam_update(param, grad, m, v, step=1, lr=cfg.lr,
+                                             betas=(0.9, 0.999), eps=1e-8))
+    return {"ddp": full, "zero3": full, "zero1": shard, "zero2": shard}
 
 
 def _local_step_s(model, step, cfg: FSDPConfig, rt) -> float:
