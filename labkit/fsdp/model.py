@@ -196,8 +196,8 @@ def context(row, prof) -> dict:
     comm = comm_parts(row, prof)
     own = own_work_s(row)
     return {**{k: comm[k] for k in ("transfers_s", "waits", "scheduler_wait_s", "waits_s")},
-            "slowdown": slow, "optimizer_s": adam, "compute_s": compute, "comm_s": comm["comm_s"], "own_s": own,
-            "step_s": compute + comm["comm_s"] + own}
+            "slowdown": slow, "optimizer_s": adam, "compute_s": compute,
+            "comm_s": comm["comm_s"], "own_s": own, "step_s": compute + comm["comm_s"] + own}
 
 
 def step_split(row, ctx: dict | None = None) -> dict:

@@ -33,8 +33,8 @@ What one launch does (data parallelism: rank r trains on its own seeded batch r)
    :mod:`labkit.fsdp.trace`);
 4. **compute only**, last: the plain model on this rank's batch, no wrapper, no
    communication, timed; each stage's Adam arithmetic alone, the ranks taking turns
-   (:func:`_adam_alone`: what F/R leaves out); then with activation checkpointing (timed, and the bytes saved for
-   backward both ways counted) and its forward alone.
+   (:func:`_adam_alone`: what F/R leaves out); then with activation checkpointing (timed, and
+   the bytes saved for backward both ways counted) and its forward alone.
 
 Everything lives on the rank's device; each variant's row carries its device memory peak
 (None on a CPU): beside the bytes the rank holds by count, what the device really held.
