@@ -269,6 +269,17 @@ def test_fsdp_own_work_enters_the_model_law_and_split():
     assert model.own_work_s(_dp_row(local_step_time_p50_s=0.05)) == 0
 
 
+@pytest.mark.slow
+def test_fsdp_without_its_own_work_counts_the_adam_of_its_slice():
+    # with checkpointing FSDP2's own work is not measured, so its model's Adam is its slice's
+    # (the hand-written update of Ψ/N, as ZeRO-1's), not the plain model's over Ψ
+    df = fsdp.run(FSDPConfig(**{**TINY, "variants": ("zero1", "fsdp"), "checkpoint": True}),
+                  launch=LaunchOptions(nprocs=(2,), timeout_s=LAUNCH_TIMEOUT_S, progress=False))
+    z1, f = report.one(df, "zero1"), report.one(df, "fsdp")
+    assert np.isnan(f.local_step_time_p50_s)
+    assert f.optimizer_time_s == z1.optimizer_time_s > 0
+
+
 def test_adam_enters_the_compute_term_slowed_as_the_compute():
     from labkit.book import laws
     from labkit.fsdp import model, verdicts

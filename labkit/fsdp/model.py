@@ -2,9 +2,9 @@
 machine's profile and the row's own median step (pure: no torch). The lab's laws and
 sentences (:mod:`labkit.fsdp.verdicts`) compare it with the measured step.
 
-The step model: a rank's compute measured alone in the launch (``predicted_compute_s``, forward
-and backward, and the variant's Adam arithmetic, :func:`optimizer_s`) times the profile's
-co-run slowdown at N ranks, plus each collective of the variant
+The step model: a rank's compute measured alone in the launch (``predicted_compute_s``, F/R:
+forward and backward; plus the variant's Adam arithmetic, :func:`optimizer_s`) times the
+profile's co-run slowdown at N ranks, plus each collective of the variant
 (:func:`labkit.fsdp.formulas.collectives_per_step`) priced by the profile: an all-reduce of S
 as its all-reduce of S, an all-gather or a reduce-scatter as the profile timed it on the same
 buffer (:func:`labkit.tp.verdicts.op_factor`; a ring's half an all-reduce where it timed
@@ -152,8 +152,8 @@ def optimizer_s(row) -> float:
 def own_work_s(row) -> float:
     """FSDP2's own work in a step (s), measured in the launch: its step with the collectives
     replaced by local copies less the plain model's step, both with every rank at once
-    (:mod:`labkit.fsdp.local`): the copies into and out of its flat buffers, its hooks, Adam
-    on DTensors. 0 where the row holds no such step (DDP, the hand-written ZeRO, 1 rank).
+    (:mod:`labkit.fsdp.local`): the copies into and out of its flat buffers, its hooks, what
+    Adam on DTensors costs beyond the plain model's Adam. 0 where the row holds no such step (DDP, the hand-written ZeRO, 1 rank).
 
     >>> round(own_work_s({"local_step_time_p50_s": 0.070, "compute_time_p50_s": 0.044}), 6)
     0.026

@@ -130,11 +130,11 @@ COLUMNS = (
            "taking turns), slowest rank"),
     Column("flops_per_rank", "FLOP", "3 L (24 b s h^2 + 4 b s^2 h), b per rank"),
     Column("optimizer_time_s", "s", "the variant's Adam arithmetic, one rank alone (the ranks "
-           "taking turns): torch.optim.Adam over all Ψ (ddp; fsdp, whose own work is measured "
-           "against the plain model's step and its Adam), adam_update over the rank's Ψ/N "
-           "slice (zero1, zero2)"),
+           "taking turns): torch.optim.Adam over all Ψ (ddp; fsdp where its own work is "
+           "measured, against the plain model's step and its Adam), adam_update over the "
+           "rank's Ψ/N slice (zero1, zero2; fsdp without its own work)"),
     Column("predicted_compute_s", "s", "flops_per_rank / compute_flop_per_s: one rank's "
-                                       "compute alone"),
+                                       "forward + backward alone (Adam: optimizer_time_s)"),
     Column("predicted_comm_s", "s", "the variant's collectives, α–β ring model, one after the "
                                     "other"),
     Column("predicted_step_s", "s", "predicted_compute_s + predicted_comm_s"),

@@ -60,6 +60,10 @@ def wrap_fsdp(model, mesh, *, reshard_after_forward: bool = True):
     return model
 
 
+#: torch.optim.Adam's defaults, the hand-written ZeRO optimizers' too
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+
+
 def adam_update(param, grad, exp_avg, exp_avg_sq, *, step: int, lr: float, betas, eps: float):
     """One Adam step on ``param`` in place, ``torch.optim.Adam``'s arithmetic element by
     element (the hand-written ZeRO optimizers train exactly as DDP + Adam does)."""
@@ -80,7 +84,7 @@ class ZeRO1:
     """
 
     def __init__(self, model: nn.Module, *, lr: float, rank: int, world_size: int,
-                 betas=(0.9, 0.999), eps: float = 1e-8, group=None):
+                 betas=ADAM_BETAS, eps: float = ADAM_EPS, group=None):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.lr, self.betas, self.eps = lr, betas, eps
         self.rank, self.world_size, self.group = rank, world_size, group
@@ -167,7 +171,7 @@ class ZeRO2:
     """
 
     def __init__(self, buckets, *, lr: float, rank: int, world_size: int,
-                 betas=(0.9, 0.999), eps: float = 1e-8, group=None):
+                 betas=ADAM_BETAS, eps: float = ADAM_EPS, group=None):
         self.buckets = [[p for p in m.parameters() if p.requires_grad] for m in buckets]
         self.params = [p for bucket in self.buckets for p in bucket]
         self.lr, self.betas, self.eps = lr, betas, eps

@@ -55,6 +55,8 @@ from labkit.fsdp.config import STAGE, FSDPConfig
 from labkit.fsdp.peak import StepMemory
 from labkit.fsdp.record import StepRecorder
 from labkit.fsdp.shard import (
+    ADAM_BETAS,
+    ADAM_EPS,
     ZeRO1,
     ZeRO2,
     adam_update,
@@ -270,7 +272,11 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
     add_compute_time(rows, compute)
     adam = _adam_alone(rt, cfg, bare_opt, psi)
     for row in rows:
-        row["optimizer_time_s"] = adam[row["stage"]]
+        # FSDP2's own work, where measured, is against the plain model's step and its Adam over
+        # all Ψ; without it FSDP2's own Adam steps Ψ/N, as the hand-written ZeRO's does
+        whole = row["stage"] == "ddp" or (row["stage"] == "zero3"
+                                         and math.isfinite(row["local_step_time_p50_s"]))
+        row["optimizer_time_s"] = adam["whole"] if whole else adam["slice"]
     add_checkpoint_fields(rows, cfg, rt, full, x, y)
     return {"rows": against_ddp(rows)} if rt.rank == 0 else {}
 
@@ -289,18 +295,19 @@ def _alone_s(rt, fn, repeat: int = 5) -> float:
 
 
 def _adam_alone(rt, cfg: FSDPConfig, opt, psi: int) -> dict:
-    """Seconds of each stage's Adam arithmetic, one rank alone (:func:`_alone_s`), which F/R
-    (forward and backward) leaves out: ``torch.optim.Adam`` over the plain model's Ψ (``opt``,
-    its gradients in place: DDP's, and FSDP2's, whose own work is measured against the plain
-    model's step and so against this Adam); :func:`labkit.fsdp.shard.adam_update` over a
-    rank's flat slice of Ψ/N (the hand-written ZeRO-1's and ZeRO-2's). Last: it moves the
-    plain model's weights."""
-    full = _alone_s(rt, opt.step)
+    """Seconds of Adam's arithmetic, one rank alone (:func:`_alone_s`), which F/R (forward
+    and backward) leaves out: ``whole``, ``torch.optim.Adam`` over the plain model's Ψ
+    (``opt``, after the plain model's last use: a step of :func:`labkit.tp.models.make_step`
+    leaves its gradients in place, so each call does the whole update); ``slice``,
+    :func:`labkit.fsdp.shard.adam_update` over a rank's flat slice of Ψ/N, with the
+    hand-written ZeRO's defaults."""
+    assert all(p.grad is not None for group in opt.param_groups for p in group["params"])
+    whole = _alone_s(rt, opt.step)
     size = -(-psi // rt.world_size)
     param, grad, m, v = (torch.rand(size, device=rt.device) for _ in range(4))
-    shard = _alone_s(rt, lambda: adam_update(param, grad, m, v, step=1, lr=cfg.lr,
-                                             betas=(0.9, 0.999), eps=1e-8))
-    return {"ddp": full, "zero3": full, "zero1": shard, "zero2": shard}
+    piece = _alone_s(rt, lambda: adam_update(param, grad, m, v, step=1, lr=cfg.lr,
+                                             betas=ADAM_BETAS, eps=ADAM_EPS))
+    return {"whole": whole, "slice": piece}
 
 
 def _local_step_s(model, step, cfg: FSDPConfig, rt) -> float:
