@@ -136,6 +136,12 @@ def comm_in_context(row, prof) -> float:
     return comm_parts(row, prof)["comm_s"]
 
 
+def _measured_s(row, key: str) -> float:
+    """``row[key]`` in seconds; NaN where the row holds none (None, NaN or no such field)."""
+    t = row.get(key)
+    return math.nan if t is None else float(t)
+
+
 def optimizer_s(row) -> float:
     """The variant's Adam arithmetic in a step (s), one rank alone, measured in the launch
     (``optimizer_time_s``): what F/R, forward and backward, leaves out of the plain model's
@@ -144,8 +150,7 @@ def optimizer_s(row) -> float:
     >>> optimizer_s({"optimizer_time_s": 0.0095}), optimizer_s({})
     (0.0095, 0.0)
     """
-    t = row.get("optimizer_time_s")
-    t = math.nan if t is None else float(t)
+    t = _measured_s(row, "optimizer_time_s")
     return t if math.isfinite(t) else 0.0
 
 
@@ -153,15 +158,15 @@ def own_work_s(row) -> float:
     """FSDP2's own work in a step (s), measured in the launch: its step with the collectives
     replaced by local copies less the plain model's step, both with every rank at once
     (:mod:`labkit.fsdp.local`): the copies into and out of its flat buffers, its hooks, what
-    Adam on DTensors costs beyond the plain model's Adam. 0 where the row holds no such step (DDP, the hand-written ZeRO, 1 rank).
+    Adam on DTensors costs beyond the plain model's Adam. 0 where the row holds no such step
+    (DDP, the hand-written ZeRO, 1 rank).
 
     >>> round(own_work_s({"local_step_time_p50_s": 0.070, "compute_time_p50_s": 0.044}), 6)
     0.026
     >>> own_work_s({"stage": "ddp", "compute_time_p50_s": 0.044})
     0.0
     """
-    local = row.get("local_step_time_p50_s")
-    local = math.nan if local is None else float(local)
+    local = _measured_s(row, "local_step_time_p50_s")
     if not math.isfinite(local):
         return 0.0
     return max(0.0, local - float(row["compute_time_p50_s"]))

@@ -53,13 +53,19 @@ def laws(rows, comm_rows, prof) -> list[dict]:
     return out
 
 
-def _compute_name(ctx: dict) -> str:
-    """The compute term's name: F/R, with the variant's Adam where the row measured it.
+def _compute_name(ctx: dict, *, with_ms: bool = False) -> str:
+    """The compute term's name: F/R, with the variant's Adam where the row measured it (and
+    its milliseconds, ``with_ms``).
 
     >>> _compute_name({"optimizer_s": 0.009}), _compute_name({"optimizer_s": 0.0})
     ('(F/R + Adam)', 'F/R')
+    >>> _compute_name({"optimizer_s": 0.009}, with_ms=True)
+    '(F/R + Adam 9.0)'
     """
-    return f"(F/R + {ADAM_TERM})" if ctx["optimizer_s"] > 0 else "F/R"
+    if not ctx["optimizer_s"] > 0:
+        return "F/R"
+    ms = f" {_ms(ctx['optimizer_s']):.1f}" if with_ms else ""
+    return f"(F/R + {ADAM_TERM}{ms})"
 
 
 def against_ddp_sentence(r) -> str:
@@ -109,10 +115,8 @@ def step_sentence(r, prof) -> str:
             f"{_ms(ctx['waits_s']):.1f}" if got else
             f"its collectives at the profile's average in context {_ms(ctx['comm_s']):.1f}")
     own = f" + {OWN_TERM} {_ms(ctx['own_s']):.1f}" if ctx["own_s"] > 0 else ""
-    adam = (f"(F/R + {ADAM_TERM} {_ms(ctx['optimizer_s']):.1f})" if ctx["optimizer_s"] > 0
-            else "F/R")
     return (f"{r['variant']}: step {_ms(r['step_time_p50_s']):.1f} ms = {parts}; the model: "
-            f"{adam} alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + {comm}{own}")
+            f"{_compute_name(ctx, with_ms=True)} alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + {comm}{own}")
 
 
 def waits_sentence(r, prof) -> str:

@@ -47,7 +47,6 @@ import math
 import statistics
 
 import torch
-import torch.distributed as dist
 
 from labkit import runtime, timing
 from labkit.fsdp import formulas
@@ -68,7 +67,14 @@ from labkit.fsdp.shard import (
 from labkit.harness import worker_main
 from labkit.memory import device_peak_bytes, reset_device_peak
 from labkit.tp import formulas as tp_formulas
-from labkit.tp.measure import CommCounter, compute_rate, fit_link, max_rel_error, worst_over_ranks
+from labkit.tp.measure import (
+    CommCounter,
+    compute_rate,
+    fit_link,
+    in_turns,
+    max_rel_error,
+    worst_over_ranks,
+)
 from labkit.tp.models import (
     build_model,
     local_slice,
@@ -282,16 +288,10 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
 
 
 def _alone_s(rt, fn, repeat: int = 5) -> float:
-    """p50 of ``fn`` on each rank alone (the ranks take turns, the others waiting in a
-    barrier), the slowest rank's. Collective."""
-    mine = math.nan
-    for turn in range(rt.world_size):
-        if turn == rt.rank:
-            mine = statistics.median(timing.repeat_timed(fn, warmup=1, repeat=repeat,
-                                                         device=rt.device, barrier=False))
-        if rt.world_size > 1:
-            dist.barrier()
-    return worst_over_ranks(rt, mine)
+    """p50 of ``fn`` on each rank alone (:func:`labkit.tp.measure.in_turns`), the slowest
+    rank's. Collective."""
+    return in_turns(rt, lambda: statistics.median(timing.repeat_timed(
+        fn, warmup=1, repeat=repeat, device=rt.device, barrier=False)))
 
 
 def _adam_alone(rt, cfg: FSDPConfig, opt, psi: int) -> dict:

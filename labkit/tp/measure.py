@@ -181,19 +181,11 @@ def compute_rate(rt, *, hidden: int, num_heads: int, batch_size: int, seq_len: i
     which the FLOP count leaves out, are in it. Collective."""
     from labkit.tp.formulas import flops_per_rank
 
-    local = math.inf
-    for turn in range(rt.world_size):
-        if turn == rt.rank:
-            local = layer_seconds(hidden=hidden, num_heads=num_heads, batch_size=batch_size,
-                                  seq_len=seq_len, device=rt.device, split=split)
-        if rt.world_size > 1:
-            dist.barrier()
-    flops = flops_per_rank(batch_size=batch_size, seq_len=seq_len, hidden=hidden, num_layers=1,
-                           world_size=split)
-    rate = torch.tensor([flops / local], dtype=torch.float64, device=rt.device)
-    if rt.world_size > 1:
-        dist.all_reduce(rate, op=dist.ReduceOp.MIN)
-    return float(rate.item())
+    slowest = in_turns(rt, lambda: layer_seconds(
+        hidden=hidden, num_heads=num_heads, batch_size=batch_size, seq_len=seq_len,
+        device=rt.device, split=split))
+    return flops_per_rank(batch_size=batch_size, seq_len=seq_len, hidden=hidden, num_layers=1,
+                          world_size=split) / slowest
 
 
 def max_rel_error(pairs, scale: float | None = None) -> float:
@@ -239,3 +231,16 @@ def worst_over_ranks(rt, value: float) -> float:
     if rt.world_size > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
+
+
+def in_turns(rt, seconds) -> float:
+    """``seconds()`` (a measurement returning seconds) on each rank **alone**: the ranks take
+    turns while the others wait in a barrier (a step model multiplies by the machine's co-run
+    slowdown where ranks compute at once). The slowest rank's, on every rank. Collective."""
+    mine = math.nan
+    for turn in range(rt.world_size):
+        if turn == rt.rank:
+            mine = seconds()
+        if rt.world_size > 1:
+            dist.barrier()
+    return worst_over_ranks(rt, mine)
