@@ -223,6 +223,17 @@ def test_profile_floor_is_the_same_statistic_over_the_profiles_own_sizes():
     assert verdicts.profile_floor_s([], _Profile(), ranks=2) is None
 
 
+def test_profile_floor_reads_the_transfers_not_a_percentile_below_them():
+    """The sweep's floor is a median of transfers: the profile's is too, never its p10."""
+    prof = _Profile()
+    prof.rows = [{**r, "transfer_s": r["time_p10_s"] * 1.4} for r in _Profile.rows]
+    got = verdicts.profile_floor_s([8, 32, 128, 512, 2048, 8192, 32768], prof, ranks=2)
+    assert got == pytest.approx(0.7e-3)  # median of the transfers 0.7, 0.84, 0.63 ms
+    assert got > verdicts.profile_floor_s([8, 512, 32768], _Profile(), ranks=2)  # the p10s'
+    with pytest.raises(UsageError, match="statistic"):
+        verdicts.profile_floor_s([8, 512], prof, ranks=2, statistic="p10")
+
+
 def test_in_context_judges_at_the_largest_size_both_swept_and_its_laws():
     rows = [{"size_bytes": s, "time_p50_s": t, "busy_time_p50_s": 1.4 * t, "busy_matmuls": 9,
              "time_p10_s": t / 2, "busy_time_p10_s": 1.5 * t / 2}

@@ -22,6 +22,7 @@ import numpy as np
 from labkit.book import laws
 from labkit.collectives.formulas import moe_all_to_all_bytes
 from labkit.collectives.regimes import Regimes, row_transfer, time_at
+from labkit.errors import UsageError
 from labkit.machine import formulas as machine_formulas
 from labkit.tables import size_text
 
@@ -341,16 +342,19 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
 
 
 def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
-                    statistic: str = "p10") -> float | None:
-    """The machine profile's prediction of the latency floor: the same statistic as the floor,
-    the median transfer (p10; ``statistic="p50"``: the median p50, for a sweep without
-    transfers), over the profile's own idle all-reduce sizes inside the regime's range (a floor
-    does not depend on the size); where the profile measured none there, the median of
+                    statistic: str = "transfer") -> float | None:
+    """The machine profile's prediction of the latency floor, in the floor's own statistic
+    (``Regimes.statistic``): the median over the profile's idle all-reduce sizes inside the
+    regime's range (a floor does not depend on the size) of their transfers
+    (:func:`~labkit.collectives.regimes.row_transfer`) or, for a sweep without transfers
+    (``statistic="p50"``), their p50s; where the profile measured none there, the median of
     ``prof.transfer_s(size, ranks=ranks)`` over the regime's sizes. None: no latency regime.
+    Why one statistic: a p10 of a few calls lies below the median of the calls that waited
+    for nothing, so a p10 set against the sweep's transfers reads the floor too low.
 
     >>> class Prof:
     ...     rows = [{"measurement": "allreduce", "context": "idle", "size_bytes": s,
-    ...              "time_p50_s": t, "time_p10_s": t / 2}
+    ...              "time_p50_s": t, "time_p10_s": t / 3, "transfer_s": t / 2}
     ...             for s, t in ((8, 5e-4), (64, 3e-3), (512, 6e-4), (1 << 20, 2e-3))]
     ...     def transfer_s(self, s, *, ranks, busy=False):
     ...         return 1e-4 + s * 1e-9
@@ -361,12 +365,15 @@ def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
     >>> round(profile_floor_s([16, 32], Prof(), ranks=2) * 1e6, 3)
     100.024
     """
+    if statistic not in ("transfer", "p50"):
+        raise UsageError(f"statistic must be 'transfer' or 'p50', got {statistic!r}")
     if not latency_sizes:
         return None
     lo, hi = min(latency_sizes), max(latency_sizes)
-    key = f"time_{statistic}_s"
-    own = [r.get(key, r["time_p50_s"]) for r in prof.rows if r.get("measurement") == "allreduce"
-           and r.get("context") == "idle" and lo <= r["size_bytes"] <= hi]
+    own = [row_transfer(r) if statistic == "transfer" else r["time_p50_s"] for r in prof.rows
+           if r.get("measurement") == "allreduce" and r.get("context") == "idle"
+           and lo <= r["size_bytes"] <= hi]
+    own = [t for t in own if t is not None]
     if ranks != getattr(prof, "world_size", ranks) or not own:
         own = [prof.transfer_s(s, ranks=ranks) for s in latency_sizes]
     return float(np.median(own))
