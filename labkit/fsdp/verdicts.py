@@ -116,7 +116,8 @@ def step_sentence(r, prof) -> str:
             f"its collectives at the profile's average in context {_ms(ctx['comm_s']):.1f}")
     own = f" + {OWN_TERM} {_ms(ctx['own_s']):.1f}" if ctx["own_s"] > 0 else ""
     return (f"{r['variant']}: step {_ms(r['step_time_p50_s']):.1f} ms = {parts}; the model: "
-            f"{_compute_name(ctx, with_ms=True)} alone x {ctx['slowdown']:.2f} = {_ms(ctx['compute_s']):.1f} + {comm}{own}")
+            f"{_compute_name(ctx, with_ms=True)} alone x {ctx['slowdown']:.2f} = "
+            f"{_ms(ctx['compute_s']):.1f} + {comm}{own}")
 
 
 def waits_sentence(r, prof) -> str:
