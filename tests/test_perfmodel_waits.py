@@ -1,7 +1,7 @@
 """Notebook 08's model check with messages as transfers plus counted scheduler waits: the
 pipeline step prices each message at the profile's transfer and each message that waited in
 the row's median step (counted from its timeline) at the profile's scheduler wait; the
-all-reduce law compares transfers (the profile's against the calls' 10th percentile) and says
+all-reduce law compares transfers (the profile's against the calls') and says
 how many calls waited. Synthetic profiles and rows whose calls wait one tick, some of the time.
 """
 

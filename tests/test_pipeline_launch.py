@@ -76,9 +76,10 @@ def test_every_schedule_on_two_ranks():
 @pytest.mark.slow
 def test_zero_bubble_and_timeline_on_two_ranks():
     """1F1B and zero bubble on 2 ranks: same output and gradients as one process, F, B and W
-    blocks per microbatch, the timeline split adding up, every row field declared."""
+    blocks per microbatch, the timeline split adding up, every row field declared, and the
+    parts timed apart (the step at the fixed width, a rank's blocks alone at both widths)."""
     config = PipelineConfig(schedules=("1f1b", "zero_bubble"), microbatches=(2, 4), hidden=128,
-                            batch=32, steps=2, warmup=1)
+                            batch=32, steps=2, warmup=1, fixed_width=8)
     df = pipeline.run(config, launch=LaunchOptions(nprocs=(2,), progress=False,
                                                    timeout_s=LAUNCH_TIMEOUT_S))
     assert sorted(zip(df.schedule, df.num_microbatches)) == [
@@ -101,6 +102,10 @@ def test_zero_bubble_and_timeline_on_two_ranks():
         assert r.step_messages == messages.step_messages(r.median_step_blocks)
         assert all(m["delay_s"] >= 0 and m["from_rank"] != m["to_rank"]
                    for m in r.step_messages)
+    assert (df.fixed_width == 8).all() and (df.fixed_step_s > 0).all()
+    assert (df.fixed_step_p10_s <= df.fixed_step_s).all()
+    assert (df.fixed_step_s <= df.fixed_step_p90_s).all()
+    assert ((df.block_alone_s > 0) & (df.fixed_block_alone_s > 0)).all()
     assert df[df.schedule == "zero_bubble"].weight_time_s.notna().all()
     assert (df.peak_activation_bytes == df.peak_activation_bytes_formula).all()
     assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory

@@ -51,6 +51,8 @@ def step_note(r: dict) -> str:
     ...                  "messages_waited": 3, "waits_counted": True, "scheduler_wait_s": 3.6e-3}))
     transfers 8 x 0.21 ms (the profile's, cores busy); 3 of 8 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each
     """
+    if given(r.get("model_fixed_s")):
+        return fixed_note(r)
     head = (f"transfers {int(r['messages'])} x {r['transfer_s'] * 1e3:.2f} ms (the profile's, "
             "cores busy)")
     if given(r.get("waits_counted")) and bool(r["waits_counted"]):
@@ -60,6 +62,35 @@ def step_note(r: dict) -> str:
     return head + (f"; the row holds no per-message timeline: the profile's share of waits, "
                    f"{r['messages_waited']:.2g} of {int(r['messages'])} messages, at "
                    f"{r['scheduler_wait_s'] * 1e3:.1f} ms each")
+
+
+def fixed_note(r: dict) -> str:
+    """What a pipeline step's law took for its fixed costs and priced its messages at.
+
+    >>> print(fixed_note({"fixed_width": 16, "model_fixed_s": 1.2e-2, "messages": 8,
+    ...                   "transfer_s": 2.1e-4, "fixed_transfer_s": 1.1e-4, "messages_waited": 3,
+    ...                   "waits_counted": True, "block_s": 6.1e-3, "profile_block_s": 4.0e-3,
+    ...                   "compute_slowdown": 1.16}))
+    a microbatch's arithmetic on a rank 6.10 ms alone (its blocks timed apart, less their overhead at width 16; the profile's training step would give 4.00 ms) x the co-run slowdown 1.16; fixed costs 12.0 ms: the same step at width 16, where the arithmetic is almost nothing, timed right after it (each block's overhead, each hop, the scheduler's turns); transfers 8 x 0.10 ms beyond that width's (the profile's 0.21 against 0.11 ms, cores busy); 3 of 8 messages of the median step waited for the scheduler (counted from its timeline), not priced apart: the fixed step's hops hold such waits
+    """
+    extra = max(0.0, r["transfer_s"] - r["fixed_transfer_s"])
+    text = ""
+    if given(r.get("block_s")):
+        text = (f"a microbatch's arithmetic on a rank {r['block_s'] * 1e3:.2f} ms alone (its "
+                f"blocks timed apart, less their overhead at width {int(r['fixed_width'])}; the "
+                f"profile's training step would give {r['profile_block_s'] * 1e3:.2f} ms) x the "
+                f"co-run slowdown {r['compute_slowdown']:.2f}; ")
+    text += (f"fixed costs {r['model_fixed_s'] * 1e3:.1f} ms: the same step at width "
+             f"{int(r['fixed_width'])}, where the arithmetic is almost nothing, timed right after "
+             "it (each block's overhead, each hop, the scheduler's turns); transfers "
+            f"{int(r['messages'])} x {extra * 1e3:.2f} ms beyond that width's (the profile's "
+            f"{r['transfer_s'] * 1e3:.2f} against {r['fixed_transfer_s'] * 1e3:.2f} ms, cores "
+            "busy)")
+    if given(r.get("waits_counted")) and bool(r["waits_counted"]):
+        text += (f"; {int(r['messages_waited'])} of {int(r['messages'])} messages of the "
+                 "median step waited for the scheduler (counted from its timeline), not priced "
+                 "apart: the fixed step's hops hold such waits")
+    return text
 
 
 def waits_sentence(check) -> str:
@@ -86,16 +117,22 @@ def waits_sentence(check) -> str:
         each = ", ".join(f"{int(r['messages_waited'])} of {int(r['messages'])} at M = "
                          f"{int(r['num_microbatches'])}" for r in counted)
         wait = counted[0]["scheduler_wait_s"] * 1e3
+        fixed = all(given(r.get("model_fixed_s")) for r in counted)
         if sum(r["messages_waited"] for r in counted):
             parts.append("Messages that waited for the scheduler in the pipeline's median steps: "
                          f"{each} (counted from the timelines). A message whose receiver's core "
                          "is computing waits for the scheduler's next turn, which the profile's "
-                         f"waits put at {wait:.1f} ms on this machine: the step model adds that "
-                         "for each one counted, beside every message's transfer.")
+                         f"waits put at {wait:.1f} ms on this machine: " + (
+                             "the step model holds such waits in its fixed costs, the same step "
+                             "timed where the arithmetic is almost nothing." if fixed else
+                             "the step model adds that for each one counted, beside every "
+                             "message's transfer."))
         else:
             parts.append(f"No message of the pipeline's median steps waited for the scheduler "
-                         f"({each}, counted from the timelines): the step model prices their "
-                         "transfers only.")
+                         f"({each}, counted from the timelines): " + (
+                             "the step model's fixed costs (the same step timed where the "
+                             "arithmetic is almost nothing) hold its hops." if fixed else
+                             "the step model prices their transfers only."))
     coll = check[check.quantity == "time_s"] if "quantity" in check else check.iloc[:0]
     if len(coll) and given(coll.sort_values("size_bytes").iloc[-1].get("wait_share")):
         r = coll.sort_values("size_bytes").iloc[-1]

@@ -20,16 +20,20 @@ below take plain numbers.
 * a pipeline step of ``layers`` × Linear(h, h) over P stages, batch B, M microbatches, v chunks
   (:func:`pipeline_terms`)::
 
-      T = T_stage + (P−1)/(v·M)·T_stage + 2·v·M·t_transfer + n_waited·t_wait,
+      T = T_stage + (P−1)/(v·M)·T_stage + T_fixed + 2·v·M·(t_transfer(h) − t_transfer(w)),
       T_stage = 6·(L/P)·h²·B / rate
 
   with ``rate`` the profile's training-step rate measured alone at the microbatch's B/M rows
   (small products run slower) divided by the co-run slowdown of P ranks computing at once,
-  ``t_transfer`` the one-way transfer of one microbatch's activations ((B/M)·h·4 bytes) with
-  the cores busy (a message that waited for nothing), ``n_waited`` the messages of the row's
-  median step that waited for the scheduler (counted from its timeline:
-  :func:`labkit.pipeline.messages.row_waits`) and ``t_wait`` the profile's scheduler wait
-  (about a tick);
+  ``T_fixed`` the same step timed in the same launch at a width w where the arithmetic is
+  almost nothing (the row's ``fixed_step_s``: each block's overhead, each hop, the scheduler's
+  turns, what the arithmetic and the bytes leave out), and ``t_transfer`` the one-way
+  transfer of one microbatch's activations ((B/M)·h·4 bytes) with the cores busy (a message
+  that waited for nothing), less that of width w's, which T_fixed holds. A row timed without
+  a fixed step: ``T_fixed`` 0, every message's whole transfer, and a scheduler wait
+  ``t_wait`` (the profile's, about a tick) for each of the ``n_waited`` messages of the row's
+  median step that waited (counted from its timeline:
+  :func:`labkit.pipeline.messages.row_waits`);
 * the bubble fraction (P−1)/(v·M+P−1) beside the fill and drain idle read off the timeline.
 
 Errors are symmetric (:func:`labkit.book.laws.symmetric_error_pct`). The laws' notes and the
@@ -46,6 +50,7 @@ from labkit.collectives import formulas as collectives
 from labkit.errors import UsageError
 from labkit.machine import formulas as machine_formulas
 from labkit.perfmodel.checknotes import collective_note, step_note
+from labkit.pipeline.config import BLOCK_S, FIXED_STEPS
 from labkit.pipeline.formulas import bubble_fraction
 
 #: every prediction here is a time or a ratio (relative) or a fraction of a step (absolute)
@@ -113,37 +118,62 @@ def message_bytes(row: dict) -> int:
     return microbatch_rows(row) * int(row["hidden"]) * ACTIVATION_BYTES
 
 
-def pipeline_terms(row: dict, *, compute_flop_per_s: float, compute_slowdown: float = 1.0,
+def pipeline_terms(row: dict, *, compute_flop_per_s: float | None = None,
+                   block_s: float | None = None, compute_slowdown: float = 1.0,
                    transfer_s: float = 0.0, waited: float = 0.0,
-                   scheduler_wait_s: float = 0.0) -> dict:
+                   scheduler_wait_s: float = 0.0, fixed_s: float | None = None,
+                   fixed_transfer_s: float = 0.0) -> dict:
     """The model's step of a pipeline-lab row (``layers`` × Linear(h, h), ``batch``, P, M, v),
     term by term, in seconds: ``compute`` (one stage's work, T_stage), ``bubble``
     ((P−1)/(v·M)·T_stage), ``transfers`` (2·v·M·t_transfer), ``scheduler waits``
     (``waited`` × ``scheduler_wait_s``) and their sum ``step``. ``compute_flop_per_s`` is the
     rate of one rank computing alone; the ``compute_slowdown`` of P ranks computing at once
-    divides it (every stage computes while the others do).
+    divides it (every stage computes while the others do); or ``block_s``, one microbatch's
+    forward and backward on a rank timed alone, so T_stage = M·block_s × slowdown. With
+    ``fixed_s`` (the same step
+    timed where the arithmetic is almost nothing) the step has a ``fixed costs`` term instead
+    of the counted waits, which it holds, and each message's ``transfers`` beyond
+    ``fixed_transfer_s`` (its own messages' transfer).
 
     8 layers of 256, batch 64, P = 2, M = 4 at 40 GFLOP/s, slowdown 1.25, 100 µs transfers, 2
     of the messages waited 3.6 ms: T_stage = 6·4·256²·64/40e9 · 1.25 = 3.146 ms, bubble 1/4 of
-    it, 8 transfers 0.8 ms, waits 7.2 ms.
+    it, 8 transfers 0.8 ms, waits 7.2 ms. The same step timed at 9 ms where the arithmetic is
+    nothing, its messages' transfer 40 µs: 8 × 60 µs beyond it.
 
-    >>> t = pipeline_terms(dict(layers=8, hidden=256, batch=64, num_stages=2, num_microbatches=4),
-    ...                    compute_flop_per_s=40e9, compute_slowdown=1.25, transfer_s=1e-4,
+    >>> row = dict(layers=8, hidden=256, batch=64, num_stages=2, num_microbatches=4)
+    >>> t = pipeline_terms(row, compute_flop_per_s=40e9, compute_slowdown=1.25, transfer_s=1e-4,
     ...                    waited=2, scheduler_wait_s=3.6e-3)
     >>> {k: round(v * 1e3, 3) for k, v in t.items()}
     {'compute': 3.146, 'bubble': 0.786, 'transfers': 0.8, 'scheduler waits': 7.2, 'step': 11.932}
+    >>> t = pipeline_terms(row, compute_flop_per_s=40e9, compute_slowdown=1.25, transfer_s=1e-4,
+    ...                    waited=2, scheduler_wait_s=3.6e-3, fixed_s=9e-3, fixed_transfer_s=4e-5)
+    >>> {k: round(v * 1e3, 3) for k, v in t.items()}
+    {'compute': 3.146, 'bubble': 0.786, 'fixed costs': 9.0, 'transfers': 0.48, 'step': 13.412}
+    >>> round(pipeline_terms(row, block_s=0.5e-3, compute_slowdown=1.25)["compute"] * 1e3, 3)
+    2.5
     """
-    if not compute_flop_per_s > 0 or not compute_slowdown > 0 or min(
-            transfer_s, waited, scheduler_wait_s) < 0:
-        raise UsageError("compute_flop_per_s and compute_slowdown must be > 0; transfer_s, "
-                         "waited and scheduler_wait_s >= 0")
+    if (compute_flop_per_s is None) == (block_s is None):
+        raise UsageError("give the compute as a rate (compute_flop_per_s) or as one "
+                         "microbatch's blocks timed alone (block_s), one of them")
+    given = compute_flop_per_s if block_s is None else block_s
+    if not given > 0 or not compute_slowdown > 0 or min(
+            transfer_s, waited, scheduler_wait_s, fixed_transfer_s,
+            0.0 if fixed_s is None else fixed_s) < 0:
+        raise UsageError("compute_flop_per_s or block_s and compute_slowdown must be > 0; "
+                         "transfer_s, waited, scheduler_wait_s, fixed_s and fixed_transfer_s "
+                         ">= 0")
     p, m = int(row["num_stages"]), int(row["num_microbatches"])
     v = int(row.get("virtual_stages", 1) or 1)
     h, batch, layers = int(row["hidden"]), int(row["batch"]), int(row["layers"])
-    stage = 6.0 * layers / p * h * h * batch / compute_flop_per_s * compute_slowdown
-    terms = {"compute": stage, "bubble": stage * (p - 1) / (v * m),
-             "transfers": 2 * v * m * transfer_s if p > 1 else 0.0,
-             "scheduler waits": waited * scheduler_wait_s if p > 1 else 0.0}
+    stage = (m * block_s if block_s is not None else
+             6.0 * layers / p * h * h * batch / compute_flop_per_s) * compute_slowdown
+    terms = {"compute": stage, "bubble": stage * (p - 1) / (v * m)}
+    if fixed_s is not None:  # the fixed step holds its messages' transfers and waits
+        terms["fixed costs"] = fixed_s
+        terms["transfers"] = 2 * v * m * max(0.0, transfer_s - fixed_transfer_s) if p > 1 else 0.0
+    else:
+        terms["transfers"] = 2 * v * m * transfer_s if p > 1 else 0.0
+        terms["scheduler waits"] = waited * scheduler_wait_s if p > 1 else 0.0
     return {**terms, "step": sum(terms.values())}
 
 
@@ -176,11 +206,42 @@ def profile_terms(prof, row: dict, waits: dict | None = None) -> dict:
     busy, and a scheduler wait for each message that waited (``waits``: :func:`message_waits`
     of the row, counted here where not given)."""
     w = message_waits(prof, row) if waits is None else waits
-    rate = prof.step_flop_per_s(batch=microbatch_rows(row))
-    return pipeline_terms(row, compute_flop_per_s=rate,
+    fixed = fixed_step(prof, row)
+    compute = ({"block_s": fixed.pop("block_s")} if "block_s" in fixed else
+               {"compute_flop_per_s": prof.step_flop_per_s(batch=microbatch_rows(row))})
+    return pipeline_terms(row, **compute,
                           compute_slowdown=prof.compute_slowdown(int(row["num_stages"])),
                           transfer_s=w["transfer_s"], waited=w["waited"],
-                          scheduler_wait_s=w["scheduler_wait_s"])
+                          scheduler_wait_s=w["scheduler_wait_s"], **fixed)
+
+
+def fixed_step(prof, row: dict) -> dict:
+    """The parts of a pipeline row timed apart, as :func:`pipeline_terms` takes them:
+    ``fixed_s``, its step timed at ``fixed_width`` (where the arithmetic is almost nothing),
+    ``fixed_transfer_s``, the profile's one-way transfer of that width's message, cores busy,
+    and ``block_s``, the arithmetic of one microbatch's blocks on a rank alone (its blocks
+    alone at the row's width less at the fixed width, whose overhead the fixed step holds);
+    {} for a row timed without them.
+
+    >>> class Prof:
+    ...     def transfer_s(self, size_bytes, **kw): return 1e-4 + size_bytes / 1e9
+    >>> got = fixed_step(Prof(), dict(batch=128, num_microbatches=2, fixed_width=16,
+    ...     fixed_step_s=9e-3, block_alone_s=8e-3, fixed_block_alone_s=0.7e-3))
+    >>> {k: round(v * 1e3, 4) for k, v in got.items()}
+    {'fixed_s': 9.0, 'fixed_transfer_s': 0.1041, 'block_s': 7.3}
+    >>> fixed_step(Prof(), dict(batch=128, num_microbatches=2, fixed_step_s=None))
+    {}
+    """
+    fixed, width = row.get("fixed_step_s"), row.get("fixed_width")
+    if not laws.given(fixed) or not width:
+        return {}
+    size = microbatch_rows(row) * int(width) * ACTIVATION_BYTES
+    out = {"fixed_s": float(fixed),
+           "fixed_transfer_s": float(prof.transfer_s(size, measurement="message", busy=True))}
+    alone, small = row.get("block_alone_s"), row.get("fixed_block_alone_s")
+    if laws.given(alone) and laws.given(small):
+        out["block_s"] = max(float(alone) - float(small), 0.0)
+    return out
 
 
 def _collective_row(r: dict, *, op: str, n: int, ab: float, a: float, b: float,
@@ -274,6 +335,7 @@ def _pipeline_rows(r: dict, profile) -> list[dict]:
     if profile is not None and "hidden" in r:
         w = message_waits(profile, r)
         t = profile_terms(profile, r, w)
+        apart = fixed_step(profile, r)
         step = float(r["step_time_s"])
         split = None
         if r.get("compute_share") is not None and r.get("idle_other") is not None:
@@ -288,7 +350,14 @@ def _pipeline_rows(r: dict, profile) -> list[dict]:
         out.append({**head, "quantity": "step_time_s", "measured": step, "model": t["step"],
                     "error_pct": laws.symmetric_error_pct(t["step"], step),
                     "model_compute_s": t["compute"], "model_bubble_s": t["bubble"],
-                    "model_transfers_s": t["transfers"], "model_waits_s": t["scheduler waits"],
+                    "model_transfers_s": t["transfers"],
+                    "model_waits_s": t.get("scheduler waits", 0.0),
+                    "model_fixed_s": t.get("fixed costs"), "fixed_width": r.get("fixed_width"),
+                    "fixed_transfer_s": apart.get("fixed_transfer_s"),
+                    "block_s": apart.get("block_s"), "profile_block_s": 6.0 * int(r["layers"])
+                    / p * int(r["hidden"]) ** 2 * microbatch_rows(r)
+                    / profile.step_flop_per_s(batch=microbatch_rows(r)),
+                    "compute_slowdown": profile.compute_slowdown(p),
                     "transfer_s": w["transfer_s"], "scheduler_wait_s": w["scheduler_wait_s"],
                     "messages": w["messages"], "messages_waited": w["waited"],
                     "waits_counted": w["counted"], "split": split})
@@ -350,20 +419,23 @@ ESTIMATE_ALPHA_S = 3e-4
 ESTIMATE_BETA_BYTES_PER_S = 0.8e9
 ESTIMATE_FLOP_PER_S = 20e9
 #: what notebook 08 runs live (its size: fixed, so the estimate is a function of the parameters)
-LIVE_PIPELINE = {"layers": 8, "hidden": 512, "batch": 128, "steps": 3, "warmup": 1}
+#: the same steps also timed at width 16, where the arithmetic is almost nothing (the step
+#: model's fixed costs)
+LIVE_PIPELINE = {"layers": 8, "hidden": 512, "batch": 128, "steps": 3, "warmup": 1,
+                 "fixed_width": 16}
 LIVE_COLLECTIVES = {"factor": 4.0, "iters": 10, "warmup": 3, "min_bytes": 8}
 
 
 def live_estimate_s(*, world_size: int, max_bytes: int, microbatches, cores: int) -> float:
     """Seconds notebook 08's live check takes, estimated: two launches (collectives, pipeline)
     of ``world_size`` ranks on ``cores`` cores, the all-reduce sweep 8 B..``max_bytes`` (×4)
-    and the pipeline's steps at each M. Oversubscribed (ranks > cores), everything stretches
-    by ranks/cores.
+    and the pipeline's steps at each M (and those at its fixed width). Oversubscribed (ranks >
+    cores), everything stretches by ranks/cores.
 
     >>> round(live_estimate_s(world_size=2, max_bytes=1 << 20, microbatches=[2, 4], cores=2), 1)
-    9.3
+    9.5
     >>> round(live_estimate_s(world_size=4, max_bytes=1 << 20, microbatches=[2, 4], cores=2), 1)
-    28.3
+    28.7
     """
     over = max(1.0, world_size / max(cores, 1))
     launch = (LAUNCH_BASE_S + LAUNCH_PER_RANK_S * world_size) * over
@@ -377,7 +449,8 @@ def live_estimate_s(*, world_size: int, max_bytes: int, microbatches, cores: int
     p = LIVE_PIPELINE
     flop = 6.0 * p["layers"] * p["hidden"] ** 2 * p["batch"]
     pipe = sum((p["steps"] + p["warmup"]) * flop / world_size / ESTIMATE_FLOP_PER_S
-               * (1 + (world_size - 1) / m) for m in microbatches)
+               * (1 + (world_size - 1) / m)
+               + (FIXED_STEPS + p["warmup"]) * BLOCK_S * 2 * m for m in microbatches)
     return 2 * launch + (sweep + pipe) * over
 
 
@@ -389,7 +462,7 @@ def check_live(*, world_size: int, max_bytes: int, microbatches, cores: int,
     >>> check_live(world_size=4, max_bytes=1 << 20, microbatches=[2, 4], cores=2, budget_s=10)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: the live check (4 ranks, all-reduces up to 1048576 B, M = [2, 4]) takes about 28 s here, over its 10 s budget: use live_world_size <= 2 cores, a smaller live_max_bytes or fewer live_microbatches, or measure_live = False
+    labkit.errors.UsageError: the live check (4 ranks, all-reduces up to 1048576 B, M = [2, 4]) takes about 29 s here, over its 10 s budget: use live_world_size <= 2 cores, a smaller live_max_bytes or fewer live_microbatches, or measure_live = False
     """
     est = live_estimate_s(world_size=world_size, max_bytes=max_bytes, microbatches=microbatches,
                           cores=cores)

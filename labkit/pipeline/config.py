@@ -31,6 +31,10 @@ class PipelineConfig:
     (:mod:`labkit.pipeline.ahead`), so a message moves while its receiver still computes;
     ``compare_placement_at``: the M at which GPipe and 1F1B are measured both ways, a step of
     each in turn (the extra rows carry ``compared_placement``).
+    ``fixed_width``: each (schedule, M) is also timed at this width, right after it, where the
+    arithmetic is almost nothing: what its step costs besides the arithmetic and the bytes (each
+    block's overhead, each hop, the scheduler's turns), measured in the same launch, over
+    :data:`FIXED_STEPS` steps (0: not timed).
     ``skip_invalid`` skips the (schedule, M) pairs that cannot run on P instead of refusing.
 
     >>> PipelineConfig(schedules="gpipe", microbatches=4).microbatches
@@ -54,6 +58,9 @@ class PipelineConfig:
     compare_placement_at: tuple[int, ...] = option(
         (), "microbatch counts M at which gpipe and 1f1b are also measured with the other "
             "receive placement, a step of each in turn", metavar="M")
+    fixed_width: int = option(0, "also time every (schedule, M) at this width, where the "
+                                 "arithmetic is almost nothing: the schedule's fixed costs "
+                                 "(0: not)", metavar="W")
     skip_invalid: bool = option(False, "leave out the (schedule, M) that cannot run on P",
                                 cli=False)
 
@@ -69,6 +76,10 @@ class PipelineConfig:
         for name in ("layers", "hidden", "batch", "steps", "virtual_stages"):
             positive_int(name, getattr(self, name))
         positive_int("warmup", self.warmup, minimum=0)
+        positive_int("fixed_width", self.fixed_width, minimum=0)
+        if self.fixed_width >= self.hidden:
+            raise UsageError(f"fixed_width {self.fixed_width} must be below hidden {self.hidden}:"
+                             " it times the step where the arithmetic is almost nothing")
         for m in self.compare_placement_at:
             if m not in self.microbatches:
                 raise UsageError(f"compare_placement_at: M = {m} is not one of the microbatch "
@@ -124,6 +135,10 @@ def combo_problem(schedule: str, num_stages: int, num_microbatches: int) -> str 
     return None
 
 
+#: timed steps at ``fixed_width``: a few milliseconds each, spread by the scheduler's turns, so
+#: more of them than the lab's few steps give a steadier median
+FIXED_STEPS = 9
+
 #: notebook 07's share of the lab's 4 minutes on a 2-core machine (wall time at its defaults)
 NOTEBOOK_BUDGET_S = 28.0
 #: what a run costs besides its steps, on a 2-core machine: one launch (torchrun, importing
@@ -144,8 +159,8 @@ def estimate_seconds(config: PipelineConfig, world_sizes, *, flop_per_s: float,
     (schedule, M, receive placement) the checked, warm-up and timed steps, each the model's
     6·layers·batch·hidden² flops shared by P ranks at :data:`STEP_EFFICIENCY` of that rate
     (slowed by P/cores beyond the cores),
-    stretched by the bubble ((M + P − 1)/M) plus :data:`BLOCK_S` per block; plus
-    :data:`LAUNCH_S` a launch and :data:`NOTEBOOK_S`.
+    stretched by the bubble ((M + P − 1)/M) plus :data:`BLOCK_S` per block (the steps at
+    ``fixed_width``: that alone); plus :data:`LAUNCH_S` a launch and :data:`NOTEBOOK_S`.
 
     >>> cfg = PipelineConfig(schedules=("gpipe",), microbatches=(1, 2), hidden=1024, batch=128,
     ...                      steps=3, skip_invalid=True)
@@ -163,6 +178,8 @@ def estimate_seconds(config: PipelineConfig, world_sizes, *, flop_per_s: float,
             v = config.virtual_stages if s == "interleaved" else 1
             step = compute * (m + p - 1) / m + BLOCK_S * 2 * m * v
             total += len(placements(s, m, config)) * (config.steps + untimed) * step
+            if config.fixed_width:
+                total += (FIXED_STEPS + config.warmup) * BLOCK_S * 2 * m * v
     return total
 
 

@@ -94,6 +94,17 @@ COLUMNS = (
                                 "microbatch of the block that needed it, from_rank, to_rank, "
                                 "delay_s (its start - the later of the sender's block end and "
                                 "its own rank's previous block end)"),
+    Column("fixed_width", "", "the width the same (schedule, M) was also timed at, where the "
+                              "arithmetic is almost nothing (fixed_width; None: not timed)"),
+    Column("fixed_step_s", "s", "that step at fixed_width, median over its steps: what a step "
+                                "costs besides arithmetic and bytes (blocks' overhead, hops, "
+                                "the scheduler's turns)"),
+    Column("fixed_step_p10_s", "s", "10th percentile of the steps at fixed_width"),
+    Column("fixed_step_p90_s", "s", "90th percentile of the steps at fixed_width"),
+    Column("block_alone_s", "s", "one microbatch's forward + backward through a rank's stages, "
+                                 "each rank alone in turn (the slowest rank's median)"),
+    Column("fixed_block_alone_s", "s", "the same at fixed_width: the part of a block that is "
+                                       "not arithmetic"),
     Column("step_time_model_s", "s", "the step model on this machine (report.add_model): alone "
                                      "blocks x the profile's co-run slowdown while ranks compute "
                                      "at once, the profile's transfer per message, and a "

@@ -28,13 +28,17 @@ step time), and the timeline's split into compute, fill/drain bubble and the res
 (:func:`labkit.pipeline.formulas.timeline_split`). The median step's blocks are kept with
 the delay of each message between them (:func:`labkit.pipeline.messages.step_messages`: read
 off the blocks' stamps, no clock read more), from which the step model counts the messages
-that waited for the scheduler. Known: pipelining on gloo can hang; the launcher's timeout ends
-such a run.
+that waited for the scheduler. With ``fixed_width``, each (schedule, M) is timed again right
+after, at that width, where the arithmetic is almost nothing (``fixed_step_s``: what its step
+costs besides arithmetic and bytes), and one microbatch's blocks on each rank alone at both
+widths (``block_alone_s``, ``fixed_block_alone_s``). Known: pipelining on gloo can hang; the
+launcher's timeout ends such a run.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import socket
 import time
@@ -50,7 +54,8 @@ from labkit.harness import worker_main
 from labkit.machine.formulas import median_index
 from labkit.memory import SavedActivations
 from labkit.pipeline.ahead import post_receives_ahead
-from labkit.pipeline.config import SCHEDULES_AHEAD, PipelineConfig, placements
+from labkit.pipeline.alone import block_alone_s
+from labkit.pipeline.config import FIXED_STEPS, SCHEDULES_AHEAD, PipelineConfig, placements
 from labkit.pipeline.formulas import (
     block_times,
     bubble_fraction,
@@ -429,14 +434,42 @@ def row_of(schedule: str, m: int, rt, cfg: PipelineConfig, v: int, recv_ahead, s
     }
 
 
+def apart(schedule: str, m: int, rt, cfg: PipelineConfig, main, tiny) -> dict:
+    """The parts of a (schedule, M) timed apart, right after it (``main``, ``tiny``: the model,
+    inputs and targets at ``cfg.hidden`` and at ``cfg.fixed_width``): the same step at the fixed
+    width, where the arithmetic is almost nothing (``fixed_step_s``: what a step costs besides
+    its arithmetic and its bytes), and one microbatch's forward and backward of a rank's stages
+    alone at both widths (``block_alone_s``, ``fixed_block_alone_s``). On rank 0; {} on the
+    others."""
+    small = dataclasses.replace(cfg, hidden=cfg.fixed_width, steps=FIXED_STEPS, check=False,
+                                compare_placement_at=(), fixed_width=0)
+    got = measure(schedule, m, tiny[0], rt, small, tiny[1], tiny[2])
+    alone = block_alone_s(main[0], rt, cfg, schedule, m, main[1])
+    alone_fixed = block_alone_s(tiny[0], rt, small, schedule, m, tiny[1])
+    if not got:
+        return {}
+    r = got[0]
+    return {"fixed_width": cfg.fixed_width, "fixed_step_s": r["step_time_s"],
+            "fixed_step_p10_s": r["step_time_p10_s"], "fixed_step_p90_s": r["step_time_p90_s"],
+            "block_alone_s": alone, "fixed_block_alone_s": alone_fixed}
+
+
 def on_rank(rt: runtime.Runtime, cfg: PipelineConfig) -> dict:
     cfg.check_world_size(rt.world_size)
     model = build_model(cfg, rt.device)
     x, target = synthetic_batch(cfg, rt.device)
     reference = reference_run(model, x, target) if cfg.check and rt.rank == 0 else None
+    tiny = None
+    if cfg.fixed_width:
+        small = dataclasses.replace(cfg, hidden=cfg.fixed_width, fixed_width=0)
+        tiny = (build_model(small, rt.device), *synthetic_batch(small, rt.device))
     rows = []
     for schedule, m in cfg.runnable(rt.world_size):
-        for row in measure(schedule, m, model, rt, cfg, x, target, reference):
+        measured = measure(schedule, m, model, rt, cfg, x, target, reference)
+        # right after the point itself: both see the same state of the machine
+        fixed = apart(schedule, m, rt, cfg, (model, x, target), tiny) if tiny else {}
+        for row in measured:
+            row.update(fixed)
             rows.append(row)
             runtime.print0(f"{schedule} P={rt.world_size} M={m}: step "
                            f"{row['step_time_s'] * 1e3:.1f} ms, fill/drain bubble "

@@ -1,0 +1,102 @@
+"""Notebook 08's pipeline step with its parts timed apart in the launch: the same step at a
+width where the arithmetic is almost nothing (the fixed costs of blocks, hops and the
+scheduler's turns) and one microbatch's blocks on a rank alone at both widths (the arithmetic).
+Synthetic profiles and rows; the rank side runs in tests/test_pipeline_launch.py."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from labkit.book import laws
+from labkit.errors import UsageError
+from labkit.perfmodel import checknotes, modelcheck
+from labkit.pipeline.config import PipelineConfig
+
+from ._pipeline_timelines import CO_RUN, measured_row, wait_profile
+
+FIXED_S, BLOCK_S, SMALL_BLOCK_S = 9e-3, 6e-3, 0.7e-3
+
+
+def _fixed_row(m: int = 4, *, fixed_s: float = FIXED_S) -> dict:
+    """A live row (P = 2) with its parts timed apart, its step what they add up to with the
+    profile's transfers (of a message at widths 512 and 16)."""
+    prof = wait_profile()
+    row = {**measured_row(m, waited=[("F", 1, 0)]), "fixed_width": 16, "fixed_step_s": fixed_s,
+           "block_alone_s": BLOCK_S, "fixed_block_alone_s": SMALL_BLOCK_S}
+    extra = (prof.transfer_s(4 * 128 // m * 512, measurement="message", busy=True)
+             - prof.transfer_s(4 * 128 // m * 16, measurement="message", busy=True))
+    stage = m * (BLOCK_S - SMALL_BLOCK_S) * CO_RUN
+    return {**row, "step_time_s": stage * (1 + 1 / m) + FIXED_S + 2 * m * extra}
+
+
+def test_fixed_width_is_validated_and_has_its_flag():
+    assert PipelineConfig(fixed_width=16).fixed_width == 16
+    for bad in (512, 1024, -1):
+        with pytest.raises(UsageError, match="fixed_width"):
+            PipelineConfig(fixed_width=bad)
+    from labkit.cli import build_parser
+
+    args = build_parser().parse_args(["pipeline", "--fixed-width", "16"])
+    assert args.fixed_width == 16
+
+
+def test_terms_carry_the_fixed_step_instead_of_the_counted_waits():
+    row = dict(layers=8, hidden=256, batch=64, num_stages=2, num_microbatches=4)
+    kw = dict(compute_slowdown=1.25, transfer_s=1e-4, waited=2, scheduler_wait_s=3.6e-3)
+    plain = modelcheck.pipeline_terms(row, block_s=1e-3, **kw)
+    fixed = modelcheck.pipeline_terms(row, block_s=1e-3, fixed_s=9e-3, fixed_transfer_s=4e-5,
+                                      **kw)
+    assert plain["scheduler waits"] == pytest.approx(7.2e-3) and "fixed costs" not in plain
+    assert "scheduler waits" not in fixed and fixed["fixed costs"] == 9e-3
+    assert fixed["transfers"] == pytest.approx(8 * 6e-5)
+    assert fixed["compute"] == pytest.approx(4 * 1e-3 * 1.25)
+    assert fixed["step"] == pytest.approx(sum(v for k, v in fixed.items() if k != "step"))
+    for both_or_none in ({}, {"block_s": 1e-3, "compute_flop_per_s": 1e9}):
+        with pytest.raises(UsageError, match="one of them"):
+            modelcheck.pipeline_terms(row, **both_or_none)
+    with pytest.raises(UsageError):
+        modelcheck.pipeline_terms(row, block_s=1e-3, fixed_s=-1.0)
+
+
+def test_step_law_holds_with_its_parts_and_flips_without_the_fixed_costs():
+    prof = wait_profile()
+    row = _fixed_row()
+    check = modelcheck.model_check(None, [row], profile=prof)
+    step = check[check.quantity == "step_time_s"].iloc[0]
+    assert step.model == pytest.approx(row["step_time_s"])
+    assert step.block_s == pytest.approx(BLOCK_S - SMALL_BLOCK_S)
+    law = [r for r in modelcheck.check_laws(check) if "step_time_s" in r["law"]][0]
+    assert law["holds"] and law["kind"] == "model"
+    assert law["note"].startswith("a microbatch's arithmetic on a rank 5.30 ms alone")
+    assert "fixed costs 9.0 ms" in law["note"] and "not priced apart" in law["note"]
+    # the same measured step, the fixed step timed 30 ms slower: the model misses, too slow
+    slow = {**row, "fixed_step_s": FIXED_S + 30e-3}
+    miss = [r for r in modelcheck.check_laws(modelcheck.model_check(None, [slow], profile=prof))
+            if "step_time_s" in r["law"]][0]
+    assert not miss["holds"] and miss["error_pct"] > 0
+    assert laws.split_sums(miss)
+
+
+def test_a_row_without_its_parts_keeps_the_profiles_rate_and_counted_waits():
+    prof = wait_profile()
+    row = measured_row(4, waited=[("F", 1, 0)])
+    t = modelcheck.profile_terms(prof, row)
+    assert "fixed costs" not in t and t["scheduler waits"] > 0
+    assert modelcheck.fixed_step(prof, {**row, "fixed_step_s": None}) == {}
+    # the fixed step without the blocks timed alone: the profile's rate for the arithmetic
+    got = modelcheck.fixed_step(prof, {**row, "fixed_width": 16, "fixed_step_s": FIXED_S})
+    assert set(got) == {"fixed_s", "fixed_transfer_s"}
+
+
+def test_notes_and_sentence_say_what_the_model_took():
+    prof = wait_profile()
+    check = modelcheck.model_check(None, [_fixed_row(2), _fixed_row(4)], profile=prof)
+    rows = check[check.quantity == "step_time_s"].to_dict("records")
+    assert all(checknotes.step_note(r) == checknotes.fixed_note(r) for r in rows)
+    sentence = checknotes.waits_sentence(check)
+    assert "holds such waits in its fixed costs" in sentence
+    plain = modelcheck.model_check(None, [measured_row(4, waited=[("F", 1, 0)])], profile=prof)
+    assert "adds that for each one counted" in checknotes.waits_sentence(plain)
+    quiet = pd.DataFrame([{**rows[0], "messages_waited": 0}])
+    assert "fixed costs (the same step" in checknotes.waits_sentence(quiet)
