@@ -215,7 +215,9 @@ def test_tp_laws_say_their_kind_and_split_their_misses():
     from labkit.tp import verdicts
 
     prof = verdicts.FakeProfile()
-    rows = verdicts.naive_laws(_tp_row(), prof)
+    # the messages 10.5 ms of the 12 ms inside, against 8 x 0.8 ms: a miss
+    rows = verdicts.naive_laws(_tp_row(allreduce_message_in_step_s=0.0105,
+                                       allreduce_wait_in_step_s=0.0015), prof)
     assert {r["kind"] for r in rows} == {"model"}
     assert all((r["tolerance_pct"] or 0) <= 25 for r in rows)
     counts = [r for r in rows if "per step = 4 L" in r["law"] or "parameters" in r["law"]
@@ -226,6 +228,16 @@ def test_tp_laws_say_their_kind_and_split_their_misses():
     assert laws.split_sums(inside) and laws.split_sums(step)
     assert sum(step["split"].values()) == pytest.approx(step["measured"])
     assert not inside["holds"] and "messages" in laws.verdict(inside)
+    assert inside["measured"] == pytest.approx(10.5)
+    # the all-reduces' own time holds; the wait for the later rank to enter (4.5 ms, the ranks'
+    # compute arriving apart) is not the collective's: it stands in the note and the step's split
+    late = verdicts.naive_laws(_tp_row(), prof)
+    inside = next(r for r in late if "time inside" in r["law"])
+    assert inside["holds"] and inside["measured"] == pytest.approx(7.5)
+    assert "wait for the later rank to enter (4.5 ms" in inside["note"]
+    assert "waiting for the later rank" not in inside["split"]
+    step = next(r for r in late if ": step =" in r["law"])
+    assert step["split"]["waiting for the later rank"] == pytest.approx(4.5)
     # one rank: no communication laws, the step is the compute
     one = verdicts.naive_laws(_tp_row(world_size=1, allreduce_calls_formula=0), prof)
     assert [r["law"].split(": ")[1][:7] for r in one] == ["paramet", "compute", "step = "]
