@@ -111,17 +111,18 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
     the ring (σ t + 2(P-1) x, :func:`labkit.cp.formulas.predict_step`): the float64 check,
     σ (t64 + f t) + 2(P-1) x, t64 the one-process attention over the whole sequence and f
     :data:`FLOAT64_FACTOR`; (1 + s) r for the counted and the timed passes; s σ t for the
-    loopback's; P s (4/3) t for each rank's passes alone (forward + backward, then forward
-    only, the others waiting); P s k b for each rank's blocks alone, b one block of c x c scores
-    a head and sequence and k the kinds of block the variant computes (full, causal); s (1 +
-    2(P-1)) x for the exchanges alone; a third of the pass over the whole sequence on rank 0
+    loopback's; P a (4/3) t for each rank's passes alone (forward + backward, then forward
+    only, the others waiting; a the warm-up and the config's ``alone_rounds(t)``); P a' k b
+    for each rank's blocks alone (a' the same of b), b one block of c x c scores a head and
+    sequence and k the kinds of block the variant computes (full, causal); s (1 + 2(P-1)) x
+    for the exchanges alone; a third of the pass over the whole sequence on rank 0
     (P = 1) for its saved bytes. Plus :data:`LAUNCH_S`.
 
     The notebook's defaults (three variants, S = 256) on 2 cores, then S = 2048, whose
     blocks spill out of the caches:
 
     >>> round(launch_seconds(CPConfig(), 2, flop_per_s=48e9, cores=2), 1)
-    4.5
+    4.9
     >>> round(launch_seconds(CPConfig(seq_len=2048), 2, flop_per_s=48e9, cores=2))
     51
     """
@@ -137,11 +138,13 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
     total = LAUNCH_S
     for variant in config.variants:
         t = pass_seconds(config, p, variant, flop_per_s=flop_per_s)
+        a = max(config.warmup, 1) + config.alone_rounds(t)
         ring = predict_step(compute_alone_s=t, slowdown=slow, exchanges=sends,
                             exchange_s=x)["step_s"]
         total += slow * (reference + FLOAT64_FACTOR * t) + sends * x  # the check
-        total += (1 + s) * ring + s * slow * t + p * s * (4 / 3) * t + s * (1 + sends) * x
+        total += (1 + s) * ring + s * slow * t + p * a * (4 / 3) * t + s * (1 + sends) * x
         total += pass_seconds(config, 1, variant, flop_per_s=flop_per_s) / 3
-        total += p * s * len(kinds_computed(p, variant)) * block_seconds(
-            config, p, variant, flop_per_s=flop_per_s)
+        b = block_seconds(config, p, variant, flop_per_s=flop_per_s)
+        total += p * (max(config.warmup, 1) + config.alone_rounds(b)) * len(
+            kinds_computed(p, variant)) * b
     return total

@@ -10,11 +10,18 @@ Checks that need the world size are in :meth:`CPConfig.check_world_size`, which
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from labkit.config import check_steps, distinct_choices, option, positive_int
 from labkit.cp.formulas import VARIANTS, chunk_count
 from labkit.errors import UsageError
+
+#: a rank's work alone is timed over rounds that span at least ALONE_SPAN_S, up to ALONE_ROUNDS
+#: of them (never fewer than the steps): a pass alone takes a few ms, and the same work on two
+#: ranks gave medians of 5 rounds up to 1.5x apart (the first variant of a launch), of 15
+#: within 1.11x; a long pass averages the machine's noise inside each sample
+ALONE_SPAN_S, ALONE_ROUNDS = 0.1, 15
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,18 @@ class CPConfig:
     @property
     def measured_steps(self) -> int:
         return self.steps - self.warmup
+
+    def alone_rounds(self, seconds: float) -> int:
+        """Timed rounds of a rank's work alone (the ranks in turn) that takes ``seconds`` a
+        call: enough to span :data:`ALONE_SPAN_S`, between the timed steps and
+        :data:`ALONE_ROUNDS`.
+
+        >>> cfg = CPConfig()  # 5 timed steps
+        >>> cfg.alone_rounds(0.004), cfg.alone_rounds(0.012), cfg.alone_rounds(0.5)
+        (15, 9, 5)
+        """
+        want = math.ceil(ALONE_SPAN_S / seconds) if seconds > 0 else ALONE_ROUNDS
+        return max(self.measured_steps, min(ALONE_ROUNDS, want))
 
     @property
     def head_dim(self) -> int:

@@ -107,20 +107,23 @@ def _pass(rt, cfg, variant, leaves, go, exchange, *, backward: bool = True, cloc
 
 def _alone(rt, cfg, fn) -> list[float]:
     """Each rank's median time of ``fn`` with the others waiting, in rank order. The turns
-    are interleaved, one call each a round (``cfg.warmup`` rounds untimed): the ranks' times
-    are compared with each other, and a burst of the machine's noise then falls on every
-    rank's samples alike, not on one rank's whole turn."""
-    samples = []
-    for i in range(cfg.warmup + cfg.measured_steps):
-        for turn in range(rt.world_size):
-            if turn == rt.rank:
-                t = timing.repeat_timed(fn, warmup=0, repeat=1, device=rt.device,
-                                        barrier=False)[0]
-                if i >= cfg.warmup:
-                    samples.append(t)
-            if rt.world_size > 1:
-                dist.barrier()
-    return _every_rank(statistics.median(samples))
+    are interleaved, one call each a round (``cfg.warmup`` rounds untimed, at least one, then
+    :meth:`~labkit.cp.config.CPConfig.alone_rounds` of the slowest rank's warm-up call): the
+    ranks' times are compared with each other, and a burst of the machine's noise then falls on
+    every rank's samples alike, not on one rank's whole turn."""
+    def rounds(k: int) -> list[float]:
+        got = []
+        for _ in range(k):
+            for turn in range(rt.world_size):
+                if turn == rt.rank:
+                    got += timing.repeat_timed(fn, warmup=0, repeat=1, device=rt.device,
+                                               barrier=False)
+                if rt.world_size > 1:
+                    dist.barrier()
+        return got
+
+    warm = max(_every_rank(max(rounds(max(cfg.warmup, 1)))))
+    return _every_rank(statistics.median(rounds(cfg.alone_rounds(warm))))
 
 
 def _block_times(rt, cfg: CPConfig, variant: str) -> dict:

@@ -92,7 +92,7 @@ def notebook_seconds(moe_config: MoEConfig, cp_config: CPConfig, *, moe_ranks: i
     >>> est = notebook_seconds(MoEConfig(), CPConfig(), moe_ranks=2, cp_ranks=2,
     ...                        flop_per_s=48e9, cores=2)
     >>> {k: round(v, 1) for k, v in est.items()}
-    {'moe': 5.3, 'cp': 4.5, 'notebook': 5.0, 'total': 14.9}
+    {'moe': 5.3, 'cp': 4.9, 'notebook': 5.0, 'total': 15.2}
     """
     moe = launch_seconds(moe_config, moe_ranks, flop_per_s=flop_per_s, cores=cores)
     cp = cp_budget.launch_seconds(cp_config, cp_ranks, flop_per_s=flop_per_s, cores=cores)
@@ -112,7 +112,7 @@ def check(moe_config: MoEConfig, cp_config: CPConfig, *, moe_ranks: int, cp_rank
     ...     rows = ({"measurement": "matmul", "context": "alone", "flop_per_s": 48e9},)
     >>> round(check(MoEConfig(), CPConfig(), moe_ranks=2, cp_ranks=2, machine=Machine(),
     ...             budget_s=30), 1)
-    14.9
+    15.2
     >>> check(MoEConfig(tokens=8192), CPConfig(), moe_ranks=2, cp_ranks=2, machine=Machine(),
     ...       budget_s=30)
     Traceback (most recent call last):
