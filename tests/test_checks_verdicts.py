@@ -72,6 +72,21 @@ def test_launch_cost_law_kind_follows_the_cores(world_size, kind):
     assert row["kind"] == kind and row["unit"] == "s"
 
 
+def test_launch_cost_law_carries_the_co_run_slowdown_and_flips_without_it():
+    """2 ranks importing torch side by side, 1.3x slower each: 2.1 s x 1.3 against 2.8 s holds;
+    the same launch against t_launch(1) alone misses. Beyond the cores the slowdown is not
+    applied (the naive law: the ranks take turns)."""
+    kw = dict(world_size=2, one_rank_s=2.1, measured_s=2.8, cores=2)
+    held = verdicts.launch_cost_law(**kw, slowdown=1.3)
+    assert held["holds"] and held["predicted"] == pytest.approx(2.73)
+    assert "x 1.30, the profile's co-run slowdown of 2 ranks" in held["note"]
+    assert not verdicts.launch_cost_law(**kw, slowdown=1.0)["holds"]
+    crowded = verdicts.launch_cost_law(world_size=4, one_rank_s=2.1, measured_s=2.8, cores=2,
+                                       slowdown=2.6)
+    assert crowded["kind"] == "naive" and crowded["predicted"] == pytest.approx(2.1)
+    assert crowded["law"] == "a launch of 4 ranks costs what a 1-rank launch does"
+
+
 @pytest.mark.parametrize("world_sizes,show_failure", [([1, 2], True), ([1, 2], False),
                                                       ([1, 2, 4], False), ([2], False)])
 @pytest.mark.parametrize("allreduce_bytes", [8, 1 << 20, 8 << 20])

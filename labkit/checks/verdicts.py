@@ -146,18 +146,29 @@ def allreduce_law(*, world_size: int, size_bytes: float, predicted_s: float, mea
 
 
 def launch_cost_law(*, world_size: int, one_rank_s: float, measured_s: float,
-                    cores: int) -> dict:
-    """t_launch(N) = t_launch(1): ``model`` while each rank has a core to import torch on,
-    ``naive`` beyond (the ranks take turns).
+                    cores: int, slowdown: float = 1.0) -> dict:
+    """t_launch(N) = t_launch(1) × s(N): ``model`` while each rank has a core to import torch
+    on, the N imports side by side slowed by the co-run slowdown ``slowdown`` (the machine
+    profile's, s(N): they share the memory system and the caches as any N computations do);
+    ``naive`` beyond the cores (the ranks take turns), at t_launch(1).
 
-    >>> launch_cost_law(world_size=2, one_rank_s=2.4, measured_s=2.6, cores=2)["holds"]
-    True
+    >>> launch_cost_law(world_size=2, one_rank_s=2.1, measured_s=2.8, cores=2,
+    ...                 slowdown=1.3)["predicted"]
+    2.73
+    >>> launch_cost_law(world_size=2, one_rank_s=2.1, measured_s=2.8, cores=2)["holds"]
+    False
     >>> launch_cost_law(world_size=4, one_rank_s=2.4, measured_s=5.0, cores=2)["kind"]
     'naive'
     """
     crowded = world_size > cores
-    return _law(law=f"a launch of {world_size} ranks costs what a 1-rank launch does", unit="s",
-                kind="naive" if crowded else "model", predicted=one_rank_s, measured=measured_s,
+    s = 1.0 if crowded else max(1.0, float(slowdown))
+    what = ("what a 1-rank launch does" if crowded else
+            "a 1-rank launch x the co-run slowdown")
+    return _law(law=f"a launch of {world_size} ranks costs {what}", unit="s", kind="naive" if crowded else "model",
+                predicted=round(one_rank_s * s, 9), measured=measured_s,
                 tolerance_pct=TIME_TOLERANCE_PCT,
                 note=(f"oversubscribed: {world_size} ranks on {cores} cores take turns importing "
-                      "torch") if crowded else "")
+                      "torch") if crowded else
+                f"the 1-rank launch {one_rank_s:.2f} s x {s:.2f}, the profile's co-run slowdown "
+                f"of {world_size} ranks (each imports torch on a core of its own, beside the "
+                "others)")
