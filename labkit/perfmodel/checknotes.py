@@ -83,9 +83,9 @@ def fixed_note(r: dict) -> str:
     text += (f"fixed costs {r['model_fixed_s'] * 1e3:.1f} ms: the same step at width "
              f"{int(r['fixed_width'])}, where the arithmetic is almost nothing, timed right after "
              "it (each block's overhead, each hop, the scheduler's turns); transfers "
-            f"{int(r['messages'])} x {extra * 1e3:.2f} ms beyond that width's (the profile's "
-            f"{r['transfer_s'] * 1e3:.2f} against {r['fixed_transfer_s'] * 1e3:.2f} ms, cores "
-            "busy)")
+             f"{int(r['messages'])} x {extra * 1e3:.2f} ms beyond that width's (the profile's "
+             f"{r['transfer_s'] * 1e3:.2f} against {r['fixed_transfer_s'] * 1e3:.2f} ms, cores "
+             "busy)")
     if given(r.get("waits_counted")) and bool(r["waits_counted"]):
         text += (f"; {int(r['messages_waited'])} of {int(r['messages'])} messages of the "
                  "median step waited for the scheduler (counted from its timeline), not priced "

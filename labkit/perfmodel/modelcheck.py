@@ -24,8 +24,10 @@ below take plain numbers.
       T_stage = 6·(L/P)·h²·B / rate
 
   with ``rate`` the profile's training-step rate measured alone at the microbatch's B/M rows
-  (small products run slower) divided by the co-run slowdown of P ranks computing at once,
-  ``T_fixed`` the same step timed in the same launch at a width w where the arithmetic is
+  (small products run slower) divided by the co-run slowdown of P ranks computing at once; or,
+  where the launch timed a microbatch's blocks on each rank alone (the row's
+  ``block_alone_s``, less ``fixed_block_alone_s`` at width w), T_stage = M·t_block × the
+  co-run slowdown; ``T_fixed`` the same step timed in the same launch at a width w where the arithmetic is
   almost nothing (the row's ``fixed_step_s``: each block's overhead, each hop, the scheduler's
   turns, what the arithmetic and the bytes leave out), and ``t_transfer`` the one-way
   transfer of one microbatch's activations ((B/M)·h·4 bytes) with the cores busy (a message
@@ -130,10 +132,9 @@ def pipeline_terms(row: dict, *, compute_flop_per_s: float | None = None,
     rate of one rank computing alone; the ``compute_slowdown`` of P ranks computing at once
     divides it (every stage computes while the others do); or ``block_s``, one microbatch's
     forward and backward on a rank timed alone, so T_stage = M·block_s × slowdown. With
-    ``fixed_s`` (the same step
-    timed where the arithmetic is almost nothing) the step has a ``fixed costs`` term instead
-    of the counted waits, which it holds, and each message's ``transfers`` beyond
-    ``fixed_transfer_s`` (its own messages' transfer).
+    ``fixed_s`` (the same step timed where the arithmetic is almost nothing) the step has a
+    ``fixed costs`` term instead of the counted waits, which it holds, and each message's
+    ``transfers`` beyond ``fixed_transfer_s`` (its own messages' transfer).
 
     8 layers of 256, batch 64, P = 2, M = 4 at 40 GFLOP/s, slowdown 1.25, 100 µs transfers, 2
     of the messages waited 3.6 ms: T_stage = 6·4·256²·64/40e9 · 1.25 = 3.146 ms, bubble 1/4 of
@@ -354,9 +355,9 @@ def _pipeline_rows(r: dict, profile) -> list[dict]:
                     "model_waits_s": t.get("scheduler waits", 0.0),
                     "model_fixed_s": t.get("fixed costs"), "fixed_width": r.get("fixed_width"),
                     "fixed_transfer_s": apart.get("fixed_transfer_s"),
-                    "block_s": apart.get("block_s"), "profile_block_s": 6.0 * int(r["layers"])
-                    / p * int(r["hidden"]) ** 2 * microbatch_rows(r)
-                    / profile.step_flop_per_s(batch=microbatch_rows(r)),
+                    "block_s": apart.get("block_s"), "profile_block_s": pipeline_terms(
+                        r, compute_flop_per_s=profile.step_flop_per_s(
+                            batch=microbatch_rows(r)))["compute"] / m,
                     "compute_slowdown": profile.compute_slowdown(p),
                     "transfer_s": w["transfer_s"], "scheduler_wait_s": w["scheduler_wait_s"],
                     "messages": w["messages"], "messages_waited": w["waited"],
