@@ -11,8 +11,9 @@ own median step**, counted from rank 0's timeline of the buckets' launches and c
 launch and the completion before it (on a rank with no core to spare, from backward's last
 gradient at the earliest: before it the core was computing backward, and an all-reduce
 waiting for it then is the one job after the other that the model prices already). A law about one all-reduce over
-several calls compares transfers instead, the profile's against the calls' 10th percentile,
-with how often the calls waited beside it: :func:`allreduce_law`.
+several calls compares transfers instead, the profile's against the calls' transfer (the median
+of those that waited for nothing), with how often the calls waited beside it:
+:func:`allreduce_law`.
 """
 
 from __future__ import annotations
