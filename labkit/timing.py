@@ -159,3 +159,24 @@ def gather_stamps(device, payload) -> tuple[list, bool]:
     dist.all_gather_object(every, mine)
     shared = len({(host, dev) for host, dev, _ in every}) == 1 and every[0][1] == "cpu"
     return [got for *_, got in every], shared
+
+
+def worst_over_ranks(rt, value: float) -> float:
+    """The largest ``value`` of any rank, on every rank. Collective."""
+    t = torch.tensor([value], dtype=torch.float64, device=rt.device)
+    if rt.world_size > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def in_turns(rt, seconds) -> float:
+    """``seconds()`` (a measurement returning seconds) on each rank **alone**: the ranks take
+    turns while the others wait in a barrier (a step model multiplies by the machine's co-run
+    slowdown where ranks compute at once). The slowest rank's, on every rank. Collective."""
+    mine = float("nan")
+    for turn in range(rt.world_size):
+        if turn == rt.rank:
+            mine = seconds()
+        if rt.world_size > 1:
+            dist.barrier()
+    return worst_over_ranks(rt, mine)

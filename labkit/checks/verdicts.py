@@ -164,8 +164,9 @@ def launch_cost_law(*, world_size: int, one_rank_s: float, measured_s: float,
     s = 1.0 if crowded else max(1.0, float(slowdown))
     what = ("what a 1-rank launch does" if crowded else
             "a 1-rank launch x the co-run slowdown")
-    return _law(law=f"a launch of {world_size} ranks costs {what}", unit="s", kind="naive" if crowded else "model",
-                predicted=round(one_rank_s * s, 9), measured=measured_s,
+    return _law(law=f"a launch of {world_size} ranks costs {what}", unit="s",
+                kind="naive" if crowded else "model", predicted=round(one_rank_s * s, 9),
+                measured=measured_s,
                 tolerance_pct=TIME_TOLERANCE_PCT,
                 note=(f"oversubscribed: {world_size} ranks on {cores} cores take turns importing "
                       "torch") if crowded else

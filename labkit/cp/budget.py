@@ -112,7 +112,7 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
     σ (t64 + f t) + 2(P-1) x, t64 the one-process attention over the whole sequence and f
     :data:`FLOAT64_FACTOR`; (1 + s) r for the counted and the timed passes; s σ t for the
     loopback's; P a (4/3) t for each rank's passes alone (forward + backward, then forward
-    only, the others waiting; a the warm-up and the config's ``alone_rounds(t)``); P a' k b
+    only, the others waiting; a the config's ``alone_warmup + alone_rounds(t)``); P a' k b
     for each rank's blocks alone (a' the same of b), b one block of c x c scores a head and
     sequence and k the kinds of block the variant computes (full, causal); s (1 + 2(P-1)) x
     for the exchanges alone; a third of the pass over the whole sequence on rank 0
@@ -138,13 +138,13 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
     total = LAUNCH_S
     for variant in config.variants:
         t = pass_seconds(config, p, variant, flop_per_s=flop_per_s)
-        a = max(config.warmup, 1) + config.alone_rounds(t)
+        a = config.alone_warmup + config.alone_rounds(t)
         ring = predict_step(compute_alone_s=t, slowdown=slow, exchanges=sends,
                             exchange_s=x)["step_s"]
         total += slow * (reference + FLOAT64_FACTOR * t) + sends * x  # the check
         total += (1 + s) * ring + s * slow * t + p * a * (4 / 3) * t + s * (1 + sends) * x
         total += pass_seconds(config, 1, variant, flop_per_s=flop_per_s) / 3
         b = block_seconds(config, p, variant, flop_per_s=flop_per_s)
-        total += p * (max(config.warmup, 1) + config.alone_rounds(b)) * len(
+        total += p * (config.alone_warmup + config.alone_rounds(b)) * len(
             kinds_computed(p, variant)) * b
     return total

@@ -87,6 +87,12 @@ class CPConfig:
     def measured_steps(self) -> int:
         return self.steps - self.warmup
 
+    @property
+    def alone_warmup(self) -> int:
+        """Untimed rounds of a rank's work alone: the warm-up steps, at least one (whose time
+        sets :meth:`alone_rounds`)."""
+        return max(self.warmup, 1)
+
     def alone_rounds(self, seconds: float) -> int:
         """Timed rounds of a rank's work alone (the ranks in turn) that takes ``seconds`` a
         call: enough to span :data:`ALONE_SPAN_S`, between the timed steps and

@@ -107,7 +107,7 @@ def _pass(rt, cfg, variant, leaves, go, exchange, *, backward: bool = True, cloc
 
 def _alone(rt, cfg, fn) -> list[float]:
     """Each rank's median time of ``fn`` with the others waiting, in rank order. The turns
-    are interleaved, one call each a round (``cfg.warmup`` rounds untimed, at least one, then
+    are interleaved, one call each a round (``cfg.alone_warmup`` rounds untimed, then
     :meth:`~labkit.cp.config.CPConfig.alone_rounds` of the slowest rank's warm-up call): the
     ranks' times are compared with each other, and a burst of the machine's noise then falls on
     every rank's samples alike, not on one rank's whole turn."""
@@ -122,7 +122,7 @@ def _alone(rt, cfg, fn) -> list[float]:
                     dist.barrier()
         return got
 
-    warm = max(_every_rank(max(rounds(max(cfg.warmup, 1)))))
+    warm = timing.worst_over_ranks(rt, max(rounds(cfg.alone_warmup)))
     return _every_rank(statistics.median(rounds(cfg.alone_rounds(warm))))
 
 

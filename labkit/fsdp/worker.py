@@ -71,9 +71,7 @@ from labkit.tp.measure import (
     CommCounter,
     compute_rate,
     fit_link,
-    in_turns,
     max_rel_error,
-    worst_over_ranks,
 )
 from labkit.tp.models import (
     build_model,
@@ -196,7 +194,7 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
         # count too
         runtime.reset_device_peak(dev)
         model, opt = _build(variant, full, cfg, rt, mesh)
-        err = worst_over_ranks(rt, check(variant, model, opt, ref, x, y, rt.rank, n))
+        err = timing.worst_over_ranks(rt, check(variant, model, opt, ref, x, y, rt.rank, n))
         step = make_step(model, opt, x, y)
         counter = CommCounter()
         reset_device_peak(dev)
@@ -288,9 +286,9 @@ def on_rank(rt: runtime.Runtime, cfg: FSDPConfig) -> dict:
 
 
 def _alone_s(rt, fn, repeat: int = 5) -> float:
-    """p50 of ``fn`` on each rank alone (:func:`labkit.tp.measure.in_turns`), the slowest
+    """p50 of ``fn`` on each rank alone (:func:`labkit.timing.in_turns`), the slowest
     rank's. Collective."""
-    return in_turns(rt, lambda: statistics.median(timing.repeat_timed(
+    return timing.in_turns(rt, lambda: statistics.median(timing.repeat_timed(
         fn, warmup=1, repeat=repeat, device=rt.device, barrier=False)))
 
 

@@ -52,7 +52,7 @@ from labkit.collectives import formulas as collectives
 from labkit.errors import UsageError
 from labkit.machine import formulas as machine_formulas
 from labkit.perfmodel.checknotes import collective_note, step_note
-from labkit.pipeline.config import BLOCK_S, FIXED_STEPS
+from labkit.pipeline.config import fixed_steps_seconds
 from labkit.pipeline.formulas import bubble_fraction
 
 #: every prediction here is a time or a ratio (relative) or a fraction of a step (absolute)
@@ -199,15 +199,18 @@ def message_waits(prof, row: dict) -> dict:
             "waited": float(prof.wait_share(busy=True)) * n, "measured_s": None}
 
 
-def profile_terms(prof, row: dict, waits: dict | None = None) -> dict:
+def profile_terms(prof, row: dict, waits: dict | None = None,
+                  parts: dict | None = None) -> dict:
     """:func:`pipeline_terms` of a pipeline row with a machine profile's numbers: the rate of
     its miniature training step alone at the microbatch's rows (Linear + tanh layers forward
     and backward, the pipeline lab's own kind of layer), the co-run slowdown of P ranks
     training at once, the one-way transfer of one microbatch's activations with the cores
     busy, and a scheduler wait for each message that waited (``waits``: :func:`message_waits`
-    of the row, counted here where not given)."""
+    of the row, counted here where not given); where the launch timed the row's parts apart
+    (``parts``: :func:`fixed_step` of the row, read here where not given), its blocks alone
+    for the rate and its fixed step for the waits."""
     w = message_waits(prof, row) if waits is None else waits
-    fixed = fixed_step(prof, row)
+    fixed = dict(fixed_step(prof, row) if parts is None else parts)
     compute = ({"block_s": fixed.pop("block_s")} if "block_s" in fixed else
                {"compute_flop_per_s": prof.step_flop_per_s(batch=microbatch_rows(row))})
     return pipeline_terms(row, **compute,
@@ -335,8 +338,8 @@ def _pipeline_rows(r: dict, profile) -> list[dict]:
             "error_pct": laws.symmetric_error_pct(f, meas), "error_abs": f - meas}]
     if profile is not None and "hidden" in r:
         w = message_waits(profile, r)
-        t = profile_terms(profile, r, w)
         apart = fixed_step(profile, r)
+        t = profile_terms(profile, r, w, apart)
         step = float(r["step_time_s"])
         split = None
         if r.get("compute_share") is not None and r.get("idle_other") is not None:
@@ -451,7 +454,7 @@ def live_estimate_s(*, world_size: int, max_bytes: int, microbatches, cores: int
     flop = 6.0 * p["layers"] * p["hidden"] ** 2 * p["batch"]
     pipe = sum((p["steps"] + p["warmup"]) * flop / world_size / ESTIMATE_FLOP_PER_S
                * (1 + (world_size - 1) / m)
-               + (FIXED_STEPS + p["warmup"]) * BLOCK_S * 2 * m for m in microbatches)
+               + fixed_steps_seconds(m, warmup=p["warmup"]) for m in microbatches)
     return 2 * launch + (sweep + pipe) * over
 
 

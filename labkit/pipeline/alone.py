@@ -11,12 +11,11 @@ from torch import nn
 from labkit import timing
 from labkit.pipeline.config import FIXED_STEPS, PipelineConfig
 from labkit.pipeline.schedules import stage_layers
-from labkit.tp.measure import in_turns
 
 
 def block_alone_s(model, rt, cfg: PipelineConfig, schedule: str, m: int, x) -> float:
     """One microbatch's forward and backward through this rank's stages (all V chunks), each
-    rank **alone** in turn (:func:`labkit.tp.measure.in_turns`), the median of
+    rank **alone** in turn (:func:`labkit.timing.in_turns`), the median of
     :data:`FIXED_STEPS`: the slowest rank's. Its input needs a gradient past stage 0, as in the
     pipeline. Collective."""
     p, rank = rt.world_size, rt.rank
@@ -30,5 +29,5 @@ def block_alone_s(model, rt, cfg: PipelineConfig, schedule: str, m: int, x) -> f
         a.grad = None
         stage(a).pow(2).mean().backward()
 
-    return in_turns(rt, lambda: float(np.median(timing.repeat_timed(
+    return timing.in_turns(rt, lambda: float(np.median(timing.repeat_timed(
         forward_backward, warmup=2, repeat=FIXED_STEPS, device=rt.device, barrier=False))))

@@ -7,6 +7,7 @@ the checks that need P (the world size is the number of stages), and
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from labkit.config import as_tuple, one_of, option, positive_int
@@ -18,6 +19,10 @@ from labkit.pipeline.formulas import SCHEDULES, interleavable
 #: allow it too, but its runtime already exchanges messages step by step in lockstep: measured
 #: both ways in turns, its other idle time did not change (0.06, 0.09, 0.08 at M = 2, 4, 8)
 SCHEDULES_AHEAD = ("gpipe", "1f1b")
+
+#: timed steps at ``fixed_width``: a few milliseconds each, spread by the scheduler's turns, so
+#: more of them than the lab's few steps give a steadier median
+FIXED_STEPS = 9
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,16 @@ class PipelineConfig:
         if not self.runnable(p):
             raise UsageError(f"no (schedule, M) of this grid can run on P={p}")
 
+    def fixed_config(self) -> PipelineConfig:
+        """The same grid at ``fixed_width``, as the worker times it right after each point:
+        :data:`FIXED_STEPS` timed steps, no check, one receive placement.
+
+        >>> PipelineConfig(fixed_width=16).fixed_config().hidden
+        16
+        """
+        return dataclasses.replace(self, hidden=self.fixed_width, steps=FIXED_STEPS,
+                                   check=False, compare_placement_at=(), fixed_width=0)
+
     def runnable(self, num_stages: int) -> list[tuple[str, int]]:
         """The (schedule, M) pairs that run on P stages, in grid order.
 
@@ -134,10 +149,6 @@ def combo_problem(schedule: str, num_stages: int, num_microbatches: int) -> str 
         return f"zero_bubble needs M a multiple of M // P = {m // p} (M={m}, P={p})"
     return None
 
-
-#: timed steps at ``fixed_width``: a few milliseconds each, spread by the scheduler's turns, so
-#: more of them than the lab's few steps give a steadier median
-FIXED_STEPS = 9
 
 #: notebook 07's share of the lab's 4 minutes on a 2-core machine (wall time at its defaults)
 NOTEBOOK_BUDGET_S = 28.0
@@ -179,8 +190,20 @@ def estimate_seconds(config: PipelineConfig, world_sizes, *, flop_per_s: float,
             step = compute * (m + p - 1) / m + BLOCK_S * 2 * m * v
             total += len(placements(s, m, config)) * (config.steps + untimed) * step
             if config.fixed_width:
-                total += (FIXED_STEPS + config.warmup) * BLOCK_S * 2 * m * v
+                total += fixed_steps_seconds(m, virtual_stages=v, warmup=config.warmup)
     return total
+
+
+def fixed_steps_seconds(num_microbatches: int, *, virtual_stages: int = 1,
+                        warmup: int) -> float:
+    """What the steps at ``fixed_width`` of one (schedule, M) cost, estimated: the warm-up and
+    :data:`FIXED_STEPS` timed steps, each :data:`BLOCK_S` per block (their arithmetic is almost
+    nothing).
+
+    >>> round(fixed_steps_seconds(4, warmup=1), 3)
+    0.12
+    """
+    return (FIXED_STEPS + warmup) * BLOCK_S * 2 * num_microbatches * virtual_stages
 
 
 def best_matmul_flop_per_s(machine) -> float:

@@ -38,7 +38,6 @@ launcher's timeout ends such a run.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import socket
 import time
@@ -55,7 +54,7 @@ from labkit.machine.formulas import median_index
 from labkit.memory import SavedActivations
 from labkit.pipeline.ahead import post_receives_ahead
 from labkit.pipeline.alone import block_alone_s
-from labkit.pipeline.config import FIXED_STEPS, SCHEDULES_AHEAD, PipelineConfig, placements
+from labkit.pipeline.config import SCHEDULES_AHEAD, PipelineConfig, placements
 from labkit.pipeline.formulas import (
     block_times,
     bubble_fraction,
@@ -441,8 +440,7 @@ def apart(schedule: str, m: int, rt, cfg: PipelineConfig, main, tiny) -> dict:
     its arithmetic and its bytes), and one microbatch's forward and backward of a rank's stages
     alone at both widths (``block_alone_s``, ``fixed_block_alone_s``). On rank 0; {} on the
     others."""
-    small = dataclasses.replace(cfg, hidden=cfg.fixed_width, steps=FIXED_STEPS, check=False,
-                                compare_placement_at=(), fixed_width=0)
+    small = cfg.fixed_config()
     got = measure(schedule, m, tiny[0], rt, small, tiny[1], tiny[2])
     alone = block_alone_s(main[0], rt, cfg, schedule, m, main[1])
     alone_fixed = block_alone_s(tiny[0], rt, small, schedule, m, tiny[1])
@@ -461,7 +459,7 @@ def on_rank(rt: runtime.Runtime, cfg: PipelineConfig) -> dict:
     reference = reference_run(model, x, target) if cfg.check and rt.rank == 0 else None
     tiny = None
     if cfg.fixed_width:
-        small = dataclasses.replace(cfg, hidden=cfg.fixed_width, fixed_width=0)
+        small = cfg.fixed_config()
         tiny = (build_model(small, rt.device), *synthetic_batch(small, rt.device))
     rows = []
     for schedule, m in cfg.runnable(rt.world_size):

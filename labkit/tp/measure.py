@@ -181,7 +181,7 @@ def compute_rate(rt, *, hidden: int, num_heads: int, batch_size: int, seq_len: i
     which the FLOP count leaves out, are in it. Collective."""
     from labkit.tp.formulas import flops_per_rank
 
-    slowest = in_turns(rt, lambda: layer_seconds(
+    slowest = timing.in_turns(rt, lambda: layer_seconds(
         hidden=hidden, num_heads=num_heads, batch_size=batch_size, seq_len=seq_len,
         device=rt.device, split=split))
     return flops_per_rank(batch_size=batch_size, seq_len=seq_len, hidden=hidden, num_layers=1,
@@ -223,24 +223,3 @@ def timed_steps(step, rt, *, repeat: int, prefix: str = "step_time",
     if rank_p50:
         stats[f"{prefix}_rank_p50_s"] = [float(np.median(r)) for r in every]
     return stats, [float(t) for t in slowest]
-
-
-def worst_over_ranks(rt, value: float) -> float:
-    """The largest ``value`` of any rank, on every rank. Collective."""
-    t = torch.tensor([value], dtype=torch.float64, device=rt.device)
-    if rt.world_size > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
-
-
-def in_turns(rt, seconds) -> float:
-    """``seconds()`` (a measurement returning seconds) on each rank **alone**: the ranks take
-    turns while the others wait in a barrier (a step model multiplies by the machine's co-run
-    slowdown where ranks compute at once). The slowest rank's, on every rank. Collective."""
-    mine = math.nan
-    for turn in range(rt.world_size):
-        if turn == rt.rank:
-            mine = seconds()
-        if rt.world_size > 1:
-            dist.barrier()
-    return worst_over_ranks(rt, mine)

@@ -57,7 +57,6 @@ from labkit.tp.measure import (
     layer_seconds,
     max_rel_error,
     timed_steps,
-    worst_over_ranks,
 )
 from labkit.tp.models import (
     NAIVE_TAIL,
@@ -211,7 +210,7 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
         # the point's peak: the whole model, batch and reference (held throughout) count too
         runtime.reset_device_peak(dev)
         model, comm, err, step = _variant(variant, full, rt, mesh, x, y, ref=ref, lr=cfg.lr)
-        err = worst_over_ranks(rt, err)  # before any timing
+        err = timing.worst_over_ranks(rt, err)  # before any timing
         counted = _counted(step, model, comm)
         for _ in range(max(0, cfg.warmup - 1)):  # the counted step was the first warm-up step
             step()
