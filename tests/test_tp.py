@@ -33,6 +33,7 @@ TINY = {"hidden": 32, "num_heads": 4, "seq_len": 8, "batch_size": 2, "num_layers
     ({"hidden": 0}, "hidden"),
     ({"steps": 3, "warmup": 3}, "warmup"),
     ({"lr": 0}, "lr"),
+    ({"own_work_hidden": -1}, "own_work_hidden"),
 ])
 def test_config_refuses_bad_input(bad, message):
     with pytest.raises(UsageError, match=message):
@@ -134,6 +135,12 @@ def test_two_ranks_match_one_process_and_count_the_formula(tmp_path):
     assert naive.allreduce_time_in_step_s > 0
     assert naive.allreduce_wait_in_step_s + naive.allreduce_message_in_step_s == \
         pytest.approx(naive.allreduce_time_in_step_s)
+    # the library's own work, timed on the 2 ranks at 16 (hidden 32, 4 heads), in its row only
+    lib = report.one(df, "library", world_size=2)
+    assert lib.own_work_hidden_used == 16 and lib.library_own_work_s >= 0
+    assert lib.own_work_naive_step_s > 0 and lib.own_work_library_step_s > 0
+    assert not np.isfinite(naive.get("library_own_work_s", np.nan))
+    assert "own work (P ranks" in tp.verdicts.library_laws(lib, tp.verdicts.FakeProfile())[-1]["law"]
     assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     stored = results.read_rows(store)
@@ -245,6 +252,18 @@ def test_tp_laws_say_their_kind_and_split_their_misses():
                                 naive=_tp_row())
     assert laws.split_sums(lib[-1]) and "bookkeeping" in lib[-1]["law"]
     assert "not measured" in verdicts.library_laws(_tp_row(), prof)[-1]["note"]
+    # DTensor's own work measured on the P ranks replaces the 1-rank bookkeeping, and the law
+    # flips with it: a library step 40 ms over the teaching model holds with 39 ms of own work
+    # on 2 ranks, not with the 1-rank 12 ms
+    base = verdicts.context(_tp_row(), prof)["step_s"]
+    row = _tp_row(step_time_p50_s=base + 0.040)
+    own = _tp_row(step_time_p50_s=base + 0.040, library_own_work_s=0.039, own_work_hidden_used=16)
+    one_rank = verdicts.library_laws(row, prof, bookkeeping=0.012)[-1]
+    on_p = verdicts.library_laws(own, prof, bookkeeping=0.012)[-1]
+    assert not one_rank["holds"] and "bookkeeping (1 rank)" in one_rank["law"]
+    assert on_p["holds"] and "own work (P ranks, small h)" in on_p["law"]
+    assert "39.0 ms a step, measured on 2 ranks, h = 16" in on_p["note"]
+    assert "on 1 rank it was 12.0 ms" in on_p["note"]
     assert verdicts.speedup_law(_tp_row(world_size=1, allreduce_calls_formula=0,
                                         predicted_compute_s=0.09), _tp_row(), prof)["kind"] == \
         "model"

@@ -3,8 +3,8 @@ the refusal of parameters that would not fit the notebook's share of the lab's t
 
 The estimate counts the work of each launch in the launches' own terms (the single-process
 reference, the compute rate's timed layers, every variant's checked, counted and timed steps,
-the compute-only steps) at a layer rate of :data:`LAYER_EFFICIENCY` times this machine's
-matrix-product rate at n = h, the co-run slowdown where ranks compute at once (notebook 09
+the compute-only steps, the library's own work at a small hidden size) at a layer rate of
+:data:`LAYER_EFFICIENCY` times this machine's matrix-product rate at n = h, the co-run slowdown where ranks compute at once (notebook 09
 passes none: it estimates its parameters on this machine, not the moment's load), and adds what
 every launch costs before its work (:data:`LAUNCH_S`: start the ranks, import torch, meet) and
 what the notebook costs around its launches (:data:`NOTEBOOK_S`: kernel, imports, figures).
@@ -13,6 +13,7 @@ what the notebook costs around its launches (:data:`NOTEBOOK_S`: kernel, imports
 from __future__ import annotations
 
 from labkit.errors import UsageError
+from labkit.tp.config import OWN_WORK_STEPS
 from labkit.tp.formulas import flops_per_rank
 
 #: seconds one launch costs before its work on this 2-core machine (torchrun, torch, gloo)
@@ -31,6 +32,8 @@ WRAPPER_FACTOR = 1.5
 SP_FACTOR = 1.1
 #: the timed runs of the compute rate per rank (warm-up included)
 RATE_RUNS = 4
+#: one round of the library's own work at h = 16 on 2 ranks (a step of each version): 65-70 ms
+OWN_WORK_ROUND_S = 0.07
 
 
 def notebook_seconds(*, hidden: int, seq_len: int, num_layers: int, tp_batch: int,
@@ -44,7 +47,7 @@ def notebook_seconds(*, hidden: int, seq_len: int, num_layers: int, tp_batch: in
     >>> kw = dict(hidden=256, seq_len=32, num_layers=2, tp_batch=8, dp_batch=4, steps=4,
     ...           tp_ranks=2, fsdp_ranks=2, matmul_flop_per_s=36e9, slowdown=1.25)
     >>> round(notebook_seconds(**kw), 1), round(notebook_seconds(**kw, sequence_parallel=False), 1)
-    (25.3, 25.0)
+    (26.3, 25.9)
     """
     rate = LAYER_EFFICIENCY * matmul_flop_per_s
 
@@ -61,6 +64,10 @@ def notebook_seconds(*, hidden: int, seq_len: int, num_layers: int, tp_batch: in
              + variants(step, sequence_parallel and tp_ranks > 1) + steps * step)
     if tp_ranks > 1:  # the baseline: rank 0 alone, the whole model (no sp: it is naive there)
         total += RATE_RUNS * t(tp_batch, layers=1) + variants(t(tp_batch), False)
+        # the library's own work: rounds of both versions at a small hidden size, plus the
+        # warm-up each variant now takes after its counted step
+        total += OWN_WORK_ROUND_S * (OWN_WORK_STEPS + 2) + step * (
+            1 + LIBRARY_FACTOR + (SP_FACTOR if sequence_parallel else 0.0))
     if fsdp_ranks:
         slow = slowdown if fsdp_ranks > 1 else 1.0
         step = t(dp_batch) * slow
@@ -81,11 +88,11 @@ def check(budget_s: float, **params) -> float:
     >>> kw = dict(seq_len=32, num_layers=2, tp_batch=8, dp_batch=4, steps=4, tp_ranks=2,
     ...           fsdp_ranks=2, matmul_flop_per_s=36e9, slowdown=1.25)
     >>> round(check(28, hidden=256, **kw))
-    25
+    26
     >>> check(28, hidden=1024, **kw)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: these parameters would take about 111 s on this machine, over the notebook's budget of 28 s: lower hidden, seq_len, the batches, num_layers or steps (or raise budget_s)
+    labkit.errors.UsageError: these parameters would take about 115 s on this machine, over the notebook's budget of 28 s: lower hidden, seq_len, the batches, num_layers or steps (or raise budget_s)
     """
     est = notebook_seconds(**params)
     if est > budget_s:

@@ -89,6 +89,12 @@ def training_fields(config) -> dict:
             for name in (*SHAPE, "steps", "warmup", "measured_steps", "lr", "seed")}
 
 
+#: rounds of the library's own work at ``own_work_hidden`` (one step of each version a round):
+#: at h = 16 on 2 ranks here a round took 65-70 ms (the teaching version's 14-19, the
+#: library's 49-53)
+OWN_WORK_STEPS = 9
+
+
 @dataclass(frozen=True)
 class TPConfig:
     """One tensor-parallel benchmark; invalid values raise :class:`~labkit.errors.UsageError`.
@@ -129,11 +135,16 @@ class TPConfig:
                             "without a 1-rank launch (--no-baseline: none)")
     tolerance: float = option(1e-4, "largest |TP - one process| / max|one process| that matches",
                               cli=False)
+    own_work_hidden: int = option(16, "in a launch of P > 1 ranks with the library and the "
+                                  "teaching version, also time both at this small hidden size "
+                                  "(rounded up to whole heads), interleaved: the library's own "
+                                  "work on P ranks, which its step law adds (0: off)")
 
     def __post_init__(self):
         object.__setattr__(self, "variants", check_training(self, VARIANTS))
         if not isinstance(self.baseline, bool):
             raise UsageError(f"baseline must be true or false, got {self.baseline!r}")
+        positive_int("own_work_hidden", self.own_work_hidden, minimum=0)
 
     def check_world_size(self, world_size: int) -> None:
         """Refuse, before any launch, a split that leaves a rank without a whole head or with
@@ -150,6 +161,22 @@ class TPConfig:
         if "sp" in self.variants and self.seq_len % world_size:
             raise UsageError(f"seq_len {self.seq_len} is not divisible by {world_size} ranks: "
                              "sequence parallelism (variant sp) gives every rank as many tokens")
+
+    @property
+    def own_work_width(self) -> int:
+        """The hidden size the library's own work is timed at: ``own_work_hidden`` rounded up
+        to whole heads; 0 where it is off, where the library or the teaching version is not
+        run, or where it would not be below ``hidden`` (then it is the step itself).
+
+        >>> TPConfig().own_work_width, TPConfig(num_heads=32, hidden=512).own_work_width
+        (16, 32)
+        >>> TPConfig(hidden=16).own_work_width, TPConfig(variants=("library",)).own_work_width
+        (0, 0)
+        """
+        if not self.own_work_hidden or not {"naive", "library"} <= set(self.variants):
+            return 0
+        width = -(-self.own_work_hidden // self.num_heads) * self.num_heads
+        return width if width < self.hidden else 0
 
     @property
     def measured_steps(self) -> int:

@@ -11,12 +11,13 @@ def step_breakdown(df, prof=None, title: str | None = None):
     takes, then the rest) and predicted, hatched. With a machine profile ``prof`` the
     prediction is the in-context model (:func:`labkit.tp.verdicts.context`: compute alone x
     the co-run slowdown, the profile's collectives, the scheduler waits counted in the row's
-    median step, and for the library DTensor's bookkeeping measured on 1 rank); without one,
+    median step, and for the library DTensor's own work, :func:`~labkit.tp.verdicts.own_work`);
+    without one,
     the launch's own (compute alone, α–β all-reduces)."""
     import math
 
     from labkit.tp.report import select
-    from labkit.tp.verdicts import bookkeeping_s, context
+    from labkit.tp.verdicts import bookkeeping_s, context, own_work
 
     rows = select(df)
     extra = bookkeeping_s(rows)
@@ -30,7 +31,8 @@ def step_breakdown(df, prof=None, title: str | None = None):
         m = step - c
         ax.bar(x, c, color="C0", label="compute (measured)" if i == 0 else None)
         ax.bar(x, m, bottom=c, color="C1", label="communication (measured)" if i == 0 else None)
-        book = extra if r["variant"] == "library" and math.isfinite(extra) else 0.0
+        book = own_work(r, bookkeeping=extra)[0] if r["variant"] == "library" else 0.0
+        book = book if math.isfinite(book) else 0.0
         pw = 0.0
         if prof is not None:
             ctx = context(r, prof, extra_s=book)
@@ -48,7 +50,7 @@ def step_breakdown(df, prof=None, title: str | None = None):
             waits_shown = True
         if pb > 0:
             ax.bar(x + 1, pb, bottom=pc + pm + pw, color="C2", alpha=0.45, hatch="//",
-                   label="DTensor's bookkeeping (1 rank)")
+                   label="DTensor's own work (predicted)")
         labels.append((x + 0.5, f"{r['variant']}\nP={int(r['world_size'])}"))
     ax.set_xticks([p for p, _ in labels], [t for _, t in labels])
     ax.set_ylabel("ms per training step (p50, slowest rank)")

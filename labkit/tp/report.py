@@ -98,6 +98,13 @@ COLUMNS = (
                               "Chrome trace's slices)"),
     Column("timeline_step", "", "which timed step timeline_s shows (1 = the first)"),
     Column("timeline_step_time_s", "s", "that step's time, slowest rank"),
+    Column("own_work_hidden_used", "", "library at P > 1: the small hidden size its own work "
+           "was timed at (own_work_hidden rounded up to whole heads)"),
+    Column("own_work_naive_step_s", "s", "the teaching version's step at that size (p50 of "
+           "the rounds, slowest rank)"),
+    Column("own_work_library_step_s", "s", "the library's step at that size (p50, same rounds)"),
+    Column("library_own_work_s", "s", "the median of the rounds' library step less the "
+           "teaching version's at that size: DTensor's own work on P ranks"),
     Column("alpha_s", "s", "per-message latency α, fitted to an all-reduce sweep in the launch"),
     Column("beta_gb_per_s", "GB/s", "link bandwidth β, same fit"),
     Column("link_sweep", "", "the sweep behind α and β: size_bytes and time_p50_s per size"),
@@ -203,13 +210,14 @@ def summary_frame(df, prof=None):
     import pandas as pd
 
     from labkit.book.laws import symmetric_error_pct
-    from labkit.tp.verdicts import bookkeeping_s, context
+    from labkit.tp.verdicts import bookkeeping_s, context, own_work
 
     extra = bookkeeping_s(df) if prof is not None else math.nan
     out = []
     for _, r in select(df).iterrows():
         if prof is not None:
-            book = extra if r["variant"] == "library" and math.isfinite(extra) else 0.0
+            book = own_work(r, bookkeeping=extra)[0] if r["variant"] == "library" else 0.0
+            book = book if math.isfinite(book) else 0.0
             predicted = context(r, prof, extra_s=book)["step_s"]
         else:
             predicted = r["predicted_step_s"]
@@ -249,7 +257,8 @@ SUMMARY_LEGEND_IN_CONTEXT = SUMMARY_LEGEND.replace(
     "machine profile's all-reduce transfers, an all-gather or a reduce-scatter a multiple of "
     "one, + the profile's scheduler wait for each message of the median step that waited; "
     "the library, whose collectives are not stamped: the profile's average all-reduce), + "
-    "DTensor's bookkeeping for the library")
+    "DTensor's own work for the library (measured on P ranks at a small hidden size, else its "
+    "bookkeeping on 1 rank)")
 
 
 def prediction_fields(*, link: dict, compute_flop_per_s: float, flops_per_rank: float,

@@ -257,6 +257,27 @@ def bookkeeping_s(df) -> float:
     return max(0.0, float(t["library"].iloc[0]) - float(t["naive"].iloc[0]))
 
 
+def own_work(row, *, bookkeeping: float = math.nan) -> tuple[float, str]:
+    """What DTensor adds to the library's step, in seconds, and where it was measured: the
+    row's ``library_own_work_s`` (the library's step less the teaching version's, both on the
+    row's P ranks at a small hidden size, in turns in the launch) where it has it, else
+    ``bookkeeping`` (:func:`bookkeeping_s`, on 1 rank; NaN: not measured). On 2 ranks here
+    the library adds 28-35 ms a step at h = 256 and 30-39 ms at h = 16, where 1 rank shows
+    14-21 ms: DTensor's collectives and their waits are work one rank never does.
+
+    >>> own_work({"world_size": 2, "library_own_work_s": 0.031, "own_work_hidden_used": 16},
+    ...          bookkeeping=0.018)
+    (0.031, '2 ranks, h = 16')
+    >>> own_work({"world_size": 2}, bookkeeping=0.018)
+    (0.018, '1 rank')
+    """
+    got = _number(row, "library_own_work_s", math.nan)
+    if math.isfinite(got):
+        return got, (f"{int(row['world_size'])} ranks, "
+                     f"h = {int(_number(row, 'own_work_hidden_used'))}")
+    return float(bookkeeping), "1 rank"
+
+
 def naive_laws(row, prof) -> list[dict]:
     """Section 1's laws for the teaching version's row: parameters per rank, compute, and at
     P > 1 the all-reduces counted, their bytes and the time inside them; then the step."""
@@ -294,15 +315,17 @@ def naive_laws(row, prof) -> list[dict]:
 
 def library_laws(row, prof, *, bookkeeping: float = math.nan, naive=None) -> list[dict]:
     """Section 2's laws for the library's row: the same counts, and the step with DTensor's
-    bookkeeping (``bookkeeping``, :func:`bookkeeping_s`, seconds: the same operators' on one
-    rank; left out when NaN) added to the teaching version's model. ``naive``: the teaching
+    own work (:func:`own_work`: measured on the row's P ranks at a small hidden size, else
+    ``bookkeeping``, :func:`bookkeeping_s`, seconds, the same operators' on one rank; left out
+    when neither is known) added to the teaching version's model. ``naive``: the teaching
     version's row at the same P, whose step splits the library's when given. The library's
     collectives run inside DTensor, unstamped: its row holds no timeline, so its all-reduces
     are priced at the profile's average in context (:func:`wait_note`)."""
     p = int(row["world_size"])
     pre = f"TP library, P = {p}"
-    known = math.isfinite(bookkeeping)
-    ctx = context(row, prof, extra_s=bookkeeping if known else 0.0)
+    extra, where = own_work(row, bookkeeping=bookkeeping)
+    known = math.isfinite(extra)
+    ctx = context(row, prof, extra_s=extra if known else 0.0)
     out = [check(f"{pre}: parameters per rank = L ((12 h^2 + 7 h)/P + 6 h)",
                  predicted=row["params_per_rank_formula"], measured=row["params_per_rank"],
                  tolerance_pct=0)]
@@ -317,10 +340,14 @@ def library_laws(row, prof, *, bookkeeping: float = math.nan, naive=None) -> lis
         same = _ms(naive["step_time_p50_s"])
         split = {"the teaching version's step": same,
                  "the library's own work": _ms(row["step_time_p50_s"]) - same}
-    law = "step = F/R x slowdown + 4 L t_ar" + (" + DTensor's bookkeeping (1 rank)" if known
-                                                else "")
-    notes = ([] if known else ["DTensor's bookkeeping not measured (no 1-rank run)"]) + (
-        [wait_note(ctx)] if p > 1 else [])
+    law = "step = F/R x slowdown + 4 L t_ar" + (
+        (" + DTensor's bookkeeping (1 rank)" if where == "1 rank"
+         else " + DTensor's own work (P ranks, small h)") if known else "")
+    notes = ([f"DTensor's own work {_ms(extra):.1f} ms a step, measured on {where}"] if known
+             else ["DTensor's bookkeeping not measured (no 1-rank run)"])
+    if known and where != "1 rank" and math.isfinite(bookkeeping):
+        notes.append(f"on 1 rank it was {_ms(bookkeeping):.1f} ms")
+    notes += [wait_note(ctx)] if p > 1 else []
     out.append(check(f"{pre}: {law}", predicted=_ms(ctx["step_s"]),
                      measured=_ms(row["step_time_p50_s"]), unit="ms",
                      tolerance_pct=TOLERANCE_PCT, split=split, note="; ".join(notes)))
@@ -394,6 +421,9 @@ def library_sentence(library, naive, *, bookkeeping: float = math.nan) -> str:
     ...        "bytes_per_allreduce": 262144}
     >>> library_sentence(lib, {"step_time_p50_s": 0.091}, bookkeeping=0.03)
     "the library's step on 2 ranks takes 108.0 ms against the teaching version's 91.0 ms: 1.19x slower, the same 8 all-reduces of 262 kB (DTensor's bookkeeping, measured on 1 rank: 30.0 ms a step)."
+    >>> library_sentence({**lib, "library_own_work_s": 0.033, "own_work_hidden_used": 16},
+    ...                  {"step_time_p50_s": 0.091}, bookkeeping=0.03)[-66:]
+    "(DTensor's own work, measured on 2 ranks, h = 16: 33.0 ms a step)."
     >>> library_sentence({**lib, "step_time_p50_s": 0.08}, {"step_time_p50_s": 0.091})[-47:]
     '1.14x faster, the same 8 all-reduces of 262 kB.'
     """
@@ -404,8 +434,10 @@ def library_sentence(library, naive, *, bookkeeping: float = math.nan) -> str:
         how = f"{b / a:.2f}x faster"
     else:
         how = "as fast"
-    tail = (f" (DTensor's bookkeeping, measured on 1 rank: {_ms(bookkeeping):.1f} ms a step)"
-            if math.isfinite(bookkeeping) else "")
+    extra, where = own_work(library, bookkeeping=bookkeeping)
+    what = "bookkeeping" if where == "1 rank" else "own work"
+    tail = (f" (DTensor's {what}, measured on {where}: {_ms(extra):.1f} ms a step)"
+            if math.isfinite(extra) else "")
     return (f"the library's step on {int(library['world_size'])} ranks takes {a:.1f} ms against "
             f"the teaching version's {b:.1f} ms: {how}, the same "
             f"{int(library['allreduce_calls_measured'])} all-reduces of "

@@ -29,7 +29,10 @@ What one launch does, every rank on the same seeded batch (TP splits weights, no
    trace, :mod:`labkit.tp.trace`; two clock reads a step and two a collective); their counted
    step also counts the bytes autograd saves for backward on the rank
    (:class:`labkit.memory.SavedActivations`);
-4. **compute only**, last: the teaching version with f and g switched off (each rank's
+4. **the library's own work** on the P ranks (``own_work_hidden``): the library and the
+   teaching version at a small hidden size, one step of each in turn; the median difference
+   is what DTensor adds to a step here (``library_own_work_s``, on the library's row);
+5. **compute only**, last: the teaching version with f and g switched off (each rank's
    slices, no all-reduce: the arithmetic of a TP step without its communication), timed, with
    every rank's own median (``compute_time_rank_p50_s``: the rate of each rank's share).
 
@@ -49,7 +52,7 @@ from labkit.harness import worker_main
 from labkit.machine.formulas import median_index
 from labkit.memory import SavedActivations
 from labkit.tp import formulas, timeline
-from labkit.tp.config import TPConfig
+from labkit.tp.config import OWN_WORK_STEPS, TPConfig
 from labkit.tp.measure import (
     CommCounter,
     compute_rate,
@@ -212,7 +215,10 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
         model, comm, err, step = _variant(variant, full, rt, mesh, x, y, ref=ref, lr=cfg.lr)
         err = timing.worst_over_ranks(rt, err)  # before any timing
         counted = _counted(step, model, comm)
-        for _ in range(max(0, cfg.warmup - 1)):  # the counted step was the first warm-up step
+        # the counted step ran under a counter (a dispatch mode, saved-tensor hooks), not as
+        # the timed steps run: as the first warm-up, it left the library's first timed step on
+        # 2 ranks 1.2-1.4x the next ones here
+        for _ in range(cfg.warmup):
             step()
         if comm is not None:
             comm.reset()
@@ -241,6 +247,11 @@ def on_rank(rt: runtime.Runtime, cfg: TPConfig) -> dict:
                 predicted_s=common["predicted_step_s"], measured_s=stats["step_time_p50_s"]),
         })
         del model, step
+    if p > 1 and cfg.own_work_width:
+        own = _own_work(rt, cfg, mesh)
+        for r in rows:
+            if r["variant"] == "library":
+                r.update(own)
     # compute only: the same slices and arithmetic, f and g as identities (timed last, when
     # allocator and caches are as warm as for the variants); every rank's own median too
     bare = naive_tp_model(full, rt.rank, p, Comm(1))
@@ -314,6 +325,36 @@ def activation_fields(cfg: TPConfig, p: int, *, sequence_parallel: bool = False)
         out[f"activation_korthikanti{tag}_fp32_bytes"] = formulas.korthikanti_activation_bytes(
             **kw, tp=p, sequence_parallel=sp, **lab)
     return out
+
+
+def _own_work(rt, cfg: TPConfig, mesh) -> dict:
+    """The library's own work on these P ranks: the library's step less the teaching
+    version's, both at the small hidden size ``cfg.own_work_width`` (where the arithmetic and
+    the messages' bytes are almost nothing and what is left is each step's fixed work), timed
+    in turns, one step of each a round, so a change of the machine's state falls on both;
+    the median of the rounds' differences. Collective."""
+    import numpy as np
+
+    w = cfg.own_work_width
+    small = build_model(hidden=w, num_heads=cfg.num_heads, num_layers=cfg.num_layers,
+                        seed=cfg.seed, device=rt.device)
+    x, y = synthetic_batch(batch_size=cfg.batch_size, seq_len=cfg.seq_len, hidden=w,
+                           seed=cfg.seed, device=rt.device)
+    naive = naive_tp_model(small, rt.rank, rt.world_size, Comm(rt.world_size, rt.device))
+    library = library_tp_model(small, mesh)
+    steps = [make_step(m, make_optimizer(m, cfg.lr), x, y) for m in (naive, library)]
+    for step in steps:  # warm-up: the library's first step builds its sharding plans
+        step()
+        step()
+    times = [[], []]
+    for _ in range(OWN_WORK_STEPS):
+        for got, step in zip(times, steps):
+            got += timed_steps(step, rt, repeat=1)[1]
+    diff = [lib - nai for nai, lib in zip(*times)]
+    return {"own_work_hidden_used": w,
+            "own_work_naive_step_s": float(np.median(times[0])),
+            "own_work_library_step_s": float(np.median(times[1])),
+            "library_own_work_s": max(0.0, float(np.median(diff)))}
 
 
 def _baseline_rows(rt, cfg: TPConfig, full, ref, x, y) -> list[dict]:
