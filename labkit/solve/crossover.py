@@ -4,10 +4,9 @@ One rank's CG iteration costs t1 = c + k N: k seconds per DOF (the memory traffi
 fixed cost per iteration (a dozen torch calls, the Python loop) that no rank count divides.
 P ranks split the k N part, but ranks streaming memory at once share the memory system: each
 rank's share runs s times slower than it would alone. s depends on the size: it is read off
-the machine profile's copies at the size of each rank's share
+the machine profile's copies at each rank's share of the iteration's footprint
 (:func:`labkit.solve.memory.co_run_reading`; copies that fit the shared cache side by side
-barely slow each other, and a share that streams below what each rank gets with every rank
-copying does not wait for the memory). P ranks also pay a larger fixed cost c_P: c plus one
+barely slow each other). P ranks also pay a larger fixed cost c_P: c plus one
 halo exchange and one (fused) all-reduce per iteration (t_msg) plus what else a rank of many
 does per iteration (the split SpMV's second call, packing the halo, ranks waiting for each
 other). t_P = c_P + s k N / P, and more ranks pay once k N (1 - s/P) > c_P - c. The naive model
@@ -55,9 +54,8 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
     model is right; None where N* lies outside the sweep).
 
     s: with a machine ``profile``, read at each size N off its copies at the size of each
-    rank's share (:func:`~labkit.solve.memory.co_run_reading`: the bytes per DOF of the rows
-    times N over P ranks, one rank streaming them at bytes per DOF / k), also between the
-    sizes, where N* lies; without one, the constant ``slowdown``.
+    rank's share (:func:`~labkit.solve.memory.co_run_reading`: the rows' footprint per DOF
+    times N over P ranks), also between the sizes, where N* lies; without one, the constant ``slowdown``.
 
     A sweep of one size has no crossover: UsageError.
     """
@@ -94,8 +92,7 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
                          f"sizes (--total-dof N1 N2 ...); have {len(sizes)}")
     c, k = fit_iteration_time([float(many.loc[[n]].iloc[0]["dof_global"]) for n in sizes],
                               [t1s[n][0] for n in sizes])
-    s_at = _slowdown_at(many, profile=profile, ranks=ranks, seconds_per_dof_iteration=k,
-                        slowdown=slowdown)
+    s_at = _slowdown_at(many, profile=profile, ranks=ranks, slowdown=slowdown)
     smallest = many.loc[[sizes[0]]].iloc[0]
     c_p = fixed_cost_at(seconds_per_iteration=float(smallest["time_per_iteration_s"]),
                         dof=float(smallest["dof_global"]), ranks=ranks, seconds_per_dof_iteration=k,
@@ -205,33 +202,29 @@ def crossover_laws(table, summary) -> list[dict]:
 
 class _ProfileSlowdown:
     """s at N off the machine profile (:func:`~labkit.solve.memory.co_run_reading`): the
-    sweep's bytes per DOF times N, one rank streaming them at bytes per DOF / k."""
+    sweep's footprint per DOF times N."""
 
-    def __init__(self, profile, *, bytes_per_dof: float, ranks: int,
-                 seconds_per_dof_iteration: float):
-        self.profile, self.bytes_per_dof, self.ranks = profile, bytes_per_dof, ranks
-        self.demand = bytes_per_dof / seconds_per_dof_iteration
+    def __init__(self, profile, *, footprint_per_dof: float, ranks: int):
+        self.profile, self.footprint_per_dof, self.ranks = profile, footprint_per_dof, ranks
 
     def reading(self, dof: float) -> dict:
-        return memory.co_run_reading(self.profile, bytes_per_iteration=self.bytes_per_dof * dof,
-                                     ranks=self.ranks, demand_bytes_per_s=self.demand)
+        return memory.co_run_reading(self.profile, footprint_bytes=self.footprint_per_dof * dof,
+                                     ranks=self.ranks)
 
     def __call__(self, dof: float) -> float:
         return self.reading(dof)["slowdown"]
 
 
-def _slowdown_at(many, *, profile, ranks: int, seconds_per_dof_iteration: float,
-                 slowdown: float):
+def _slowdown_at(many, *, profile, ranks: int, slowdown: float):
     """s as a function of the size N: off the profile, or the constant ``slowdown``."""
     if profile is None:
         return lambda dof: slowdown
     if "bytes_per_iteration" not in many:
         raise UsageError("the co-run slowdown off the machine profile needs the rows' "
                          "bytes_per_iteration")
-    per_dof = (many["bytes_per_iteration"].astype(float)
+    per_dof = (many.apply(memory.footprint_of, axis=1).astype(float)
                / many["dof_global"].astype(float)).median()
-    return _ProfileSlowdown(profile, bytes_per_dof=float(per_dof), ranks=ranks,
-                            seconds_per_dof_iteration=seconds_per_dof_iteration)
+    return _ProfileSlowdown(profile, footprint_per_dof=float(per_dof), ranks=ranks)
 
 
 def print_crossover(df, file=None) -> None:

@@ -38,6 +38,17 @@ FUSED_UPDATE_STREAMS = 9
 #: writes w). CG (Chronopoulos-Gear): read x, p, s, r, w, write x, p, s, r.
 MINIMAL_VECTOR_STREAMS = {"cg": 9, "pcg": 11, "pipecg": 13}
 SPMVS_PER_ITERATION = {"cg": 1, "pipecg": 1, "pcg": 1, "bicgstab": 2, "gmres": 1, "minres": 1}
+#: vectors of n_owned values an iteration of the method touches (each read or written at least
+#: once an iteration; see labkit.solve.krylov): its footprint besides the matrix. GMRES holds its
+#: basis too (:func:`vectors_held`).
+VECTORS_HELD = {
+    "cg": 5,        # x, r, w, p, s
+    "pcg": 7,       # cg + u = M^-1 r and the inverse diagonal
+    "pipecg": 7,    # x, r, w, n, z, s, p
+    "bicgstab": 7,  # x, r, r_hat, p, s, v, t
+    "minres": 8,    # x, v, r1, r2, y, w, w1, w2
+    "gmres": 3,     # x, w, r, besides the basis
+}
 
 
 def vector_streams(method: str, restart: int = 30, iterations: int | None = None) -> float:
@@ -52,6 +63,37 @@ def vector_streams(method: str, restart: int = 30, iterations: int | None = None
         m = min(restart, iterations) if iterations else restart
         return 2 * (m + 1) + 10
     return VECTOR_STREAMS[method]
+
+
+def vectors_held(method: str, restart: int = 30, iterations: int | None = None) -> int:
+    """Vectors an iteration touches (:data:`VECTORS_HELD`); GMRES(m) also its m + 1 basis
+    vectors, ``m = min(restart, iterations)``.
+
+    >>> vectors_held("cg"), vectors_held("gmres", restart=30), vectors_held("gmres", iterations=5)
+    (5, 34, 9)
+    """
+    if method == "gmres":
+        m = min(restart, iterations) if iterations else restart
+        return VECTORS_HELD["gmres"] + m + 1
+    return VECTORS_HELD[method]
+
+
+def footprint_bytes(method: str, *, nnz: int, rows: int, halo: int = 0, restart: int = 30,
+                    iterations: int | None = None, index_bytes: int = 4, word: int = 8) -> int:
+    """The data one rank's iteration holds: its matrix (values, column indices, row pointers),
+    the vectors it touches (:func:`vectors_held`) and the halo's values. Unlike the bytes it
+    moves (:func:`bytes_per_iteration`), each counted once: a vector read three times an
+    iteration takes its room once, and where the footprint fits the caches the re-reads come
+    from them.
+
+    A 500 x 500 grid's CG on one rank (1,248,000 nonzeros): 16 MB of matrix and five vectors of
+    2 MB, where the iteration moves 50 MB.
+
+    >>> footprint_bytes("cg", nnz=1_248_000, rows=250_000)
+    25976004
+    """
+    matrix = nnz * (word + index_bytes) + (rows + 1) * index_bytes
+    return matrix + (vectors_held(method, restart, iterations) * rows + halo) * word
 
 
 def spmv_bytes(nnz: int, rows: int, halo: int, index_bytes: int = 4, word: int = 8) -> int:
@@ -257,9 +299,9 @@ def predicted_speedup(*, seconds_per_iteration_1: float, ranks: int, fixed_s: fl
 
 def co_run_slowdown(copy_slowdown: float, *, ranks: int, cores: int) -> float:
     """How much slower each of ``ranks`` ranks streams its share of memory beside the others
-    than alone: ``copy_slowdown`` (what sharing the memory system costs a share, e.g.
-    :func:`shared_bandwidth_slowdown`), times ranks / cores past the cores (ranks take turns on
-    a core); 1 for one rank.
+    than alone: ``copy_slowdown`` (what sharing the memory system costs a share: the machine
+    profile's copy at the share's footprint, alone over together), times ranks / cores past the
+    cores (ranks take turns on a core); 1 for one rank.
 
     >>> co_run_slowdown(1.25, ranks=1, cores=2), co_run_slowdown(1.25, ranks=2, cores=2)
     (1.0, 1.25)
@@ -271,39 +313,22 @@ def co_run_slowdown(copy_slowdown: float, *, ranks: int, cores: int) -> float:
     return float(copy_slowdown) * max(1.0, ranks / cores)
 
 
-def copy_size_bytes(bytes_per_iteration: float) -> float:
-    """The copy that moves an iteration's bytes: a buffer of half of them (a copy reads its
-    source once and writes its destination once), so the copy streams as many bytes through
-    the same caches as the iteration. Its rates are the ones the iteration's floor and its
-    co-run slowdown read (the machine profile's copies, read at this size).
+def copy_size_bytes(footprint_bytes: float) -> float:
+    """The copy whose data take the room an iteration's data take (its footprint,
+    :func:`footprint_bytes`): a buffer of half of it (a copy holds its source and its
+    destination), so the caches hold as much of the copy as of the iteration. The iteration's
+    floor and its co-run slowdown read the machine profile's copies at this size: the rate at
+    which data of that size stream, cache and memory as they share them. (Read at the copy that
+    moves the iteration's bytes instead, 25 MB buffers for a 250,000-DOF CG iteration's 50 MB,
+    the floor came out 1.3-1.8x slower than the iteration here: the iteration re-reads its few
+    vectors from the cache, and holds 26 MB, not 50.)
 
-    One rank's 25 MB per iteration: the copy of a 12.5 MB buffer.
+    One rank's 13.5 MB of matrix and vectors: the copy of a 6.75 MB buffer.
 
-    >>> copy_size_bytes(25e6)
-    12500000.0
+    >>> copy_size_bytes(13.5e6)
+    6750000.0
     """
-    return float(bytes_per_iteration) / 2
-
-
-def shared_bandwidth_slowdown(*, demand_bytes_per_s: float, together_bytes_per_s: float) -> float:
-    """s = max(1, d / b): each rank's share of a memory-bound computation, beside the other
-    ranks, takes its own time alone (streaming its bytes at d, the rate one rank alone reached)
-    or its bytes at b, the rate each rank gets of the memory system with every rank copying at
-    once, whichever is longer. A copy asks for its alone rate, so for a copy s is the copy's
-    co-run slowdown; a computation that streams below b does not wait for the memory.
-
-    One rank alone streamed 44 GB/s, each rank gets 40 GB/s with every rank copying: 1.1; one
-    that streamed 60 GB/s where each rank still gets 95 GB/s (the copies fit the shared cache
-    side by side): 1.
-
-    >>> shared_bandwidth_slowdown(demand_bytes_per_s=44e9, together_bytes_per_s=40e9)
-    1.1
-    >>> shared_bandwidth_slowdown(demand_bytes_per_s=60e9, together_bytes_per_s=95e9)
-    1.0
-    """
-    if not (demand_bytes_per_s > 0 and together_bytes_per_s > 0):
-        raise ValueError("rates must be > 0")
-    return max(1.0, float(demand_bytes_per_s) / float(together_bytes_per_s))
+    return float(footprint_bytes) / 2
 
 
 def fixed_cost_at(*, seconds_per_iteration: float, dof: float, ranks: int,

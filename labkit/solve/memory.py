@@ -5,13 +5,14 @@ laws and its sentences (pure: no torch).
 A CG iteration streams its matrix and vectors once and does about one flop per 10 bytes, so its
 time is bytes / bandwidth. Which bandwidth depends on where the bytes live: the machine
 profile times copies of several sizes, alone and with every rank copying at once, and every
-number here reads them at the copy that moves the same bytes
-(:func:`~labkit.solve.formulas.copy_size_bytes`): the floor of one rank at the whole problem's
-bytes, the ranks' sharing at each rank's. Copies that fit the shared cache side by side barely
-slow each other; those that stream from the memory share its bandwidth. Each rank's share of the
-work runs ``s`` times slower beside the others than alone, with s the larger of 1 and the rate
-one rank alone streamed its bytes at over the rate each rank gets with every rank copying at
-that size (:func:`co_run_reading`). The model of a P-rank iteration divides only the compute
+number here reads them at the copy whose data take the room the iteration's data take (its
+footprint, :func:`~labkit.solve.formulas.footprint_bytes`; the copy:
+:func:`~labkit.solve.formulas.copy_size_bytes`): the floor of one rank at the whole problem's
+footprint, the ranks' sharing at each rank's. Copies that fit the shared cache side by side
+barely slow each other; those that stream from the memory share its bandwidth. Each rank's
+share of the work runs ``s`` times slower beside the others than alone, with s that copy's own
+co-run slowdown, its rate alone over its rate with every rank copying (:func:`co_run_reading`).
+The model of a P-rank iteration divides only the compute
 (SpMV and vector updates) of one rank's iteration:
 
     t_P = (t_1 − compute_1) + s · compute_1 / P + t_msg
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from labkit.errors import UsageError
 from labkit.solve import verdicts
-from labkit.solve.formulas import co_run_slowdown, copy_size_bytes, shared_bandwidth_slowdown
+from labkit.solve.formulas import co_run_slowdown, copy_size_bytes
 
 
 def row_of(df):
@@ -44,76 +45,86 @@ def row_of(df):
     return ok.iloc[-1]
 
 
-def floor_bytes_per_s(profile, bytes_per_iteration: float) -> float:
-    """The copy bandwidth one rank alone gets for an iteration of these bytes: the machine
-    profile's copy alone, read at the copy that moves them (so the caches serve it as they
-    serve the iteration)."""
-    return profile.copy_bytes_per_s(size_bytes=copy_size_bytes(bytes_per_iteration))
+def floor_bytes_per_s(profile, footprint_bytes: float) -> float:
+    """The copy bandwidth one rank alone gets for an iteration of this footprint: the machine
+    profile's copy alone, read at the copy whose data take as much room
+    (:func:`~labkit.solve.formulas.copy_size_bytes`), so the caches hold as much of it."""
+    return profile.copy_bytes_per_s(size_bytes=copy_size_bytes(footprint_bytes))
 
 
-def co_run_reading(profile, *, bytes_per_iteration: float, ranks: int,
-                   demand_bytes_per_s: float) -> dict:
-    """s of P ranks sharing the memory system, read off the machine profile at the size of
-    each rank's share: ``bytes_per_rank`` (an iteration's ``bytes_per_iteration`` over the
-    ranks), ``copy_size_bytes`` (the copy that moves them), ``together_bytes_per_s`` (the rate
-    each rank copies at that size with every rank copying), ``copy_slowdown`` (the copy's own
-    co-run slowdown there), ``demand_bytes_per_s`` (given: the rate one rank alone streamed its
-    bytes at) and ``slowdown`` (:func:`~labkit.solve.formulas.shared_bandwidth_slowdown`,
-    times ranks / cores past the cores).
+def footprint_of(row) -> float:
+    """A row's footprint (bytes, every rank's together): ``footprint_bytes`` where it has it;
+    an older row's ``bytes_per_iteration`` (the copy that moves the iteration's bytes, as the
+    lab read it before it counted footprints).
+
+    >>> footprint_of({"footprint_bytes": 26e6, "bytes_per_iteration": 50e6})
+    26000000.0
+    >>> footprint_of({"bytes_per_iteration": 50e6})
+    50000000.0
+    """
+    got = row.get("footprint_bytes")
+    return float(got if got is not None and got == got else row["bytes_per_iteration"])
+
+
+def co_run_reading(profile, *, footprint_bytes: float, ranks: int) -> dict:
+    """s of P ranks sharing the memory system, read off the machine profile at each rank's
+    share of the footprint: ``footprint_per_rank`` (the iteration's ``footprint_bytes`` over the
+    ranks), ``copy_size_bytes`` (the copy whose data take that room), ``alone_bytes_per_s`` and
+    ``together_bytes_per_s`` (that copy's rate alone and with every rank copying),
+    ``copy_slowdown`` (their ratio, at least 1) and ``slowdown``
+    (:func:`~labkit.solve.formulas.co_run_slowdown`: times ranks / cores past the cores).
 
     >>> class Prof:  # copies of 1 and 32 MiB: 100 and 44 GB/s alone, 98 and 24 together
     ...     cores = 2
     ...     def copy_bytes_per_s(self, *, together=False, size_bytes=None):
     ...         small = size_bytes <= 1 << 20
     ...         return (98e9 if small else 24e9) if together else (100e9 if small else 44e9)
-    >>> r = co_run_reading(Prof(), bytes_per_iteration=2e6, ranks=2, demand_bytes_per_s=60e9)
-    >>> r["copy_size_bytes"], round(r["copy_slowdown"], 2), r["slowdown"]
-    (500000.0, 1.02, 1.0)
-    >>> r = co_run_reading(Prof(), bytes_per_iteration=200e6, ranks=2, demand_bytes_per_s=36e9)
-    >>> round(r["copy_slowdown"], 2), r["slowdown"]
-    (1.83, 1.5)
+    >>> r = co_run_reading(Prof(), footprint_bytes=2e6, ranks=2)
+    >>> r["copy_size_bytes"], round(r["slowdown"], 2)
+    (500000.0, 1.02)
+    >>> round(co_run_reading(Prof(), footprint_bytes=200e6, ranks=2)["slowdown"], 2)
+    1.83
     """
-    per_rank = float(bytes_per_iteration) / ranks
+    per_rank = float(footprint_bytes) / ranks
     size = copy_size_bytes(per_rank)
     together = profile.copy_bytes_per_s(together=True, size_bytes=size)
     alone = profile.copy_bytes_per_s(size_bytes=size)
-    share = shared_bandwidth_slowdown(demand_bytes_per_s=demand_bytes_per_s,
-                                      together_bytes_per_s=together)
-    return {"ranks": int(ranks), "bytes_per_rank": per_rank, "copy_size_bytes": size,
-            "together_bytes_per_s": together, "copy_slowdown": alone / together,
-            "demand_bytes_per_s": float(demand_bytes_per_s),
-            "slowdown": co_run_slowdown(share, ranks=ranks, cores=profile.cores)}
+    copy = max(1.0, alone / together)
+    return {"ranks": int(ranks), "footprint_per_rank": per_rank, "copy_size_bytes": size,
+            "alone_bytes_per_s": alone, "together_bytes_per_s": together, "copy_slowdown": copy,
+            "slowdown": co_run_slowdown(copy, ranks=ranks, cores=profile.cores)}
 
 
 def point(row, *, profile, message_s: float) -> dict:
     """The numbers of notebook 04 from one P-rank strong row with an inline baseline, per
     iteration: ``t1_s`` and ``compute1_s`` (rank 0 alone), ``tp_s`` and ``computep_s`` (the P
     ranks, compute averaged over ranks), ``floor_bytes_per_s`` (:func:`floor_bytes_per_s` of
-    the whole problem's bytes), ``floor1_s`` (those bytes at it: a 1-rank launch's floor up to
-    the halo's few bytes), ``fraction1`` (floor1 / t1), ``minimal_floor1_s`` (the fewest bytes
-    a correct iteration moves, at their own copy's rate), ``measured_slowdown``
-    (P · compute_P / compute_1: each rank's share beside the others over the same share
-    alone), ``reading`` (:func:`co_run_reading`, one rank alone streaming the problem's bytes
-    in compute_1) and its ``slowdown``, ``model_tp_s`` (the model above, with ``message_s``),
+    the whole problem's footprint, :func:`footprint_of`), ``floor1_s`` (the iteration's bytes at
+    it: a 1-rank launch's floor up to the halo's few bytes), ``fraction1`` (floor1 / t1),
+    ``minimal_floor1_s`` (the fewest bytes a correct iteration moves, at the same rate),
+    ``measured_slowdown`` (P · compute_P / compute_1: each rank's share beside the others over
+    the same share alone), ``reading`` (:func:`co_run_reading` at each rank's share of the
+    footprint) and its ``slowdown``, ``model_tp_s`` (the model above, with ``message_s``),
     ``speedup`` (t1 / tP), ``split_us`` (the P-rank iteration in its measured terms) and
     ``ranks``.
 
-    One rank alone streams 50 MB in 3.4 ms of compute (14.7 GB/s) where each rank gets 10 GB/s
-    with both copying: s = 1.47, t_2 = 0.1 + 1.47 x 3.4 / 2 + 0.05 = 2.65 ms.
+    Copies of 13 MB per rank run 1.25x slower with both ranks copying: s = 1.25, and t_2 =
+    0.1 + 1.25 x 3.4 / 2 + 0.05 = 2.28 ms.
 
-    >>> class Prof:  # 25 GB/s alone at every size, 10 GB/s each with both copying
+    >>> class Prof:  # 25 GB/s alone at every size, 20 GB/s each with both copying
     ...     cores = 2
     ...     def copy_bytes_per_s(self, *, together=False, size_bytes=None):
-    ...         return 10e9 if together else 25e9
+    ...         return 20e9 if together else 25e9
     >>> row = {"world_size": 2, "iterations": 100, "time_per_iteration_s": 2.4e-3,
     ...        "spmv_time_s": 0.13, "vector_time_s": 0.09, "halo_time_s": 0.004,
     ...        "allreduce_time_s": 0.004, "message_time_alone_s": 50e-6,
     ...        "compute_imbalance": 1.0, "baseline_time_per_iteration_s": 3.5e-3,
     ...        "baseline_iterations": 100, "baseline_compute_time_s": 0.34,
-    ...        "bytes_per_iteration": 50e6, "minimal_bytes_per_iteration": 38e6}
+    ...        "bytes_per_iteration": 50e6, "footprint_bytes": 26e6,
+    ...        "minimal_bytes_per_iteration": 38e6}
     >>> m = point(row, profile=Prof(), message_s=50e-6)
     >>> round(m["slowdown"], 3), round(m["measured_slowdown"], 3), round(m["model_tp_s"] * 1e6)
-    (1.471, 1.294, 2650)
+    (1.25, 1.294, 2275)
     >>> round(m["fraction1"], 2), round(m["speedup"], 2)
     (0.57, 1.46)
     """
@@ -128,13 +139,11 @@ def point(row, *, profile, message_s: float) -> dict:
     compute1 = float(row["baseline_compute_time_s"]) / its1
     tp = float(row["time_per_iteration_s"])
     computep = (float(row["spmv_time_s"]) + float(row["vector_time_s"])) / its
-    nbytes = float(row["bytes_per_iteration"])
-    bw = floor_bytes_per_s(profile, nbytes)
+    nbytes, footprint = float(row["bytes_per_iteration"]), footprint_of(row)
+    bw = floor_bytes_per_s(profile, footprint)
     minimal = row.get("minimal_bytes_per_iteration")
-    minimal_floor = (float(minimal) / floor_bytes_per_s(profile, float(minimal))
-                     if minimal is not None and minimal == minimal else None)
-    reading = co_run_reading(profile, bytes_per_iteration=nbytes, ranks=p,
-                             demand_bytes_per_s=nbytes / compute1)
+    minimal_floor = (float(minimal) / bw if minimal is not None and minimal == minimal else None)
+    reading = co_run_reading(profile, footprint_bytes=footprint, ranks=p)
     slowdown = reading["slowdown"]
     model = (t1 - compute1) + slowdown * compute1 / p + message_s
     return {"ranks": p, "t1_s": t1, "compute1_s": compute1, "tp_s": tp, "computep_s": computep,
@@ -235,40 +244,30 @@ def reading_sentence(r: dict, *, cores: int | None = None) -> str:
     computed from :func:`co_run_reading`'s numbers (``cores``: say so when the ranks outnumber
     them).
 
-    >>> r = {"ranks": 2, "bytes_per_rank": 25e6, "copy_size_bytes": 12.5e6,
-    ...      "together_bytes_per_s": 43e9, "copy_slowdown": 1.8, "demand_bytes_per_s": 44e9,
-    ...      "slowdown": 44 / 43}
+    >>> r = {"ranks": 2, "footprint_per_rank": 13e6, "copy_size_bytes": 6.5e6,
+    ...      "alone_bytes_per_s": 23e9, "together_bytes_per_s": 17e9, "copy_slowdown": 23 / 17,
+    ...      "slowdown": 23 / 17}
     >>> print(reading_sentence(r))  # doctest: +NORMALIZE_WHITESPACE
-    The model reads the machine profile's copies at 11.9 MiB per rank, the copy that moves the
-    25 MB each rank's iteration moves: copies of this size slow each other 1.80x (they share the
-    memory's bandwidth), and each rank copies at 43.0 GB/s with 2 ranks copying at once. One rank
-    alone streamed its iteration's bytes at 44.0 GB/s, 1.02x that: each rank's share asks more
-    of the memory than it gets beside the others, s = 1.02.
-    >>> print(reading_sentence({**r, "bytes_per_rank": 4e6, "copy_size_bytes": 2e6,
-    ...                         "copy_slowdown": 1.04, "together_bytes_per_s": 95e9,
-    ...                         "demand_bytes_per_s": 60e9, "slowdown": 1.0}))
-    ... # doctest: +NORMALIZE_WHITESPACE
-    The model reads the machine profile's copies at 1.91 MiB per rank, the copy that moves the
-    4 MB each rank's iteration moves: copies of this size barely slow each other (1.04x: the
-    caches hold every rank's), and each rank copies at 95.0 GB/s with 2 ranks copying at once.
-    One rank alone streamed its iteration's bytes at 60.0 GB/s, 0.63x that: no more than each
-    rank gets beside the others, so the ranks do not wait for the memory, s = 1.00.
-    >>> reading_sentence({**r, "ranks": 4, "slowdown": 2.05}, cores=2).split(": ")[-1]
-    "each rank's share asks more of the memory than it gets beside the others, and 4 ranks take turns on 2 cores, s = 2.05."
+    The model reads the machine profile's copies at 6.2 MiB per rank, the copy whose data take
+    the 13 MB each rank's iteration holds (its matrix and vectors): alone it ran at 23.0 GB/s,
+    with 2 ranks copying at once at 17.0 GB/s each: copies of this size slow each other 1.35x
+    (they share the memory's bandwidth), s = 1.35.
+    >>> print(reading_sentence({**r, "footprint_per_rank": 1e6, "copy_size_bytes": 5e5,
+    ...                         "together_bytes_per_s": 22.5e9, "copy_slowdown": 1.02,
+    ...                         "slowdown": 1.02}).split(": ", 2)[2])
+    copies of this size barely slow each other (1.02x: the caches hold every rank's), s = 1.02.
+    >>> reading_sentence({**r, "ranks": 4, "slowdown": 2.7}, cores=2).split("), ")[-1]
+    'and 4 ranks take turns on 2 cores, s = 2.70.'
     """
-    p, b, d = r["ranks"], r["together_bytes_per_s"], r["demand_bytes_per_s"]
-    copy = r["copy_slowdown"]
+    p, copy = r["ranks"], r["copy_slowdown"]
     # within 10 % of alone: no memory traffic between the ranks' copies worth the name
     where = (f"barely slow each other ({copy:.2f}x: the caches hold every rank's)" if copy <= 1.1
              else f"slow each other {copy:.2f}x (they share the memory's bandwidth)")
-    why = ("each rank's share asks more of the memory than it gets beside the others" if d > b
-           else "no more than each rank gets beside the others, so the ranks do not wait for "
-                "the memory")
-    if cores is not None and p > cores:
-        why += f", and {p} ranks take turns on {cores} cores"
+    turns = (f", and {p} ranks take turns on {cores} cores" if cores is not None and p > cores
+             else "")
     return (f"The model reads the machine profile's copies at "
-            f"{r['copy_size_bytes'] / 2 ** 20:.3g} MiB per rank, the copy that moves the "
-            f"{r['bytes_per_rank'] / 1e6:.3g} MB each rank's iteration moves: copies of this size "
-            f"{where}, and each rank copies at {b / 1e9:.1f} GB/s with {p} ranks copying at once. "
-            f"One rank alone streamed its iteration's bytes at {d / 1e9:.1f} GB/s, {d / b:.2f}x "
-            f"that: {why}, s = {r['slowdown']:.2f}.")
+            f"{r['copy_size_bytes'] / 2 ** 20:.2g} MiB per rank, the copy whose data take the "
+            f"{r['footprint_per_rank'] / 1e6:.3g} MB each rank's iteration holds (its matrix and "
+            f"vectors): alone it ran at {r['alone_bytes_per_s'] / 1e9:.1f} GB/s, with {p} ranks "
+            f"copying at once at {r['together_bytes_per_s'] / 1e9:.1f} GB/s each: copies of this "
+            f"size {where}{turns}, s = {r['slowdown']:.2f}.")

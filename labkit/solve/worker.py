@@ -38,6 +38,7 @@ from labkit.solve.formulas import (
     SPMVS_PER_ITERATION,
     bandwidth_columns,
     bytes_per_iteration,
+    footprint_bytes,
     minimal_bytes_per_iteration,
 )
 from labkit.solve.fused import make_kernels
@@ -251,8 +252,12 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     # iterations, not known then)
     bw = max(copy_bandwidth(rt, local_bytes_at(None)), copies_before[0])
     bw_alone = max(copy_bandwidth(rt, local_bytes_at(None), alone=True), copies_before[1])
-    total_bytes, total_bw, halo, total_min, total_alone = _sum(
-        rt, [local_bytes, bw, op.n_halo, local_min or 0.0, bw_alone])
+    local_footprint = footprint_bytes(method, nnz=op.nnz, rows=op.n_owned, halo=op.n_halo,
+                                      restart=cfg.restart, iterations=its,
+                                      index_bytes=op.index_bytes,
+                                      word=torch.finfo(op.dtype).bits // 8)
+    total_bytes, total_bw, halo, total_min, total_alone, footprint = _sum(
+        rt, [local_bytes, bw, op.n_halo, local_min or 0.0, bw_alone, local_footprint])
     # the point ends here (solves, messages, copies): the most device memory any rank held
     memory_peak = runtime.max_device_peak_bytes(rt.device)
     row = {
@@ -269,6 +274,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         "compute_imbalance": imbalance,
         "message_time_alone_s": messages,
         "bytes_per_iteration": total_bytes,
+        "footprint_bytes": footprint,
         "halo_bytes_per_iteration": 8 * halo * SPMVS_PER_ITERATION[method],
         "copy_bandwidth_gb_per_s": total_bw,
         **bandwidth_columns(total_bytes, t / max(its, 1), total_bw),
