@@ -94,6 +94,7 @@ def test_closest_grid_weak_mode():
     ({"total_dof": 100, "transport": "mpi"}, "unknown transport"),
     ({"total_dof": 100, "baseline": "previous"}, "unknown baseline"),
     ({"total_dof": 100, "baseline": "inline", "engine": "torch-sla"}, "needs --engine labkit"),
+    ({"total_dof": 100, "min_timed_s": -1}, "min_timed_s must be between"),
 ])
 def test_bad_config_is_a_usage_error(kwargs, match):
     with pytest.raises(UsageError, match=match):

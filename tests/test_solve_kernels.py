@@ -298,6 +298,11 @@ def test_fused_kernels_and_fixed_iterations_at_two_ranks(tmp_path):
                       launch=launch).iloc[0]
     assert fixed["iterations"] == 25 and fixed["fixed_iterations"] == 25
     assert not fixed["converged"] and fixed["gate_passed"]
+    # 25 iterations of 4,000 DOF take a few ms: more timed solves, until they span 0.1 s
+    assert fixed["solves_timed"] > fixed["repeat"] == 1
+    once = solve.run(SolveConfig(total_dof=4000, warmup=0, repeat=1, iterations=25,
+                                 min_timed_s=0.0), launch=launch).iloc[0]
+    assert once["solves_timed"] == 1
 
 
 def test_spmv_dots_notice_says_why_the_dots_stay_out_of_the_spmv():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from labkit.errors import UsageError
+from labkit.solve.config import timed_solves
 
 #: seconds of one launch besides its solves (torchrun, importing torch, the process group)
 LAUNCH_S = 3.5
@@ -84,7 +85,7 @@ def sweep_s(cfg, world_sizes, *, cores: int = 2) -> float:
     >>> from labkit.solve.config import SolveConfig
     >>> cfg = SolveConfig(total_dof=(2_000, 100_000), repeat=1, warmup=0, rtol=1e-6)
     >>> round(sweep_s(cfg, [1, 2]), 1)
-    9.7
+    9.8
     """
     from labkit.solve.config import points
 
@@ -94,11 +95,13 @@ def sweep_s(cfg, world_sizes, *, cores: int = 2) -> float:
         for mode, _, dims in points(cfg, p):
             dof = math.prod(dims)
             its = iterations(dof, dim=cfg.dim, rtol=cfg.rtol, fixed=cfg.iterations)
-            solves = cfg.warmup + cfg.repeat
             for method in cfg.methods:
                 for _ in cfg.partitioners:
-                    t = solves * its * iteration_s(dof, p, dim=cfg.dim, method=method,
-                                                   cores=cores, transport=cfg.transport)
+                    one = its * iteration_s(dof, p, dim=cfg.dim, method=method, cores=cores,
+                                            transport=cfg.transport)
+                    solves = cfg.warmup + timed_solves(cfg.repeat, one,
+                                                       min_timed_s=cfg.min_timed_s)
+                    t = solves * one
                     if cfg.inline_baseline(mode, p):
                         t += solves * its * iteration_s(dof, 1, dim=cfg.dim, method=method)
                     total += t + POINT_S

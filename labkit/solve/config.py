@@ -41,6 +41,27 @@ def transport_refused(kind: str, backend: str) -> str | None:
     return None
 
 
+#: at most this many times ``repeat`` timed solves a point, however short its solves
+MAX_REPEAT = 5
+
+
+def timed_solves(repeat: int, first_s: float, *, min_timed_s: float) -> int:
+    """How many timed solves a point gets: ``repeat``, or more where its first timed solve
+    (``first_s`` seconds) is short, until they span ``min_timed_s`` (at most
+    :data:`MAX_REPEAT` x ``repeat``). A 2-rank CG solve of 2,000 DOF takes about 25 ms here: one
+    of them read 173 to 292 us an iteration from one run of the lab to the next, and the
+    crossover's fixed cost is read off it.
+
+    >>> timed_solves(1, 0.025, min_timed_s=0.1), timed_solves(1, 0.3, min_timed_s=0.1)
+    (4, 1)
+    >>> timed_solves(3, 1e-4, min_timed_s=0.1), timed_solves(3, 0.01, min_timed_s=0.0)
+    (15, 3)
+    """
+    if first_s <= 0:
+        return MAX_REPEAT * repeat
+    return max(repeat, min(MAX_REPEAT * repeat, math.ceil(min_timed_s / first_s - 1e-9)))
+
+
 @dataclass(frozen=True)
 class SolveConfig:
     """One launch's worth of solves: every (mode, partitioner, method) point at one world size.
@@ -72,6 +93,9 @@ class SolveConfig:
     restart: int = option(30, "GMRES restart length m")
     warmup: int = option(1, "untimed solves per point")
     repeat: int = option(3, "timed solves per point (the median is reported)")
+    min_timed_s: float = option(0.1, "a point whose timed solves are short gets more of them, "
+                                "until they span this many seconds (at most "
+                                f"{MAX_REPEAT} x repeat): a median, not one solve's burst")
     seed: int = option(0, "seed of the random right-hand side")
     engine: str = option("labkit", "labkit or torch-sla")
     transport: str = option(
@@ -123,6 +147,9 @@ class SolveConfig:
         for name in ("restart", "repeat"):
             positive_int(name, getattr(self, name))
         positive_int("warmup", self.warmup, minimum=0)
+        if not (isinstance(self.min_timed_s, (int, float)) and 0 <= self.min_timed_s <= 60):
+            raise UsageError(f"min_timed_s must be between 0 and 60 seconds, got "
+                             f"{self.min_timed_s!r}")
         if self.maxiter is not None:
             positive_int("maxiter", self.maxiter)
         if not (isinstance(self.gate_factor, (int, float)) and self.gate_factor >= 1):

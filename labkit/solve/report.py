@@ -33,7 +33,9 @@ COLUMNS = (
     Column("rtol", "", "stopping tolerance on the relative residual"),
     Column("restart", "", "GMRES restart length (None for other methods)"),
     Column("warmup", "", "untimed solves per point"),
-    Column("repeat", "", "timed solves per point"),
+    Column("repeat", "", "timed solves per point, at least"),
+    Column("solves_timed", "", "timed solves of the point: repeat, or more where they were short "
+           "(labkit.solve.config.timed_solves)"),
     Column("owned_rows_per_rank", "", "rows each rank owns"),
     Column("halo_values_per_rank", "", "values each rank receives per SpMV"),
     Column("halo_values", "", "values all ranks receive per SpMV"),

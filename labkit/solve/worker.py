@@ -9,8 +9,9 @@ For each point: build this rank's rows of the Poisson matrix and its part of ``b
 the copy bandwidth on a buffer of the same size (all ranks at once, and each alone; before
 the solves and again after them, the best kept), run a 3-iteration untimed solve (a launch's
 first solve pays for first-touched pages and cold code paths: up to 2x at the smallest
-sizes), ``warmup`` untimed solves, then ``repeat`` timed ones (each starts with a barrier; a
-repeat takes as long as its slowest rank), and check every solve with a fresh distributed
+sizes), ``warmup`` untimed solves, then ``repeat`` timed ones, or more where they are short
+(:func:`~labkit.solve.config.timed_solves`; each starts with a barrier; a repeat takes as long
+as its slowest rank), and check every solve with a fresh distributed
 SpMV: ``||b - A x|| / ||b||``. The last timed solve also records when each phase of its first
 and last iterations ran, every rank on one clock (:mod:`labkit.solve.timeline`: the rows'
 ``timeline_*`` columns, the trace's slices). Points that share a grid (weak and throughput at
@@ -33,7 +34,7 @@ import torch.distributed as dist
 from labkit import runtime
 from labkit.harness import worker_main
 from labkit.solve import krylov
-from labkit.solve.config import SolveConfig, points
+from labkit.solve.config import SolveConfig, points, timed_solves
 from labkit.solve.formulas import (
     SPMVS_PER_ITERATION,
     bandwidth_columns,
@@ -198,7 +199,8 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     samples, iterations, splits, residuals, converged, estimates = [], [], [], [], [], []
     alone_samples, alone_iterations, alone_splits = [], [], []
     recorder, traced = None, (0.0, 0.0)
-    for _ in range(cfg.repeat):
+    count = cfg.repeat  # known after the first timed solve (timed_solves), agreed by the ranks
+    while len(samples) < count:
         if inline:  # rank 0 alone, the others waiting in the barrier after it
             dist.barrier()
             if alone is not None:
@@ -212,7 +214,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         if rt.world_size > 1:
             dist.barrier()
         plain = op.sw
-        if sla is None and len(samples) == cfg.repeat - 1:
+        if sla is None and len(samples) == count - 1:
             # the last timed solve also keeps when its phases ran, for its trace
             op.sw = recorder = PhaseRecorder(plain.device)
         op.sw.reset()
@@ -228,6 +230,9 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         converged.append(sol.converged)
         residuals.append(op.residual_norm(sol.x, b))  # the gate: a fresh distributed SpMV
         estimates.append(sol.residual_estimate)
+        if len(samples) == 1:
+            count = int(_max(rt, [timed_solves(cfg.repeat, samples[0],
+                                               min_timed_s=cfg.min_timed_s)])[0])
     # every rank's recorded iterations of the last timed solve, on one clock
     timeline = gather_timeline(rt, recorder, *traced)
     times = summarize(samples, "solve_time")
@@ -287,6 +292,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         "spmv_dots": spmv_dots if fused else None,
         "spmv_dots_notice": _spmv_dots_notice(op) if fused else None,
         "fixed_iterations": cfg.iterations,
+        "solves_timed": len(samples),
         "copy_bandwidth_alone_gb_per_s": total_alone / rt.world_size,
         "device_memory_peak_bytes": memory_peak,
         "baseline": "inline" if inline or alone_timed else None,
