@@ -195,7 +195,7 @@ def context(row, prof) -> dict:
     85.0
     """
     n = int(row["world_size"])
-    slow = prof.compute_slowdown(n, n=int(row["hidden"])) if n > 1 else 1.0
+    slow = prof.compute_slowdown(n) if n > 1 else 1.0
     adam = optimizer_s(row)
     compute = (float(row["predicted_compute_s"]) + adam) * slow
     comm = comm_parts(row, prof)

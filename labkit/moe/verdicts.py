@@ -8,9 +8,8 @@ The step model (:func:`context`) prices each phase from the machine profile
   profile's miniature training step, measured alone (a two-layer MLP forward and backward: its
   matrix products with the elementwise work and autograd's traffic around them, which is what
   an expert does; the bare n x n product rate leaves those out), times the profile's co-run
-  slowdown of the matrix product at the expert product's size (n: the square product of the
-  same FLOPs, :func:`labkit.moe.formulas.matmul_size`), as the TP lab's model takes it: the
-  step waits for the rank with the most rows;
+  slowdown of that miniature step (every lab's step model takes it so): the step waits for
+  the rank with the most rows;
 * **routing**: the router's FLOPs (6 T h E) at the profile's n x n product rate at its size,
   times the same slowdown;
 * **all-to-all**: from the profile's **message** sweep (one-way point-to-point, peers idle: in
@@ -27,7 +26,7 @@ The step model (:func:`context`) prices each phase from the machine profile
   phase whose all-to-all waited.
 
 ``prof`` below is a :class:`labkit.machine.Profile` or anything with its ``step_flop_per_s()``,
-``matmul_flop_per_s(n)``, ``compute_slowdown(ranks, n=...)``, ``transfer_s(size_bytes,
+``matmul_flop_per_s(n)``, ``compute_slowdown(ranks)``, ``transfer_s(size_bytes,
 measurement=...)`` and ``scheduler_wait_s``. The step law's split is the measured phases of the
 slowest rank, what the counted waits took apart; they add up to its step.
 """
@@ -104,8 +103,7 @@ def context(row, prof) -> dict:
     between = formulas.rows_between(kept, world_size=p)
     rows = max(sum(between[s][d] for s in range(p)) for d in range(p))
     per_expert = max(1, rows // (e // p))
-    n = formulas.matmul_size(rows=per_expert, hidden=h, ffn=f)
-    slow = prof.compute_slowdown(p, n=n) if p > 1 else 1.0
+    slow = prof.compute_slowdown(p) if p > 1 else 1.0
     expert_s = (formulas.expert_flops(rows=rows, hidden=h, ffn=f)
                 / prof.step_flop_per_s(batch=per_expert) * slow)
     n_router = formulas.matmul_size(rows=t, hidden=h, ffn=e)

@@ -11,7 +11,7 @@ profile's scheduler wait (:func:`labkit.tp.formulas.step_in_context`). A row wit
 timeline (the library's: DTensor's collectives run inside the library, unstamped) prices each
 collective at the profile's average in context instead, transfer + its share of waits
 (:meth:`labkit.machine.Profile.allreduce_s`), and its laws say so. ``prof`` below is a
-:class:`labkit.machine.Profile` or anything with its ``compute_slowdown(ranks, n=...)``,
+:class:`labkit.machine.Profile` or anything with its ``compute_slowdown(ranks)``,
 ``transfer_s(size_bytes, ranks=..., busy=...)``, ``allreduce_s(size_bytes, ranks=...,
 busy=...)``, ``wait_share(busy=...)`` and ``scheduler_wait_s`` (:class:`FakeProfile`). A
 step-time law that misses prints its measured split: the time outside the all-reduces, the
@@ -87,7 +87,7 @@ def call_s(prof, size_bytes: float, *, ranks: int, busy: bool, counted: bool,
 
 def context(row, prof, *, extra_s: float = 0.0) -> dict:
     """The in-context prediction for one row: ``slowdown`` (the profile's co-run slowdown at the
-    row's world size, at its hidden size as the matrix size), ``allreduce_s`` (one all-reduce
+    row's world size: its miniature training step's), ``allreduce_s`` (one all-reduce
     of the row's activation, peers idle: its transfer where the row's timeline counts the
     waits, else its average in context), ``gather_s`` (one all-gather and one reduce-scatter
     of it, the pair's mean: sequence parallelism's), ``waits`` (:func:`labkit.tp.waits.count`
@@ -111,7 +111,7 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
     (1, 3.6, 77.5)
     """
     p = int(row["world_size"])
-    slow = prof.compute_slowdown(p, n=int(row["hidden"])) if p > 1 else 1.0
+    slow = prof.compute_slowdown(p) if p > 1 else 1.0
     n_ar = int(row["allreduce_calls_formula"])
     each = float(row["bytes_per_allreduce"])
     ar_each = _number(row, "allreduce_bytes_formula", n_ar * each) / n_ar if n_ar else each
@@ -458,7 +458,7 @@ def compute_sentence(one, row, prof) -> str:
     """
     p = int(row["world_size"])
     got = one["compute_time_p50_s"] / row["compute_time_p50_s"]
-    slow = prof.compute_slowdown(p, n=int(row["hidden"]))
+    slow = prof.compute_slowdown(p)
     model = one["predicted_compute_s"] / (row["predicted_compute_s"] * slow)
     return (f"compute only (f and g off): {_ms(one['compute_time_p50_s']):.1f} ms on one rank, "
             f"{_ms(row['compute_time_p50_s']):.1f} ms on {p}: {got:.2f}x, against the ideal {p}x; "
