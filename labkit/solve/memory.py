@@ -197,7 +197,7 @@ def floor_sentence(m: dict) -> str:
     allow 1.80 ms, 1.67x faster than measured.
     >>> floor_sentence({"fraction1": 1.1, "t1_s": 2e-3, "floor1_s": 2.2e-3,
     ...                 "minimal_floor1_s": None}).split("): ")[1]
-    "faster than one copy of its bytes (the machine profile's copy of as many bytes ran slower: the machine's state changed between them, or the caches served more of the iteration's bytes than of the copy's)."
+    "faster than one copy of its bytes (the machine profile's copy holding as much data ran slower: the machine's state changed between them, or the caches served more of the iteration's re-reads than of the copy's single pass)."
     """
     f = m["fraction1"]
     if round(f, 2) == 1.0:
@@ -205,9 +205,9 @@ def floor_sentence(m: dict) -> str:
     elif f < 1:
         how = "slower than copying its bytes."
     else:
-        how = ("faster than one copy of its bytes (the machine profile's copy of as many bytes "
-               "ran slower: the machine's state changed between them, or the caches served more "
-               "of the iteration's bytes than of the copy's).")
+        how = ("faster than one copy of its bytes (the machine profile's copy holding as much "
+               "data ran slower: the machine's state changed between them, or the caches served "
+               "more of the iteration's re-reads than of the copy's single pass).")
     text = (f"1 rank alone runs its iteration at {f:.2f} of the copy bandwidth "
             f"({m['t1_s'] * 1e3:.2f} ms against a floor of {m['floor1_s'] * 1e3:.2f} ms): {how}")
     least = m.get("minimal_floor1_s")
