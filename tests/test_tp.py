@@ -140,7 +140,8 @@ def test_two_ranks_match_one_process_and_count_the_formula(tmp_path):
     assert lib.own_work_hidden_used == 16 and lib.library_own_work_s >= 0
     assert lib.own_work_naive_step_s > 0 and lib.own_work_library_step_s > 0
     assert not np.isfinite(naive.get("library_own_work_s", np.nan))
-    assert "own work (P ranks" in tp.verdicts.library_laws(lib, tp.verdicts.FakeProfile())[-1]["law"]
+    law = tp.verdicts.library_laws(lib, tp.verdicts.FakeProfile())[-1]["law"]
+    assert "own work (P ranks" in law
     assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     stored = results.read_rows(store)

@@ -27,12 +27,12 @@ below take plain numbers.
   (small products run slower) divided by the co-run slowdown of P ranks computing at once; or,
   where the launch timed a microbatch's blocks on each rank alone (the row's
   ``block_alone_s``, less ``fixed_block_alone_s`` at width w), T_stage = M·t_block × the
-  co-run slowdown; ``T_fixed`` the same step timed in the same launch at a width w where the arithmetic is
-  almost nothing (the row's ``fixed_step_s``: each block's overhead, each hop, the scheduler's
-  turns, what the arithmetic and the bytes leave out), and ``t_transfer`` the one-way
-  transfer of one microbatch's activations ((B/M)·h·4 bytes) with the cores busy (a message
-  that waited for nothing), less that of width w's, which T_fixed holds. A row timed without
-  a fixed step: ``T_fixed`` 0, every message's whole transfer, and a scheduler wait
+  co-run slowdown; ``T_fixed`` the same step timed in the same launch at a width w where the
+  arithmetic is almost nothing (the row's ``fixed_step_s``: each block's overhead, each hop,
+  the scheduler's turns, what the arithmetic and the bytes leave out), and ``t_transfer`` the
+  one-way transfer of one microbatch's activations ((B/M)·h·4 bytes) with the cores busy (a
+  message that waited for nothing), less that of width w's, which T_fixed holds. A row timed
+  without a fixed step: ``T_fixed`` 0, every message's whole transfer, and a scheduler wait
   ``t_wait`` (the profile's, about a tick) for each of the ``n_waited`` messages of the row's
   median step that waited (counted from its timeline:
   :func:`labkit.pipeline.messages.row_waits`);

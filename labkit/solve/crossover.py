@@ -55,7 +55,8 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
 
     s: with a machine ``profile``, read at each size N off its copies at the size of each
     rank's share (:func:`~labkit.solve.memory.co_run_reading`: the rows' footprint per DOF
-    times N over P ranks), also between the sizes, where N* lies; without one, the constant ``slowdown``.
+    times N over P ranks), also between the sizes, where N* lies; without one, the constant
+    ``slowdown``.
 
     A sweep of one size has no crossover: UsageError.
     """

@@ -51,6 +51,16 @@ VECTORS_HELD = {
 }
 
 
+def gmres_cycle(restart: int = 30, iterations: int | None = None) -> int:
+    """GMRES(m)'s cycle, the basis vectors it builds before it restarts: ``m = min(restart,
+    iterations)`` (a solve of fewer iterations never fills a cycle).
+
+    >>> gmres_cycle(30), gmres_cycle(30, iterations=5)
+    (30, 5)
+    """
+    return min(restart, iterations) if iterations else restart
+
+
 def vector_streams(method: str, restart: int = 30, iterations: int | None = None) -> float:
     """Vector streams per iteration. GMRES(m), CGS2: step j reads the j+1 basis vectors four
     times (two projections, two updates) plus ~9 streams, on average ``2 (m + 1) + 9`` over a
@@ -60,8 +70,7 @@ def vector_streams(method: str, restart: int = 30, iterations: int | None = None
     (15, 72)
     """
     if method == "gmres":
-        m = min(restart, iterations) if iterations else restart
-        return 2 * (m + 1) + 10
+        return 2 * (gmres_cycle(restart, iterations) + 1) + 10
     return VECTOR_STREAMS[method]
 
 
@@ -73,8 +82,7 @@ def vectors_held(method: str, restart: int = 30, iterations: int | None = None) 
     (5, 34, 9)
     """
     if method == "gmres":
-        m = min(restart, iterations) if iterations else restart
-        return VECTORS_HELD["gmres"] + m + 1
+        return VECTORS_HELD["gmres"] + gmres_cycle(restart, iterations) + 1
     return VECTORS_HELD[method]
 
 
@@ -92,8 +100,17 @@ def footprint_bytes(method: str, *, nnz: int, rows: int, halo: int = 0, restart:
     >>> footprint_bytes("cg", nnz=1_248_000, rows=250_000)
     25976004
     """
-    matrix = nnz * (word + index_bytes) + (rows + 1) * index_bytes
-    return matrix + (vectors_held(method, restart, iterations) * rows + halo) * word
+    return (matrix_bytes(nnz, rows, index_bytes=index_bytes, word=word)
+            + (vectors_held(method, restart, iterations) * rows + halo) * word)
+
+
+def matrix_bytes(nnz: int, rows: int, *, index_bytes: int = 4, word: int = 8) -> int:
+    """A local CSR matrix's arrays: values, column indices and row pointers.
+
+    >>> matrix_bytes(33, 9)
+    436
+    """
+    return nnz * (word + index_bytes) + (rows + 1) * index_bytes
 
 
 def spmv_bytes(nnz: int, rows: int, halo: int, index_bytes: int = 4, word: int = 8) -> int:
@@ -105,7 +122,8 @@ def spmv_bytes(nnz: int, rows: int, halo: int, index_bytes: int = 4, word: int =
     >>> spmv_bytes(33, 9, 0)
     580
     """
-    return nnz * (word + index_bytes) + (rows + 1) * index_bytes + (rows + halo) * word + rows * word
+    return (matrix_bytes(nnz, rows, index_bytes=index_bytes, word=word)
+            + (rows + halo) * word + rows * word)
 
 
 def bytes_per_iteration(method: str, spmv: int, rows: int, *, restart: int = 30,

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from labkit.solve.cspmv import unfit
+from labkit.solve.formulas import spmv_bytes
 from labkit.solve.partition import LocalPart
 from labkit.solve.transport import TorchTransport
 from labkit.timing import Stopwatch
@@ -241,9 +242,14 @@ class DistOperator:
         rr, bb = self.dots([(b - ax, b - ax), (b, b)])
         return float(np.sqrt(rr / bb)) if bb > 0 else float(np.sqrt(rr))
 
+    @property
+    def word_bytes(self) -> int:
+        """Bytes of one value of the matrix and the vectors."""
+        return torch.finfo(self.dtype).bits // 8
+
     def spmv_bytes(self) -> int:
         """Bytes one local SpMV streams at least: values, column indices, row pointers, the
-        extended input vector and the output (every array read or written once)."""
-        f = torch.finfo(self.dtype).bits // 8
-        return (self.nnz * (f + self.index_bytes) + (self.n_owned + 1) * self.index_bytes
-                + self.n_ext * f + self.n_owned * f)
+        extended input vector and the output (every array read or written once:
+        :func:`labkit.solve.formulas.spmv_bytes`)."""
+        return spmv_bytes(self.nnz, self.n_owned, self.n_halo, index_bytes=self.index_bytes,
+                          word=self.word_bytes)

@@ -259,8 +259,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     bw_alone = max(copy_bandwidth(rt, local_bytes_at(None), alone=True), copies_before[1])
     local_footprint = footprint_bytes(method, nnz=op.nnz, rows=op.n_owned, halo=op.n_halo,
                                       restart=cfg.restart, iterations=its,
-                                      index_bytes=op.index_bytes,
-                                      word=torch.finfo(op.dtype).bits // 8)
+                                      index_bytes=op.index_bytes, word=op.word_bytes)
     total_bytes, total_bw, halo, total_min, total_alone, footprint = _sum(
         rt, [local_bytes, bw, op.n_halo, local_min or 0.0, bw_alone, local_footprint])
     # the point ends here (solves, messages, copies): the most device memory any rank held

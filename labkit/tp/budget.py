@@ -4,10 +4,11 @@ the refusal of parameters that would not fit the notebook's share of the lab's t
 The estimate counts the work of each launch in the launches' own terms (the single-process
 reference, the compute rate's timed layers, every variant's checked, counted and timed steps,
 the compute-only steps, the library's own work at a small hidden size) at a layer rate of
-:data:`LAYER_EFFICIENCY` times this machine's matrix-product rate at n = h, the co-run slowdown where ranks compute at once (notebook 09
-passes none: it estimates its parameters on this machine, not the moment's load), and adds what
-every launch costs before its work (:data:`LAUNCH_S`: start the ranks, import torch, meet) and
-what the notebook costs around its launches (:data:`NOTEBOOK_S`: kernel, imports, figures).
+:data:`LAYER_EFFICIENCY` times this machine's matrix-product rate at n = h, the co-run
+slowdown where ranks compute at once (notebook 09 passes none: it estimates its parameters on
+this machine, not the moment's load), and adds what every launch costs before its work
+(:data:`LAUNCH_S`: start the ranks, import torch, meet) and what the notebook costs around its
+launches (:data:`NOTEBOOK_S`: kernel, imports, figures).
 """
 
 from __future__ import annotations

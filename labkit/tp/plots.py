@@ -12,12 +12,10 @@ def step_breakdown(df, prof=None, title: str | None = None):
     prediction is the in-context model (:func:`labkit.tp.verdicts.context`: compute alone x
     the co-run slowdown, the profile's collectives, the scheduler waits counted in the row's
     median step, and for the library DTensor's own work, :func:`~labkit.tp.verdicts.own_work`);
-    without one,
-    the launch's own (compute alone, α–β all-reduces)."""
-    import math
+    without one, the launch's own (compute alone, α–β all-reduces)."""
 
-    from labkit.tp.report import select
-    from labkit.tp.verdicts import bookkeeping_s, context, own_work
+    from labkit.tp.report import extra_s, select
+    from labkit.tp.verdicts import bookkeeping_s, context
 
     rows = select(df)
     extra = bookkeeping_s(rows)
@@ -31,11 +29,9 @@ def step_breakdown(df, prof=None, title: str | None = None):
         m = step - c
         ax.bar(x, c, color="C0", label="compute (measured)" if i == 0 else None)
         ax.bar(x, m, bottom=c, color="C1", label="communication (measured)" if i == 0 else None)
-        book = own_work(r, bookkeeping=extra)[0] if r["variant"] == "library" else 0.0
-        book = book if math.isfinite(book) else 0.0
         pw = 0.0
         if prof is not None:
-            ctx = context(r, prof, extra_s=book)
+            ctx = context(r, prof, extra_s=extra_s(r, bookkeeping=extra))
             pc, pm, pw = (ctx[k] * 1e3 for k in ("compute_s", "transfers_s", "waits_s"))
             pb = (ctx["step_s"] - ctx["compute_s"] - ctx["comm_s"]) * 1e3
         else:

@@ -203,6 +203,22 @@ def one(df, variant: str, **equal):
     return one_row(df, variant=variant, **equal)
 
 
+def extra_s(row, *, bookkeeping: float = math.nan) -> float:
+    """What the step model adds to a row (:func:`labkit.tp.verdicts.context`'s ``extra_s``):
+    a library row's DTensor's own work (:func:`labkit.tp.verdicts.own_work`); 0 for the other
+    variants, or where neither it nor the 1-rank ``bookkeeping`` is measured.
+
+    >>> extra_s({"variant": "library", "world_size": 2}, bookkeeping=0.018)
+    0.018
+    >>> extra_s({"variant": "naive", "world_size": 2}, bookkeeping=0.018)
+    0.0
+    """
+    from labkit.tp.verdicts import own_work
+
+    got = own_work(row, bookkeeping=bookkeeping)[0] if row["variant"] == "library" else 0.0
+    return got if math.isfinite(got) else 0.0
+
+
 def summary_frame(df, prof=None):
     """One line per run: the check, the all-reduces counted against the formula, and where the
     step's time goes (ms) beside the prediction: the in-context model with a machine profile
@@ -210,15 +226,13 @@ def summary_frame(df, prof=None):
     import pandas as pd
 
     from labkit.book.laws import symmetric_error_pct
-    from labkit.tp.verdicts import bookkeeping_s, context, own_work
+    from labkit.tp.verdicts import bookkeeping_s, context
 
     extra = bookkeeping_s(df) if prof is not None else math.nan
     out = []
     for _, r in select(df).iterrows():
         if prof is not None:
-            book = own_work(r, bookkeeping=extra)[0] if r["variant"] == "library" else 0.0
-            book = book if math.isfinite(book) else 0.0
-            predicted = context(r, prof, extra_s=book)["step_s"]
+            predicted = context(r, prof, extra_s=extra_s(r, bookkeeping=extra))["step_s"]
         else:
             predicted = r["predicted_step_s"]
         out.append({

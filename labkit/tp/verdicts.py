@@ -261,9 +261,8 @@ def own_work(row, *, bookkeeping: float = math.nan) -> tuple[float, str]:
     """What DTensor adds to the library's step, in seconds, and where it was measured: the
     row's ``library_own_work_s`` (the library's step less the teaching version's, both on the
     row's P ranks at a small hidden size, in turns in the launch) where it has it, else
-    ``bookkeeping`` (:func:`bookkeeping_s`, on 1 rank; NaN: not measured). On 2 ranks here
-    the library adds 28-35 ms a step at h = 256 and 30-39 ms at h = 16, where 1 rank shows
-    14-21 ms: DTensor's collectives and their waits are work one rank never does.
+    ``bookkeeping`` (:func:`bookkeeping_s`, on 1 rank; NaN: not measured), which leaves out
+    DTensor's collectives and their waits, work one rank never does.
 
     >>> own_work({"world_size": 2, "library_own_work_s": 0.031, "own_work_hidden_used": 16},
     ...          bookkeeping=0.018)
@@ -315,9 +314,8 @@ def naive_laws(row, prof) -> list[dict]:
 
 def library_laws(row, prof, *, bookkeeping: float = math.nan, naive=None) -> list[dict]:
     """Section 2's laws for the library's row: the same counts, and the step with DTensor's
-    own work (:func:`own_work`: measured on the row's P ranks at a small hidden size, else
-    ``bookkeeping``, :func:`bookkeeping_s`, seconds, the same operators' on one rank; left out
-    when neither is known) added to the teaching version's model. ``naive``: the teaching
+    own work (:func:`own_work`, ``bookkeeping`` its 1-rank fallback; left out when neither is
+    known) added to the teaching version's model. ``naive``: the teaching
     version's row at the same P, whose step splits the library's when given. The library's
     collectives run inside DTensor, unstamped: its row holds no timeline, so its all-reduces
     are priced at the profile's average in context (:func:`wait_note`)."""

@@ -346,10 +346,11 @@ def _own_work(rt, cfg: TPConfig, mesh) -> dict:
     for step in steps:  # warm-up: the library's first step builds its sharding plans
         step()
         step()
-    times = [[], []]
+    local = [[], []]
     for _ in range(OWN_WORK_STEPS):
-        for got, step in zip(times, steps):
-            got += timed_steps(step, rt, repeat=1)[1]
+        for got, step in zip(local, steps):
+            got += timing.repeat_timed(step, warmup=0, repeat=1, device=rt.device)
+    times = [timing.slowest_step_times(got)[0] for got in local]  # the slowest rank's, a round
     diff = [lib - nai for nai, lib in zip(*times)]
     return {"own_work_hidden_used": w,
             "own_work_naive_step_s": float(np.median(times[0])),
