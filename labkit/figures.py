@@ -71,9 +71,10 @@ def alt_text(fig, limit: int = 6) -> str:
     return " ".join(parts)
 
 
-def text_overlaps(fig) -> list[str]:
+def text_overlaps(fig, *, drawn: bool = False) -> list[str]:
     """Pairs of visible texts of ``fig`` (titles, axis and tick labels, legends, notes) whose
-    boxes overlap once drawn, as "'a' / 'b'" (empty: every text can be read).
+    boxes overlap once drawn, as "'a' / 'b'" (empty: every text can be read). ``drawn``: the
+    figure was drawn just now (:func:`save`), so its layout and ticks are as shown.
 
     >>> fig, axes = new_figure()
     >>> _ = axes[0][0].text(0.5, 0.5, "left note"), axes[0][0].text(0.5, 0.5, "right note")
@@ -84,7 +85,8 @@ def text_overlaps(fig) -> list[str]:
     from matplotlib.transforms import Bbox
 
     renderer = fig.canvas.get_renderer()
-    fig.draw_without_rendering()
+    if not drawn:
+        fig.draw_without_rendering()
     hidden = set()  # tick labels of ticks outside the view: kept by matplotlib, never drawn
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
@@ -113,11 +115,26 @@ def text_overlaps(fig) -> list[str]:
 def _png_with_alt(fig):
     """A figure shown in a notebook: the PNG, and in the output's metadata its
     :func:`alt_text` (the website builders make it the image's alt) and its
-    :func:`text_overlaps` (the notebook tests fail on any)."""
+    :func:`text_overlaps` (the notebook tests fail on any). A figure :func:`save` wrote as a
+    PNG and left as it was (the same :func:`alt_text`) is shown as that file: drawing it
+    again costs a second or more a figure on a small machine."""
     from IPython.core.pylabtools import print_figure
 
+    saved = _saved_png(fig)
+    if saved is not None:
+        return Path(saved["path"]).read_bytes(), {"alt": saved["alt"],
+                                                   "overlapping_text": saved["overlaps"]}
     return print_figure(fig, "png", bbox_inches="tight"), {
         "alt": alt_text(fig), "overlapping_text": text_overlaps(fig)}
+
+
+def _saved_png(fig) -> dict | None:
+    """What :func:`save` recorded of ``fig``'s PNG, if the file is still there and the figure
+    still reads the same (:func:`alt_text`); else None."""
+    saved = getattr(fig, "_labkit_saved_png", None)
+    if saved is None or not Path(saved["path"]).is_file() or alt_text(fig) != saved["alt"]:
+        return None
+    return saved
 
 
 def saved_image(fig, path: str | os.PathLike):
@@ -125,8 +142,9 @@ def saved_image(fig, path: str | os.PathLike):
     again), carrying what :func:`_png_with_alt` records: its alt text and overlapping texts."""
     from IPython.display import Image
 
-    return Image(filename=str(path), metadata={"overlapping_text": text_overlaps(fig)},
-                 alt=alt_text(fig))
+    saved = _saved_png(fig)
+    overlaps = saved["overlaps"] if saved is not None else text_overlaps(fig)
+    return Image(filename=str(path), metadata={"overlapping_text": overlaps}, alt=alt_text(fig))
 
 
 def _show_with_alt() -> None:
@@ -178,6 +196,13 @@ def save(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     fig.savefig(tmp, dpi=dpi)
     os.replace(tmp, path)
+    if path.suffix.lower() == ".png":  # shown as this file (_png_with_alt), not drawn again
+        shown_dpi, fig.dpi = fig.dpi, dpi  # the texts where savefig just placed them
+        try:
+            overlaps = text_overlaps(fig, drawn=True)
+        finally:
+            fig.dpi = shown_dpi
+        fig._labkit_saved_png = {"path": str(path), "alt": alt_text(fig), "overlaps": overlaps}
     return path
 
 

@@ -126,6 +126,37 @@ def test_add_model_on_a_synthetic_sweep_recovers_the_step():
     assert set(miss["split"]) == {"compute", "fill/drain bubble", "messages and other waits"}
 
 
+def test_the_schedules_own_work_is_read_off_the_timelines_and_priced_in_the_step():
+    """Steps whose ranks pause 2 ms between blocks and spend 3 ms at the step's edges: the
+    model reads both off the launch's timelines (the same two numbers for every row) and
+    predicts the steps; rows without timelines price neither and read fast, most at large M."""
+    rows = []
+    for m in (2, 4, 8):
+        orders = {r: [(k, r, mb, {"F": 0.01, "B": 0.02}[k])
+                      for k, mb, _ in schedules._order("1f1b", 2, m, 1, r)] for r in (0, 1)}
+        placed = formulas.corun_replay(orders, last_stage=1, rank_of_stage={0: 0, 1: 1},
+                                       slowdown={1: 1.0, 2: 1.0}, gap_s=2e-3)
+        blocks = [{"rank": r, "stage": r, "kind": orders[r][i][0],
+                   "microbatch": orders[r][i][2], "start_s": a + 1e-3, "end_s": z + 1e-3}
+                  for (r, i), (a, z) in placed.items()]
+        rows.append({"schedule": "1f1b", "num_stages": 2, "num_microbatches": m,
+                     "virtual_stages": 1, "microbatch_size": 128 // m, "hidden": 64,
+                     "step_time_s": max(z for _, z in placed.values()) + 3e-3,
+                     "block_times": formulas.block_times([blocks]),
+                     "median_step_blocks": blocks, "compute_share": 0.8,
+                     "bubble_fill_drain": 0.15, "idle_other": 0.05})
+    df = pd.DataFrame(rows)
+    got = report.add_model(df, Machine(co_run=1.0, message_s=0.0))
+    assert got.schedule_gap_s.tolist() == pytest.approx([2e-3] * 3)
+    assert got.step_edges_s.tolist() == pytest.approx([3e-3] * 3)
+    assert got.step_model_error_pct.abs().max() < 1e-6
+    assert "2.00 ms of the schedule's own work" in report.step_laws(got)[0]["note"]
+    blind = report.add_model(df.drop(columns=["median_step_blocks"]), Machine(co_run=1.0,
+                                                                              message_s=0.0))
+    assert (blind.schedule_gap_s == 0).all() and (blind.step_model_error_pct < 0).all()
+    assert blind.step_model_error_pct.is_monotonic_decreasing  # more blocks, more gaps
+
+
 def test_step_split_is_the_median_steps_own():
     """The split a step law prints is the median step's, taken apart on its timeline (it sums
     to that step), not medians of each share taken apart."""

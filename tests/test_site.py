@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from labkit.book.site import MARKER, build_preview
+from labkit.book.site import MARKER, build_preview, quarto_available
 from labkit.cli import main
 from labkit.errors import UsageError
 from labkit.explorer import MARK
@@ -96,8 +96,14 @@ def test_preview_site_in_chromium(tmp_path, server):
     pages = ["index.html"] + [f"{p.stem}.html" for p in NOTEBOOKS if runs[p.name]["ok"]]
     # one browser for every page: each page is read as rendered (its DOM once MathJax and the
     # widget manager are done), photographed and audited as a reader meets it
+    # where Quarto is installed, test_quarto audits every page of the Quarto site with every
+    # axe rule; the preview's own template and outputs are then contrast-checked on the front
+    # page and the two pages that hold every kind of output (tables, widgets, explorers)
+    full = (set(pages) if not quarto_available() else
+            {"index.html", "07_pipeline_bubbles.html", "09_splitting_the_model.html"})
     doms, report = open_pages(server(site), pages, views={
-        f"{p.stem}.html": _views(executed_dir() / p.name) for p in NOTEBOOKS if runs[p.name]["ok"]})
+        f"{p.stem}.html": _views(executed_dir() / p.name) for p in NOTEBOOKS if runs[p.name]["ok"]},
+        contrast=full)
 
     dom = doms["index.html"]
     for p in NOTEBOOKS:
@@ -177,11 +183,13 @@ MATHJAX_DONE = ("() => !window.MathJax || !MathJax.Hub || (MathJax.Hub.Startup.s
                 ".some(m => m === 'End') && !MathJax.Hub.queue.running && !MathJax.Hub.queue.pending)")
 
 
-def open_pages(base: str, pages: list[str], *, views: dict) -> tuple[dict, dict]:
+def open_pages(base: str, pages: list[str], *, views: dict,
+               contrast: set | None = None) -> tuple[dict, dict]:
     """Every page as a reader meets it, in one browser with every request off the site refused:
     ({page: its DOM once MathJax has typeset and ``views[page]`` widgets have rendered},
     {"audit": :func:`tests._browser.page_audit` per page, "explorers": each explorer moved,
-    "blocked": requests refused}). A screenshot of each notebook page goes to test-artifacts/."""
+    "blocked": requests refused}). A screenshot of each notebook page goes to test-artifacts/.
+    ``contrast``: the pages audited with axe's color-contrast rule too (None: every page)."""
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -202,7 +210,8 @@ def open_pages(base: str, pages: list[str], *, views: dict) -> tuple[dict, dict]
                 doms[rel] = page.content()
                 if rel != "index.html":
                     page.screenshot(path=str(ARTIFACTS / rel.replace(".html", ".png")))
-                report["audit"][rel] = page_audit(page)
+                report["audit"][rel] = page_audit(page, contrast=contrast is None
+                                                  or rel in contrast)
                 report["explorers"][rel] = move_explorers(page)
         finally:
             browser.close()

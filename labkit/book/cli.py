@@ -159,6 +159,7 @@ def cmd_lab(args) -> int:
     print(f"{len(contradictions)} computed sentence(s) contradict the numbers beside them")
     for c in contradictions:
         print(f"  {c['notebook']} cell {c['cell']}: {c['problem']}")
+    site_t0 = time.perf_counter()
     if not args.no_site:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -176,7 +177,9 @@ def cmd_lab(args) -> int:
                                         report=(report, "report.pdf" if pdf else "report.html"))
             print(made.result()["message"])
         print(f"{built(builder, args.preview)}: {index}")
-    print(f"labkit lab took {time.perf_counter() - t0:.1f} s")
+    now = time.perf_counter()
+    print(f"labkit lab took {now - t0:.1f} s" + ("" if args.no_site else
+          f" (the website and the report {now - site_t0:.1f} s of it)"))
     for r in failed:
         print(f"FAILED {r['error']}", file=sys.stderr)
     return 1 if failed else 0

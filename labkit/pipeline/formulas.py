@@ -375,14 +375,18 @@ def alone_seconds(times, *, slowdown: float) -> dict:
 
 
 def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict,
-                 message_s: float = 0.0, wait_s: dict | None = None) -> dict:
+                 message_s: float = 0.0, wait_s: dict | None = None,
+                 gap_s: float = 0.0) -> dict:
     """A pipeline step on a machine whose ranks slow each other down: like
     :func:`ideal_replay` (each rank runs its blocks in its order, a block starts once its rank
     is free and the block it waits for has ended), but a block that waits for another rank's
     block starts ``message_s`` after that block ended (the message), and while k ranks compute
     at once each advances at 1 / ``slowdown[k]`` of its alone speed (``slowdown[1]`` = 1).
     ``wait_s``: {(kind, stage, microbatch): seconds} a block waits beyond its rank being free
-    and its message arrived (a message that waited for the scheduler).
+    and its message arrived (a message that waited for the scheduler). ``gap_s``: the
+    schedule's own work between two blocks of a rank (:mod:`labkit.pipeline.overhead`): a
+    block after a rank's first starts no sooner than ``gap_s`` after the rank's last one ended;
+    waiting for a message overlaps it.
 
     ``orders``: {rank: [(kind, stage, microbatch, alone_seconds), ...]}. Returns the same map
     as :func:`ideal_replay`: {(rank, position): (start_s, end_s)}.
@@ -404,6 +408,10 @@ def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict
     ...                  wait_s={("F", 1, 0): 0.25})  # on the critical path: all of it
     >>> max(z for _, z in p.values())
     9.25
+    >>> p = corun_replay(o, last_stage=1, rank_of_stage={0: 0, 1: 1}, slowdown={1: 1.0, 2: 1.0},
+    ...                  gap_s=0.5)  # three of the gaps lie on the way
+    >>> max(z for _, z in p.values())
+    10.5
     """
     keys = {(kind, stage, mb) for blocks in orders.values() for kind, stage, mb, _ in blocks}
     ended, placed, running = {}, {}, {}
@@ -423,6 +431,8 @@ def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict
             if need in ended:
                 far = rank_of_stage[need[1]] != rank
                 ready = ended[need] + (message_s if far else 0.0)
+            if pos[rank]:  # the schedule's own work between two blocks of a rank
+                ready = max(ready, free[rank] + gap_s)
             if (kind, stage, mb) in (wait_s or {}):
                 ready = max(ready, free[rank]) + wait_s[(kind, stage, mb)]
             if ready <= t + 1e-15:

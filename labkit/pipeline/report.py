@@ -1,19 +1,16 @@
 """What a pipeline sweep's rows hold, and the tables made of them (pure: pandas only).
 
-:data:`COLUMNS` declares every field of a row (name, unit, meaning); :data:`KEY` the fields a
-results file upserts by; :func:`bubble_table` the table ``labkit pipeline`` prints, with the
-verdicts of :mod:`labkit.pipeline.verdicts` under it; :func:`main_rows` and
-:func:`conventions` the selections notebook 07 makes (with
-:func:`labkit.pipeline.verdicts.series` and :func:`~labkit.pipeline.verdicts.best_microbatches`);
-:func:`add_model` the step model on this machine (its profile's co-run slowdown and transfers,
-the scheduler waits counted in each row's median step: :mod:`labkit.pipeline.messages`),
-:func:`bubble_laws`, :func:`step_laws`, :func:`best_m_laws` and :func:`over_ideal_laws` its law
-tables (:mod:`labkit.book.laws`, every row of kind ``model``); :func:`recv_ahead_table` GPipe and 1F1B with and without their
-receives posted ahead; :func:`schedule_blocks` and :func:`ideal_blocks` the measured and the
-ideal forward and backward blocks of one row, for
-:func:`labkit.pipeline.plots.schedule_diagram`. The activations stage 0 holds (the
-``peak_activation_*`` columns) have their formula, laws and sentence in
-:mod:`labkit.pipeline.activations`.
+:data:`COLUMNS` declares every field of a row; :data:`KEY` the fields a results file upserts
+by; :func:`bubble_table` the table ``labkit pipeline`` prints, with the verdicts of
+:mod:`labkit.pipeline.verdicts`; :func:`main_rows` and :func:`conventions` notebook 07's
+selections; :func:`add_model` the step model on this machine (the profile's co-run slowdown
+and transfers, the scheduler waits of :mod:`labkit.pipeline.messages`, the schedule's own work
+of :mod:`labkit.pipeline.overhead`); :func:`bubble_laws`, :func:`step_laws`,
+:func:`best_m_laws` and :func:`over_ideal_laws` its law rows (kind ``model``);
+:func:`recv_ahead_table` GPipe and 1F1B with and without their receives posted ahead;
+:func:`schedule_blocks` and :func:`ideal_blocks` one row's measured and ideal blocks, for
+:func:`labkit.pipeline.plots.schedule_diagram`. Stage 0's activations have their formula,
+laws and sentence in :mod:`labkit.pipeline.activations`.
 """
 
 from __future__ import annotations
@@ -107,9 +104,10 @@ COLUMNS = (
                                        "not arithmetic"),
     Column("step_time_model_s", "s", "the step model on this machine (report.add_model): alone "
                                      "blocks x the profile's co-run slowdown while ranks compute "
-                                     "at once, the profile's transfer per message, and a "
+                                     "at once, the profile's transfer per message, a "
                                      "scheduler wait on each message that waited in the median "
-                                     "step"),
+                                     "step, the schedule's gap between blocks and the step's "
+                                     "edges"),
     Column("step_model_error_pct", "%", "symmetric error of step_time_model_s against "
                                         "step_time_s (laws.symmetric_error_pct)"),
     Column("corun_slowdown", "", "the profile's compute slowdown with P ranks at once"),
@@ -120,6 +118,9 @@ COLUMNS = (
     Column("messages", "", "messages in the median step (None: the row has no step_messages)"),
     Column("messages_waited", "", "of them, those whose delay exceeded the transfer + "
                                   "max(1.5 ms, transfer / 4) (machine.formulas.counted_waits)"),
+    Column("schedule_gap_s", "s", "the schedule's own work between two blocks of a rank "
+                                  "(overhead.launch_overhead: the launch's median)"),
+    Column("step_edges_s", "s", "a step's time before its first block and after its last"),
     Column("step_waits_model_s", "s", "what the counted waits, each priced at scheduler_wait_s "
                                       "where it happened, add to the modelled step"),
     Column("step_waits_measured_s", "s", "what the counted waits took of the median step, read "
@@ -290,33 +291,38 @@ def model_inputs(row, machine) -> dict:
 def add_model(df, machine):
     """``df`` with the step model's columns (``step_time_model_s``, ``step_model_error_pct``,
     ``corun_slowdown``, ``message_transfer_s``, ``scheduler_wait_s``, ``messages``,
-    ``messages_waited``, ``step_waits_model_s``, ``step_waits_measured_s``): each row's alone
-    blocks (``block_times``) replayed in its schedule with the profile's co-run slowdown and
-    transfer time (:func:`labkit.pipeline.schedules.model_step`), and the profile's scheduler
-    wait on each message that waited in the row's median step, counted from its timeline
-    (:func:`labkit.pipeline.messages.row_waits`)."""
+    ``messages_waited``, ``step_waits_model_s``, ``step_waits_measured_s``, ``schedule_gap_s``,
+    ``step_edges_s``): each row's alone blocks (``block_times``) replayed in its schedule
+    (:func:`labkit.pipeline.schedules.model_step`) with the profile's co-run slowdown and
+    transfer, its scheduler wait on each message that waited in the row's median step
+    (:func:`labkit.pipeline.messages.row_waits`), and the schedule's own work, the same for
+    every row: a gap between blocks and the step's edges (:mod:`labkit.pipeline.overhead`)."""
     from labkit.book.laws import symmetric_error_pct
     from labkit.pipeline.formulas import alone_seconds
     from labkit.pipeline.messages import row_waits
+    from labkit.pipeline.overhead import launch_overhead
     from labkit.pipeline.schedules import model_step
 
     cols = {k: [] for k in ("step_time_model_s", "step_model_error_pct", "corun_slowdown",
                             "message_transfer_s", "scheduler_wait_s", "messages",
-                            "messages_waited", "step_waits_model_s", "step_waits_measured_s")}
-    for row in df.to_dict("records"):
+                            "messages_waited", "step_waits_model_s", "step_waits_measured_s",
+                            "schedule_gap_s", "step_edges_s")}
+    records = df.to_dict("records")
+    own = launch_overhead(records)
+    for row in records:
         got = model_inputs(row, machine)
         p = int(row["num_stages"])
         waits = row_waits(row, transfer_s=got["transfer_s"])
         at = {k: got["scheduler_wait_s"] for k in (waits["waited"] if waits else {})}
         kw = dict(alone=alone_seconds(row["block_times"], slowdown=got["slowdown"][p]),
                   slowdown=got["slowdown"], message_s=got["transfer_s"],
-                  virtual_stages=int(row["virtual_stages"]))
+                  virtual_stages=int(row["virtual_stages"]), gap_s=own["gap_s"])
         step = functools.partial(model_step, row["schedule"], p, int(row["num_microbatches"]),
                                  **kw)
-        t = step(wait_s=at)
+        t = step(wait_s=at) + own["edges_s"]
         # a wait off the critical path adds nothing, but the two replays add their blocks in
         # another order: their difference can read -1e-18 s
-        added = max(0.0, t - step()) if at else 0.0
+        added = max(0.0, t - own["edges_s"] - step()) if at else 0.0
         for k, v in (("step_time_model_s", t),
                      ("step_model_error_pct", symmetric_error_pct(t, row["step_time_s"])),
                      ("corun_slowdown", got["slowdown"][p]),
@@ -325,7 +331,8 @@ def add_model(df, machine):
                      ("messages", waits["messages"] if waits else None),
                      ("messages_waited", waits["count"] if waits else None),
                      ("step_waits_model_s", added),
-                     ("step_waits_measured_s", waits["measured_s"] if waits else None)):
+                     ("step_waits_measured_s", waits["measured_s"] if waits else None),
+                     ("schedule_gap_s", own["gap_s"]), ("step_edges_s", own["edges_s"])):
             cols[k].append(v)
     return df.copy().assign(**cols)
 
@@ -393,17 +400,25 @@ def step_split(r) -> dict:
 
 
 def step_note(r) -> str:
-    """The note of a step law: the profile's numbers the model used and what it counted.
+    """The note of a step law: the profile's numbers the model used, the schedule's own work
+    it read off the launch's timelines, and what it counted.
 
     >>> import pandas as pd
     >>> r = pd.Series({"corun_slowdown": 1.25, "message_transfer_s": 2e-4, "messages": 16,
     ...                "messages_waited": 3, "scheduler_wait_s": 3.6e-3,
-    ...                "step_waits_model_s": 7.1e-3, "step_waits_measured_s": 6.8e-3})
+    ...                "step_waits_model_s": 7.1e-3, "step_waits_measured_s": 6.8e-3,
+    ...                "schedule_gap_s": 6.5e-4, "step_edges_s": 2.1e-3})
     >>> print(step_note(r))
-    co-run slowdown 1.25, transfer 0.20 ms a message (the profile's, cores busy); 3 of 16 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each where they waited: +7.1 ms on the predicted step (measured: 6.8 ms of the step)
+    co-run slowdown 1.25, transfer 0.20 ms a message (the profile's, cores busy), 0.65 ms of the schedule's own work before each block and 2.1 ms at the step's edges (the launch's timelines); 3 of 16 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each where they waited: +7.1 ms on the predicted step (measured: 6.8 ms of the step)
     """
+    from labkit.book import laws
+
     head = (f"co-run slowdown {r.corun_slowdown:.2f}, transfer {r.message_transfer_s * 1e3:.2f} "
             "ms a message (the profile's, cores busy)")
+    if laws.given(getattr(r, "schedule_gap_s", None)):
+        head += (f", {r.schedule_gap_s * 1e3:.2f} ms of the schedule's own work before each "
+                 f"block and {r.step_edges_s * 1e3:.1f} ms at the step's edges (the launch's "
+                 "timelines)")
     if not counted(r):
         return head + "; scheduler waits not counted (the row holds no per-message timeline)"
     return (head + f"; {int(r.messages_waited)} of {int(r.messages)} messages waited for the "

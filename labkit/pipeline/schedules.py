@@ -114,7 +114,7 @@ def stage_layers(num_layers: int, num_chunks: int) -> list[range]:
 
 def model_step(schedule: str, num_stages: int, num_microbatches: int, *, alone: dict,
                slowdown: dict, message_s: float, virtual_stages: int = 1,
-               wait_s: dict | None = None) -> float:
+               wait_s: dict | None = None, gap_s: float = 0.0) -> float:
     """The step this machine should take: each rank runs torch's order for the schedule
     (``_order``), every block its measured alone time (``alone``: {(rank, kind): seconds},
     :func:`labkit.pipeline.formulas.alone_seconds`), slowed down by ``slowdown[k]`` while k
@@ -144,5 +144,5 @@ def model_step(schedule: str, num_stages: int, num_microbatches: int, *, alone: 
                   for kind, mb, chunk in _order(schedule, p, m, v, r)] for r in range(p)}
     placed = corun_replay(orders, last_stage=p * v - 1,
                           rank_of_stage={s: s % p for s in range(p * v)}, slowdown=slowdown,
-                          message_s=message_s, wait_s=wait_s)
+                          message_s=message_s, wait_s=wait_s, gap_s=gap_s)
     return max(z for _, z in placed.values())
