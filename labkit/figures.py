@@ -143,8 +143,10 @@ def saved_image(fig, path: str | os.PathLike):
     from IPython.display import Image
 
     saved = _saved_png(fig)
-    overlaps = saved["overlaps"] if saved is not None else text_overlaps(fig)
-    return Image(filename=str(path), metadata={"overlapping_text": overlaps}, alt=alt_text(fig))
+    if saved is None:
+        saved = {"alt": alt_text(fig), "overlaps": text_overlaps(fig)}
+    return Image(filename=str(path), metadata={"overlapping_text": saved["overlaps"]},
+                 alt=saved["alt"])
 
 
 def _show_with_alt() -> None:

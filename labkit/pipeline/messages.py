@@ -4,7 +4,7 @@ A block that needs another rank's block (a forward the previous stage's activati
 the next stage's gradient: :func:`labkit.pipeline.formulas.needs`) waits for a message. On the
 step's timeline the message shows as a **delay**: from the later of the producing block's end
 and the end of what the receiving rank was busy with before, to the consuming block's start
-(:func:`step_messages`). A message moves at its transfer's pace, or it also waits for the
+(:func:`step_messages`, from :func:`arrivals`). A message moves at its transfer's pace, or it also waits for the
 scheduler to give one of gloo's threads a core (on a machine whose cores all compute, about a
 scheduler tick): :func:`labkit.machine.formulas.counted_waits` tells the two apart against the
 transfer the machine profile predicts. :func:`count` counts a step's waits, :func:`wait_share_s`
@@ -41,7 +41,31 @@ def step_messages(blocks) -> list[dict]:
     >>> [round(m["delay_s"], 6) for m in step_messages(late)]
     [0.0, 0.004]
     """
-    blocks = [dict(b) for b in blocks]
+    out = []
+    for b, busy_until, src in arrivals(blocks):
+        if src is None or int(src["rank"]) == int(b["rank"]):
+            continue
+        ready = float(src["end_s"])
+        if busy_until is not None:
+            ready = max(ready, busy_until)
+        out.append({"kind": b["kind"], "stage": int(b["stage"]),
+                    "microbatch": int(b["microbatch"]), "from_rank": int(src["rank"]),
+                    "to_rank": int(b["rank"]), "delay_s": max(0.0, float(b["start_s"]) - ready)})
+    return out
+
+
+def arrivals(blocks) -> list[tuple[dict, float | None, dict | None]]:
+    """Each block of a step in the order the blocks started, with the end of the blocks its
+    rank ran before it (None: its rank's first) and the block it waited for
+    (:func:`labkit.pipeline.formulas.needs`; None: none, or one the timeline lacks): what
+    :func:`step_messages` and :func:`labkit.pipeline.overhead.free_gaps` read a block's wait
+    from.
+
+    >>> b = [dict(rank=0, stage=0, kind="F", microbatch=m, start_s=0.011 * m,
+    ...           end_s=0.011 * m + 0.01) for m in (0, 1)]
+    >>> [(x["microbatch"], busy, src) for x, busy, src in arrivals(b)]
+    [(0, None, None), (1, 0.01, None)]
+    """
     if not blocks:
         return []
     by_key = {_key(b): b for b in blocks}
@@ -54,18 +78,9 @@ def step_messages(blocks) -> list[dict]:
             busy_until[id(b)] = cursor
             end = float(b["end_s"])
             cursor = end if cursor is None else max(cursor, end)
-    out = []
-    for b in sorted(blocks, key=lambda b: float(b["start_s"])):
-        src = by_key.get(needs(b["kind"], int(b["stage"]), int(b["microbatch"]), last_stage))
-        if src is None or int(src["rank"]) == int(b["rank"]):
-            continue
-        ready = float(src["end_s"])
-        if busy_until[id(b)] is not None:
-            ready = max(ready, busy_until[id(b)])
-        out.append({"kind": b["kind"], "stage": int(b["stage"]),
-                    "microbatch": int(b["microbatch"]), "from_rank": int(src["rank"]),
-                    "to_rank": int(b["rank"]), "delay_s": max(0.0, float(b["start_s"]) - ready)})
-    return out
+    return [(b, busy_until[id(b)],
+             by_key.get(needs(b["kind"], int(b["stage"]), int(b["microbatch"]), last_stage)))
+            for b in sorted(blocks, key=lambda b: float(b["start_s"]))]
 
 
 def count(messages, *, transfer_s: float) -> dict:

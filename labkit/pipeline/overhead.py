@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import statistics
 
-from labkit.pipeline.formulas import needs
+from labkit.pipeline.messages import arrivals
 
 
 def free_gaps(blocks) -> list[float]:
-    """The gaps (s) between a rank's consecutive blocks where the block it waited for
-    (:func:`labkit.pipeline.formulas.needs`) had already ended when the rank's previous block
-    ended: time the rank spent on the schedule's own work, not waiting for a message.
+    """The gaps (s) between a rank's consecutive blocks where the block it waited for had
+    already ended when the rank's previous block ended
+    (:func:`labkit.pipeline.messages.arrivals`): time the rank spent on the schedule's own
+    work, not waiting for a message.
 
     Rank 0 runs F0, F1 with a 1 ms gap (F1 reads data: free); rank 1's F1 starts 2 ms after
     rank 0's F1 ended, which it waited for (not free):
@@ -34,18 +35,8 @@ def free_gaps(blocks) -> list[float]:
     >>> [round(g * 1e3, 3) for g in free_gaps(b)]
     [1.0]
     """
-    if not blocks:
-        return []
-    ended = {(b["kind"], b["stage"], b["microbatch"]): b["end_s"] for b in blocks}
-    last = max(b["stage"] for b in blocks)
-    out = []
-    for rank in sorted({b["rank"] for b in blocks}):
-        mine = sorted((b for b in blocks if b["rank"] == rank), key=lambda b: b["start_s"])
-        for before, b in zip(mine, mine[1:]):
-            need = needs(b["kind"], b["stage"], b["microbatch"], last)
-            if need is None or ended.get(need, 0.0) <= before["end_s"]:
-                out.append(b["start_s"] - before["end_s"])
-    return out
+    return [float(b["start_s"]) - busy for b, busy, src in arrivals(blocks)
+            if busy is not None and (src is None or float(src["end_s"]) <= busy)]
 
 
 def step_edges_s(blocks, step_time_s: float) -> float:
