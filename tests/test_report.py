@@ -341,6 +341,8 @@ def test_quarto_renders_the_html_and_the_typst_pdf(lab_run, tmp_path):
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 2000
     page = made["html"].read_text()
     assert not re.search(r'(src|href)="https?://', page)  # self-contained, offline
+    # Quarto's minimal HTML with the plain report's style: no Bootstrap theme compiled
+    assert doc._STYLE.splitlines()[0] in page and "bootstrap" not in page.lower()
     cells = html_cells(made["html"])
     assert doc.fmt(DDP_SAMPLES[2] / DDP_SAMPLES[1]) in cells.cells
     assert all(img.get("alt") for img in cells.imgs) and len(cells.imgs) >= 3

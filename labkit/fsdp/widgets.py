@@ -71,7 +71,8 @@ def readout(rows: list[dict], gpu_memory_gb: float) -> str:
                                                     "activations", "total"))
         + f"<td>{'yes' if r['total'] / 1e9 <= gpu_memory_gb else 'no'}</td></tr>"
         for r in rows)
-    return f"<table>{head}{body}</table><small>GB per GPU; GPU memory {gpu_memory_gb:g} GB</small>"
+    return (f'<table class="table table-sm table-striped small">{head}{body}</table>'
+            f"<small>GB per GPU; GPU memory {gpu_memory_gb:g} GB</small>")
 
 
 def memory_explorer(model: str = "Llama-3-8B", *, dp: int = 8, tp: int = 1, micro_batch: int = 1,
