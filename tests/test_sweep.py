@@ -120,3 +120,31 @@ def test_grid_runs_every_point_and_reports_failures(tiny, tmp_path, capsys):
             assert f"asked to fail at n={params['n']}" in row["error"]
     assert "4 of 8 point(s) ran" in captured.out
     assert captured.out.count("FAILED") == 4
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_run_writes_its_notebook_at_its_start_and_end_only(tiny, tmp_path, monkeypatch, fail):
+    """papermill's own engine writes the whole output notebook at every code cell's start and
+    end; labkit's writes it twice whatever the cells, and a failing cell's run still ends with
+    the cells up to it and the traceback on disk."""
+    import papermill.engines
+    import papermill.iorw
+
+    from labkit.book import notebooks
+
+    writes = []
+    real = papermill.iorw.write_ipynb
+    monkeypatch.setattr(papermill.engines, "write_ipynb",  # the engine's writes
+                        lambda nb, path, *a, **k: writes.append(path) or real(nb, path, *a, **k))
+    out = tmp_path / "out.ipynb"
+    res = notebooks.execute(tiny, out, {"fail": fail, "results_dir": str(tmp_path / "r")},
+                            cwd=tmp_path)
+    assert res["ok"] is not fail and (res["error"] is not None) is fail
+    assert len([p for p in writes if str(p) == str(out)]) == 2  # papermill's engine: 12
+    # papermill puts its error banner above a failed run's cells
+    cells = [c for c in nbformat.read(out, as_version=4).cells
+             if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
+    assert (tmp_path / "r" / "out.json").exists()
+    assert cells[3].metadata.papermill["status"] == "completed"
+    last = cells[4].outputs
+    assert bool(last) is fail and (not fail or last[0]["ename"] == "ValueError")
