@@ -195,7 +195,7 @@ ENGINE = "labkit"
 
 
 def engine() -> str:
-    """Register (once) and name papermill's nbclient engine writing the output notebook only at
+    """Register and name papermill's nbclient engine that writes the output notebook only at
     the run's start and end (and so after a failing cell: papermill's last write is in a
     ``finally``). papermill's own writes the whole notebook at every code cell's start and end:
     about 6 s of the lab here, 25 ms a write once a notebook holds its figures."""
