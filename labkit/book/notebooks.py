@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import json
 import os
 import re
@@ -194,9 +195,10 @@ RUN_MARK = "LABKIT_NOTEBOOK_RUN"
 ENGINE = "labkit"
 
 
+@functools.cache
 def engine() -> str:
-    """Register and name papermill's nbclient engine that writes the output notebook only at
-    the run's start and end (and so after a failing cell: papermill's last write is in a
+    """Register (once) and name papermill's nbclient engine that writes the output notebook
+    only at the run's start and end (and so after a failing cell: papermill's last write is in a
     ``finally``). papermill's own writes the whole notebook at every code cell's start and end:
     about 6 s of the lab here, 25 ms a write once a notebook holds its figures."""
     from papermill.engines import NBClientEngine, papermill_engines
@@ -210,7 +212,7 @@ def engine() -> str:
             finally:
                 nb_man.save = save  # the run's last write follows (notebook_complete)
 
-    papermill_engines.register(ENGINE, FewerWrites)  # the same name again replaces it
+    papermill_engines.register(ENGINE, FewerWrites)
     return ENGINE
 
 

@@ -4,10 +4,10 @@ A block that needs another rank's block (a forward the previous stage's activati
 the next stage's gradient: :func:`labkit.pipeline.formulas.needs`) waits for a message. On the
 step's timeline the message shows as a **delay**: from the later of the producing block's end
 and the end of what the receiving rank was busy with before, to the consuming block's start
-(:func:`step_messages`, from :func:`arrivals`). A message moves at its transfer's pace, or it also waits for the
-scheduler to give one of gloo's threads a core (on a machine whose cores all compute, about a
-scheduler tick): :func:`labkit.machine.formulas.counted_waits` tells the two apart against the
-transfer the machine profile predicts. :func:`count` counts a step's waits, :func:`wait_share_s`
+(:func:`step_messages`, from :func:`arrivals`). A message moves at its transfer's pace, or
+it also waits for the scheduler to give one of gloo's threads a core (on a machine whose cores
+all compute, about a scheduler tick): :func:`labkit.machine.formulas.counted_waits` tells the
+two apart against the transfer the machine profile predicts. :func:`count` counts a step's waits, :func:`wait_share_s`
 says how much of the measured step they took (from its timeline), :func:`row_waits` both for a
 row of the lab.
 """

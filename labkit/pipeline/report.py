@@ -319,10 +319,11 @@ def add_model(df, machine):
                   virtual_stages=int(row["virtual_stages"]), gap_s=own["gap_s"])
         step = functools.partial(model_step, row["schedule"], p, int(row["num_microbatches"]),
                                  **kw)
-        t = step(wait_s=at) + own["edges_s"]
+        replayed = step(wait_s=at)
         # a wait off the critical path adds nothing, but the two replays add their blocks in
         # another order: their difference can read -1e-18 s
-        added = max(0.0, t - own["edges_s"] - step()) if at else 0.0
+        added = max(0.0, replayed - step()) if at else 0.0
+        t = replayed + own["edges_s"]
         for k, v in (("step_time_model_s", t),
                      ("step_model_error_pct", symmetric_error_pct(t, row["step_time_s"])),
                      ("corun_slowdown", got["slowdown"][p]),
