@@ -198,6 +198,27 @@ def test_laws_without_their_mechanism_do_not_hold():
     assert not verdicts.sweep_laws(r, busbw_gb_per_s=1.2)[1]["holds"]
 
 
+def test_busbw_law_compares_the_top_segments_beta_and_flips_with_it():
+    """busbw at the largest size against the marginal β of the top segment, not the regime's
+    compromise: a sweep whose last size costs twice as much per byte as the line below it."""
+    times = floor_then_line(alpha=50e-6)
+    r = _reg(times)
+    law = verdicts.sweep_laws(r, busbw_gb_per_s=1.2)[1]
+    assert law["holds"] and law["predicted"] == pytest.approx(r.top_beta_bytes_per_s / 1e9)
+    assert r.top_beta_bytes_per_s == pytest.approx(1.2e9)
+    bent = list(times)
+    bent[-1] = times[-2] + 2 * (times[-1] - times[-2])  # the top segment at half the rate
+    b = _reg(bent)
+    busbw = SIZES[-1] / bent[-1] / 1e9
+    law = verdicts.sweep_laws(b, busbw_gb_per_s=busbw)[1]
+    assert b.top_beta_bytes_per_s == pytest.approx(0.6e9)
+    assert law["predicted"] == pytest.approx(0.6) and "top segment" in law["note"]
+    # a top size no slower than the one below: no marginal rate, the law is not judged
+    flat = list(times)
+    flat[-1] = flat[-2]
+    assert not verdicts.sweep_laws(_reg(flat), busbw_gb_per_s=1.2)[1]["holds"]
+
+
 class _Profile:
     """A stand-in machine profile: an idle sweep whose transfers (p10) are half its p50s (a
     scattered floor), busy 1.5x slower."""

@@ -391,6 +391,9 @@ def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
                                                      / two.step_time_p50_s)
     assert sum(two.bucket_bytes) == two.grad_bytes and two.bucket_copy_time_p50_s > 0
     assert two.allreduce_fit_bytes[-1] == two.grad_bytes
+    # the standalone all-reduce: several calls a round, as many as the profile's per size
+    assert len(two.allreduce_times_s) == ddp.config.ALLREDUCE_CALLS * two.measured_steps
+    assert len(two.step_times_s) == two.measured_steps
     assert two.predicted_step_time_s > two.model_compute_s > 0
     assert two.replicas_in_sync  # the no_sync steps in between were undone
     frame = report.prediction_frame(df)

@@ -369,7 +369,7 @@ def test_inline_baseline_times_rank_0_alone_beside_the_ranks(tmp_path):
     from labkit.launch import LaunchOptions
 
     cfg = SolveConfig(total_dof=(3000, 6000), partitioners=("simple", "coordinate"), warmup=0,
-                      repeat=2, baseline="inline", rtol=1e-10)
+                      repeat=2, baseline="inline", rtol=1e-10, shares=True)
     df = solve.run(cfg, launch=LaunchOptions(nprocs=(2,), progress=False,
                                              timeout_s=LAUNCH_TIMEOUT_S)).set_index(
         ["dof_requested", "partitioner"])
@@ -382,4 +382,10 @@ def test_inline_baseline_times_rank_0_alone_beside_the_ranks(tmp_path):
         assert a["speedup"] == pytest.approx(a["baseline_solve_time_s"] / a["solve_time_s"])
         # one solve alone per size and method, shared by the partitioners of that size
         assert b["baseline_solve_time_s"] == a["baseline_solve_time_s"]
+        # each partition's shares timed alone and together (shares=True)
+        for r in (a, b):
+            alone, together = (r["share_alone_compute_per_iteration_s"],
+                               r["share_together_compute_per_iteration_s"])
+            assert alone > 0 and together > 0 and r["share_iterations_timed"] >= 10
+            assert r["share_corun_slowdown"] == pytest.approx(together / alone)
     assert solve.crossover.crossover(df.reset_index(), message_s=50e-6)[0]["t1_source"].eq("inline").all()

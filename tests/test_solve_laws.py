@@ -129,6 +129,37 @@ def test_memory_laws_and_their_split():
     assert not rows[3]["holds"] and "slower beside the other" in rows[3]["note"]
 
 
+def test_memory_point_with_its_shares_timed_compares_a_share_with_itself():
+    """Shares timed alone and together: the co-run law's measurement is their ratio, the model
+    prices the share alone (not compute_1 / P), and both flip with the numbers."""
+    shares = {"share_alone_compute_per_iteration_s": 1.5e-3,
+              "share_together_compute_per_iteration_s": 1.9e-3}
+    m = memory.point(_memory_row(**shares), profile=FLAT, message_s=50e-6)
+    assert m["measured_slowdown"] == pytest.approx(1.9 / 1.5)
+    assert m["share_fraction"] == pytest.approx(2 * 1.5e-3 / 3.4e-3)
+    assert m["model_tp_s"] == pytest.approx((3.5e-3 - 3.4e-3) + 1.25 * 1.5e-3 + 50e-6)
+    rows = [laws.check(**law) for law in memory.laws(m, dof=250_000)]
+    assert rows[1]["holds"] and "a share alone took 0.88" in rows[3]["note"]
+    assert "slower than each share alone" in memory.co_run_sentence(m)
+    assert "faster per byte than the whole problem" in memory.share_sentence(m)
+    # the ranks slowed each other 2x: the co-run law misses, the sentence says no slower no more
+    slow = memory.point(_memory_row(**{**shares, "share_together_compute_per_iteration_s":
+                                       3.0e-3}), profile=FLAT, message_s=50e-6)
+    assert not laws.check(**memory.laws(slow, dof=250_000)[1])["holds"]
+    same = memory.point(_memory_row(**{**shares, "share_together_compute_per_iteration_s":
+                                       1.45e-3}), profile=FLAT, message_s=50e-6)
+    assert "no slower than each share alone" in memory.co_run_sentence(same)
+    # a share alone slower than its part of the whole
+    big = memory.point(_memory_row(share_alone_compute_per_iteration_s=1.9e-3,
+                                   share_together_compute_per_iteration_s=2.2e-3),
+                       profile=FLAT, message_s=50e-6)
+    assert "slower than its part of the whole problem" in memory.share_sentence(big)
+    # a row without its shares timed: the whole problem over P, as before
+    old = memory.point(_memory_row(), profile=FLAT, message_s=50e-6)
+    assert old["share_alone_s"] == pytest.approx(3.4e-3 / 2)
+    assert "No share was timed alone" in memory.share_sentence(old)
+
+
 def test_memory_point_needs_the_inline_baseline():
     with pytest.raises(UsageError, match="inline baseline"):
         memory.point(_memory_row(baseline_time_per_iteration_s=None), profile=FLAT, message_s=0)
@@ -163,7 +194,7 @@ def _scaling(**change):
 
 def _memory(**change):
     kw = dict(modes=("strong",), total_dof=(250_000,), iterations=100, warmup=0, repeat=3,
-              baseline="inline")
+              baseline="inline", shares=True)
     return SolveConfig(**{**kw, **change})
 
 

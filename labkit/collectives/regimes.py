@@ -30,7 +30,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.collectives.formulas import collective_time, crossover_bytes, fit_alpha_beta
+from labkit.collectives.formulas import (
+    busbw_factor,
+    collective_time,
+    crossover_bytes,
+    fit_alpha_beta,
+)
 from labkit.errors import UsageError
 
 #: the fewest sizes a bandwidth regime has (two sizes fit any line exactly)
@@ -131,6 +136,26 @@ class Regimes:
             return math.nan
         return crossover_bytes(self.op, self.ranks, alpha_s=self.alpha_s,
                                beta_bytes_per_s=self.beta_bytes_per_s)
+
+    @property
+    def top_beta_bytes_per_s(self) -> float:
+        """β of the sweep's top segment: each byte's marginal cost between its two largest
+        sizes, ``busbw factor x (S2 - S1) / (t2 - t1)`` (nan: no bandwidth regime, or the
+        larger size not slower). It is what busbw approaches once α is amortised; the
+        regime's fitted β is a compromise over all its sizes (on the 2-vCPU VM the per-byte
+        cost doubled beyond 2 MiB: 8 MiB took 7.5 ms, 2 MiB 1.7 ms, 512 KiB 1.0 ms).
+
+        >>> r = Regimes("all_reduce", 2, (1 << 20, 4 << 20), (1.5e-3, 4.5e-3), 1 << 20, 5e-4,
+        ...             1.4e9, 5e-4, 1.4e9)
+        >>> round(r.top_beta_bytes_per_s / 1e9, 3)  # 3 MiB more in 3 ms more
+        1.049
+        """
+        if not self.has_bandwidth or len(self.bandwidth_sizes) < 2:
+            return math.nan
+        (s1, s2), (t1, t2) = self.sizes[-2:], self.times[-2:]
+        if t2 <= t1:
+            return math.nan
+        return busbw_factor(self.op, self.ranks) * (s2 - s1) / (t2 - t1)
 
     def line_s(self, size_bytes: float) -> float:
         """The bandwidth regime's α–β line at any size (nan: no bandwidth regime)."""

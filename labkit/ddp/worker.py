@@ -30,7 +30,8 @@ For each batch size of the config, inside this one launch:
    (:func:`labkit.collectives.formulas.fit_alpha_beta`): the measured split of a DDP step
    that the host puts beside its model (:func:`labkit.ddp.predict.measured_split`). These are
    timed in rounds with the DDP steps themselves (:func:`_rounds`: one DDP step, one
-   ``no_sync`` step, each all-reduce, the copies, again and again), so that a neighbour's
+   ``no_sync`` step, each all-reduce :data:`~labkit.ddp.config.ALLREDUCE_CALLS` times, the
+   copies, again and again), so that a neighbour's
    load, which comes and goes within seconds, weighs on the step and on its parts alike. The
    ``no_sync`` step's update is undone after it (untimed), so the replicas still take exactly
    ``steps`` DDP steps.
@@ -56,7 +57,7 @@ from labkit import runtime, timing
 from labkit.collectives.formulas import algbw_gb_per_s, busbw_gb_per_s, fit_alpha_beta
 from labkit.ddp import formulas, overlap
 from labkit.ddp.abtest import ABConfig
-from labkit.ddp.config import DDPConfig
+from labkit.ddp.config import ALLREDUCE_CALLS, DDPConfig
 from labkit.ddp.models import build_model, grad_bytes, num_params, synthetic_batches
 from labkit.ddp.train import (
     CommTimeline,
@@ -307,9 +308,9 @@ def _undo(model, opt):
 
 
 def _breakdown_parts(cfg, rt, ddp, opt, batches, timeline=None) -> dict:
-    """What a round times besides the DDP step: name -> (function, before, after); ``before``
-    and ``after`` run untimed around it. ``timeline`` also records the ``no_sync`` steps
-    (backward without the all-reduce)."""
+    """What a round times besides the DDP step: name -> (function, before, after[, calls]);
+    ``before`` and ``after`` run untimed around it, ``calls`` (default 1) timed one by one in
+    a row. ``timeline`` also records the ``no_sync`` steps (backward without the all-reduce)."""
     keep_views = not cfg.gradient_as_bucket_view
     nosync = make_step(ddp, opt, batches, no_sync=True, set_to_none=keep_views,
                        timeline=timeline)
@@ -317,11 +318,11 @@ def _breakdown_parts(cfg, rt, ddp, opt, batches, timeline=None) -> dict:
     flat = torch.zeros(nbytes // 4, dtype=torch.float32, device=rt.device)
     copies = _bucket_copies(ddp.module, rt.world_size, cfg.gradient_as_bucket_view)
     parts = {"nosync": (nosync, *_undo(ddp.module, opt)),
-             "allreduce": (lambda: dist.all_reduce(flat), None, None),
+             "allreduce": (lambda: dist.all_reduce(flat), None, None, ALLREDUCE_CALLS),
              "copies": (copies, None, None)}
     for size in (s for s in FIT_BYTES if s < nbytes):
         buf = torch.zeros(max(1, size // 4), dtype=torch.float32, device=rt.device)
-        parts[size] = (lambda buf=buf: dist.all_reduce(buf), None, None)
+        parts[size] = (lambda buf=buf: dist.all_reduce(buf), None, None, ALLREDUCE_CALLS)
     return parts
 
 
@@ -333,7 +334,9 @@ def _rounds(cfg: DDPConfig, rt: runtime.Runtime, step, parts: dict) -> dict:
     before it in even ones, so neither run always goes first. This rank's times, by name
     (``"step"`` and the parts')."""
     local: dict = {"step": [], **{name: [] for name in parts}}
-    items = [("step", step, None, None), *((n, *v) for n, v in parts.items())]
+    # a part of several calls a round (an all-reduce): each call its own timed item
+    items = [("step", step, None, None),
+             *((n, *v[:3]) for n, v in parts.items() for _ in range(v[3] if len(v) > 3 else 1))]
     for r in range(cfg.measured_steps + 1):  # round 0 warms every part up, untimed
         order = items
         if r % 2 == 0 and len(items) > 1 and items[1][0] == "compare":

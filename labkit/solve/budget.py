@@ -37,6 +37,10 @@ CO_RUN = 1.4
 TORCH_MESSAGES_S = 1e-3
 #: per point: copy bandwidth and message-cost measurements, the untimed 3-iteration solve
 POINT_S = 0.15
+#: the shares' timing (labkit.solve.shares): rounds of every rank alone in turn, then together,
+#: each sample about SHARE_SAMPLE_S (and a 1-iteration solve beside it), after two short
+#: warm-up solves of about SHARE_WARM_S
+SHARES_ROUNDS, SHARE_SAMPLE_S, SHARE_WARM_S = 5, 0.02, 0.05
 #: a method's cost to reach rtol on the Poisson matrix, relative to CG's (iterations x work per
 #: iteration; restarted GMRES needs many more iterations and reads its whole basis each one)
 METHOD_COST = {"cg": 1.0, "pcg": 1.3, "pipecg": 1.4, "minres": 1.4, "bicgstab": 1.7,
@@ -104,6 +108,8 @@ def sweep_s(cfg, world_sizes, *, cores: int = 2) -> float:
                     t = solves * one
                     if cfg.inline_baseline(mode, p):
                         t += solves * its * iteration_s(dof, 1, dim=cfg.dim, method=method)
+                    if cfg.time_shares(mode, p, method):  # alone in turn, and together
+                        t += SHARES_ROUNDS * (p + 1) * 1.2 * SHARE_SAMPLE_S + SHARE_WARM_S
                     total += t + POINT_S
     return total
 

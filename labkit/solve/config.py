@@ -116,6 +116,10 @@ class SolveConfig:
         None, "run exactly N iterations per solve, HPCG-style, to time large sizes quickly; "
         "such rows are marked (fixed_iterations) and make no convergence claim: their gate "
         "checks the true residual against the method's own", metavar="N")
+    shares: bool = option(
+        False, "with an inline baseline, also time each rank's share (its rows, no messages) "
+        "alone, the ranks in turn, and with every rank at it: the co-run slowdown of the "
+        "solve's own compute (labkit.solve.shares; notebook 04)")
     gate_factor: float = option(2.0, "pass when ||b - Ax|| / ||b|| <= gate_factor x rtol",
                                 cli=False)
     keep_solution: bool = option(False, "rank 0's payload carries each point's global x (tests)",
@@ -226,6 +230,11 @@ class SolveConfig:
     def inline_baseline(self, mode: str, world_size: int) -> bool:
         """Whether rank 0 times the whole problem alone beside this point's solves."""
         return self.baseline == "inline" and mode == "strong" and world_size > 1
+
+    def time_shares(self, mode: str, world_size: int, method: str) -> bool:
+        """Whether this point's shares are timed alone and together (:attr:`shares`, beside an
+        inline baseline; not GMRES, whose work per iteration grows with its iterations)."""
+        return self.shares and self.inline_baseline(mode, world_size) and method != "gmres"
 
 
 def points(cfg: SolveConfig, world_size: int) -> list[tuple[str, int, tuple[int, ...]]]:

@@ -15,13 +15,19 @@ co-run slowdown, its rate alone over its rate with every rank copying (:func:`co
 The model of a P-rank iteration divides only the compute
 (SpMV and vector updates) of one rank's iteration:
 
-    t_P = (t_1 − compute_1) + s · compute_1 / P + t_msg
+    t_P = (t_1 − compute_1) + s · c_share + t_msg
 
 (the rest of one rank's iteration, the Python loop and the torch calls, is paid by every rank
-whole; t_msg: one halo exchange and one all-reduce).
+whole; c_share: a rank's share of the compute alone, measured (:mod:`labkit.solve.shares`),
+where a row lacks it compute_1 / P; t_msg: one halo exchange and one all-reduce). A share
+alone is not compute_1 / P: it holds 1/P of the data, and where the whole problem's data
+about fill the shared cache, a share runs faster than its part of the whole; the row's
+``share_fraction`` (P · c_share / compute_1) says by how much.
 """
 
 from __future__ import annotations
+
+from math import nan
 
 from labkit.errors import UsageError
 from labkit.solve import verdicts
@@ -66,13 +72,18 @@ def footprint_of(row) -> float:
     return float(got if got is not None and got == got else row["bytes_per_iteration"])
 
 
-def co_run_reading(profile, *, footprint_bytes: float, ranks: int) -> dict:
+def co_run_reading(profile, *, footprint_bytes: float, ranks: int,
+                   bytes_per_iteration: float | None = None,
+                   share_alone_s: float | None = None) -> dict:
     """s of P ranks sharing the memory system, read off the machine profile at each rank's
     share of the footprint: ``footprint_per_rank`` (the iteration's ``footprint_bytes`` over the
     ranks), ``copy_size_bytes`` (the copy whose data take that room), ``alone_bytes_per_s`` and
     ``together_bytes_per_s`` (that copy's rate alone and with every rank copying),
-    ``copy_slowdown`` (their ratio, at least 1) and ``slowdown``
-    (:func:`~labkit.solve.formulas.co_run_slowdown`: times ranks / cores past the cores).
+    ``copy_slowdown`` (their ratio, at least 1), ``bandwidth_fraction`` (φ: a share's floor,
+    its part of ``bytes_per_iteration`` at the copy's rate alone, over its compute alone
+    ``share_alone_s``; 1 where either is not given) and ``slowdown``
+    (:func:`~labkit.solve.formulas.co_run_slowdown`: the roofline of both, times ranks / cores
+    past the cores).
 
     >>> class Prof:  # copies of 1 and 32 MiB: 100 and 44 GB/s alone, 98 and 24 together
     ...     cores = 2
@@ -84,15 +95,30 @@ def co_run_reading(profile, *, footprint_bytes: float, ranks: int) -> dict:
     (500000.0, 1.02)
     >>> round(co_run_reading(Prof(), footprint_bytes=200e6, ranks=2)["slowdown"], 2)
     1.83
+
+    Each share's 100 MB per iteration at 44 GB/s alone is a floor of 2.27 ms; a share that
+    alone took 3.0 ms ran at 0.76 of the copy's rate: s = 1.83 x 0.76 = 1.39.
+
+    >>> r = co_run_reading(Prof(), footprint_bytes=200e6, ranks=2, bytes_per_iteration=200e6,
+    ...                    share_alone_s=3.0e-3)
+    >>> round(r["bandwidth_fraction"], 2), round(r["slowdown"], 2)
+    (0.76, 1.39)
     """
     per_rank = float(footprint_bytes) / ranks
     size = copy_size_bytes(per_rank)
     together = profile.copy_bytes_per_s(together=True, size_bytes=size)
     alone = profile.copy_bytes_per_s(size_bytes=size)
     copy = max(1.0, alone / together)
+    fraction, floor = 1.0, None
+    if bytes_per_iteration is not None and share_alone_s is not None and share_alone_s > 0:
+        floor = float(bytes_per_iteration) / ranks / alone
+        fraction = floor / float(share_alone_s)
     return {"ranks": int(ranks), "footprint_per_rank": per_rank, "copy_size_bytes": size,
             "alone_bytes_per_s": alone, "together_bytes_per_s": together, "copy_slowdown": copy,
-            "slowdown": co_run_slowdown(copy, ranks=ranks, cores=profile.cores)}
+            "share_floor_s": floor, "share_alone_s": share_alone_s,
+            "bandwidth_fraction": fraction,
+            "slowdown": co_run_slowdown(copy, ranks=ranks, cores=profile.cores,
+                                        bandwidth_fraction=fraction)}
 
 
 def point(row, *, profile, message_s: float) -> dict:
@@ -102,14 +128,21 @@ def point(row, *, profile, message_s: float) -> dict:
     the whole problem's footprint, :func:`footprint_of`), ``floor1_s`` (the iteration's bytes at
     it: a 1-rank launch's floor up to the halo's few bytes), ``fraction1`` (floor1 / t1),
     ``minimal_floor1_s`` (the fewest bytes a correct iteration moves, at the same rate),
-    ``measured_slowdown`` (P · compute_P / compute_1: each rank's share beside the others over
-    the same share alone), ``reading`` (:func:`co_run_reading` at each rank's share of the
+    ``share_alone_s`` (c_share: the share's compute alone, per iteration, or compute_1 / P where
+    the row has no share timed), ``share_fraction`` (P · c_share / compute_1, nan without),
+    ``measured_slowdown`` (the share's compute with every rank at it over the same share alone;
+    without a share timed, P · compute_P / compute_1), ``solve_slowdown`` (compute_P / c_share:
+    the shares' compute inside the solve, where the ranks also wait for each other, over
+    alone), ``reading`` (:func:`co_run_reading` at each rank's share of the
     footprint) and its ``slowdown``, ``model_tp_s`` (the model above, with ``message_s``),
     ``speedup`` (t1 / tP), ``split_us`` (the P-rank iteration in its measured terms) and
     ``ranks``.
 
-    Copies of 13 MB per rank run 1.25x slower with both ranks copying: s = 1.25, and t_2 =
-    0.1 + 1.25 x 3.4 / 2 + 0.05 = 2.28 ms.
+    Copies of 13 MB per rank run 1.25x slower with both ranks copying. Without its shares timed,
+    a share is compute_1 / 2 = 1.7 ms streaming at the copy's rate: s = 1.25 and t_2 = 0.1 +
+    1.25 x 1.7 + 0.05 = 2.28 ms. With a share alone timed at 1.6 ms against its floor of 1.0
+    ms (25 MB at 25 GB/s), it ran at 0.63 of the copy's rate, which copies 1.25x slower still
+    feed: s = 1, t_2 = 0.1 + 1.6 + 0.05 = 1.75 ms.
 
     >>> class Prof:  # 25 GB/s alone at every size, 20 GB/s each with both copying
     ...     cores = 2
@@ -127,6 +160,13 @@ def point(row, *, profile, message_s: float) -> dict:
     (1.25, 1.294, 2275)
     >>> round(m["fraction1"], 2), round(m["speedup"], 2)
     (0.57, 1.46)
+    >>> m = point({**row, "share_alone_compute_per_iteration_s": 1.6e-3,
+    ...            "share_together_compute_per_iteration_s": 2.1e-3}, profile=Prof(),
+    ...           message_s=50e-6)
+    >>> round(m["measured_slowdown"], 3), round(m["share_fraction"], 3), round(m["model_tp_s"] * 1e6)
+    (1.312, 0.941, 1750)
+    >>> round(m["reading"]["bandwidth_fraction"], 3), m["slowdown"]
+    (0.625, 1.0)
     """
     need = ("baseline_time_per_iteration_s", "baseline_compute_time_s", "baseline_iterations")
     if int(row["world_size"]) < 2 or any(row.get(k) is None or row.get(k) != row.get(k)
@@ -143,13 +183,22 @@ def point(row, *, profile, message_s: float) -> dict:
     bw = floor_bytes_per_s(profile, footprint)
     minimal = row.get("minimal_bytes_per_iteration")
     minimal_floor = (float(minimal) / bw if minimal is not None and minimal == minimal else None)
-    reading = co_run_reading(profile, footprint_bytes=footprint, ranks=p)
+    alone = row.get("share_alone_compute_per_iteration_s")
+    together = row.get("share_together_compute_per_iteration_s")
+    timed = alone is not None and alone == alone and together is not None and alone > 0
+    share = float(alone) if timed else compute1 / p
+    reading = co_run_reading(profile, footprint_bytes=footprint, ranks=p,
+                             bytes_per_iteration=nbytes if timed else None,
+                             share_alone_s=share if timed else None)
     slowdown = reading["slowdown"]
-    model = (t1 - compute1) + slowdown * compute1 / p + message_s
+    model = (t1 - compute1) + slowdown * share + message_s
     return {"ranks": p, "t1_s": t1, "compute1_s": compute1, "tp_s": tp, "computep_s": computep,
+            "share_alone_s": share, "share_fraction": p * share / compute1 if timed else nan,
+            "solve_slowdown": computep / share,
             "floor_bytes_per_s": bw, "floor1_s": nbytes / bw, "fraction1": nbytes / bw / t1,
             "minimal_floor1_s": minimal_floor,
-            "measured_slowdown": p * computep / compute1, "slowdown": slowdown,
+            "measured_slowdown": float(together) / share if timed else p * computep / compute1,
+            "slowdown": slowdown,
             "reading": reading, "message_s": message_s, "model_tp_s": model, "speedup": t1 / tp,
             "split_us": verdicts.iteration_split_us(row)}
 
@@ -170,6 +219,7 @@ def laws(m: dict, *, dof: int) -> list[dict]:
      ('naive', '2 ranks are 2x faster than one')]
     """
     p, us = m["ranks"], 1e6
+    f = m.get("share_fraction")
     return [
         {"law": f"1 rank at the copy-bandwidth floor, {dof:,} DOF", "kind": "model",
          "predicted": m["floor1_s"] * 1e3, "measured": m["t1_s"] * 1e3, "unit": "ms",
@@ -181,9 +231,11 @@ def laws(m: dict, *, dof: int) -> list[dict]:
          "tolerance_pct": 25, "split": m["split_us"]},
         {"law": f"{p} ranks are {p}x faster than one", "kind": "naive", "predicted": float(p),
          "measured": m["speedup"], "tolerance_pct": 25,
-         "note": f"each rank computed its share {m['measured_slowdown']:.2f}x slower beside the "
-                 f"other{'s' if p > 2 else ''} than alone, and the messages cost "
-                 f"{m['message_s'] * us:.0f} us per iteration"},
+         "note": (f"each rank computed its share {m['measured_slowdown']:.2f}x slower beside the "
+                  f"other{'s' if p > 2 else ''} than alone"
+                  + (f", a share alone took {m['share_fraction']:.2f} of one rank's compute / {p}"
+                     if f is not None and f == f else "")
+                  + f", and the messages cost {m['message_s'] * us:.0f} us per iteration")},
     ]
 
 
@@ -221,22 +273,62 @@ def floor_sentence(m: dict) -> str:
 
 
 def co_run_sentence(m: dict) -> str:
-    """What sharing the memory system did to the P ranks, computed from :func:`point`'s numbers.
+    """What sharing the memory system did to the P ranks, computed from :func:`point`'s numbers
+    (a share against itself where it was timed alone, ``share_fraction`` given; else the shares
+    in the solve against the whole problem alone over P).
 
     >>> print(co_run_sentence({"ranks": 2, "measured_slowdown": 1.3, "slowdown": 1.25,
-    ...                        "speedup": 1.46}))  # doctest: +NORMALIZE_WHITESPACE
-    Beside each other, 2 ranks computed their shares 1.30x slower than alone (the model's s:
-    1.25x), so the speedup of 2 ranks is 1.46, not 2.
+    ...                        "speedup": 1.46, "share_fraction": 0.9}))  # doctest: +NORMALIZE_WHITESPACE
+    Beside each other, 2 ranks computed their shares 1.30x slower than each share alone (the
+    model's s: 1.25x), so the speedup of 2 ranks is 1.46, not 2.
+    >>> co_run_sentence({"ranks": 2, "measured_slowdown": 0.98, "slowdown": 1.25,
+    ...                  "speedup": 2.1, "share_fraction": 0.9}).split(" (the")[0]
+    'Beside each other, 2 ranks computed their shares no slower than each share alone (0.98x)'
     >>> co_run_sentence({"ranks": 2, "measured_slowdown": 0.9, "slowdown": 1.25,
     ...                  "speedup": 2.1}).split(", so")[0]
     "Beside each other, 2 ranks computed their shares 0.90x the time alone: faster (each rank's share fits a cache the whole problem did not) (the model's s: 1.25x)"
     """
     s, p = m["measured_slowdown"], m["ranks"]
-    how = (f"{s:.2f}x slower than alone" if s >= 1 else
-           f"{s:.2f}x the time alone: faster (each rank's share fits a cache the whole "
-           "problem did not)")
+    f = m.get("share_fraction")
+    if f is not None and f == f:  # each share against itself
+        how = (f"{s:.2f}x slower than each share alone" if s >= 1 else
+               f"no slower than each share alone ({s:.2f}x)")
+    else:
+        how = (f"{s:.2f}x slower than alone" if s >= 1 else
+               f"{s:.2f}x the time alone: faster (each rank's share fits a cache the whole "
+               "problem did not)")
     return (f"Beside each other, {p} ranks computed their shares {how} (the model's s: "
             f"{m['slowdown']:.2f}x), so the speedup of {p} ranks is {m['speedup']:.2f}, not {p}.")
+
+
+def share_sentence(m: dict) -> str:
+    """A rank's share alone against its part of the whole problem alone (compute_1 / P),
+    computed from :func:`point`'s numbers.
+
+    >>> m = {"ranks": 2, "share_alone_s": 1.2e-3, "compute1_s": 3e-3, "share_fraction": 0.8,
+    ...      "reading": {"footprint_per_rank": 13e6}}
+    >>> print(share_sentence(m))  # doctest: +NORMALIZE_WHITESPACE
+    A rank's share alone computed 1200 us per iteration, 0.80 of compute_1 / 2 (1500 us): faster
+    per byte than the whole problem, whose data take 2 times the 13 MB of a share.
+    >>> share_sentence({**m, "share_fraction": 1.1}).split(": ")[1]
+    'slower than its part of the whole problem (each share also reads its halo and computes its boundary rows apart).'
+    >>> share_sentence({**m, "share_fraction": float("nan")})[:34]
+    'No share was timed alone here: the'
+    """
+    p, f, whole = m["ranks"], m.get("share_fraction"), m["compute1_s"] / m["ranks"]
+    if f is None or f != f:
+        return (f"No share was timed alone here: the model takes compute_1 / {p} = "
+                f"{whole * 1e6:.0f} us for a share.")
+    if round(f, 2) == 1.0:
+        how = "as fast as its part of the whole problem."
+    elif f < 1:
+        how = (f"faster per byte than the whole problem, whose data take {p} times the "
+               f"{m['reading']['footprint_per_rank'] / 1e6:.3g} MB of a share.")
+    else:
+        how = ("slower than its part of the whole problem (each share also reads its halo and "
+               "computes its boundary rows apart).")
+    return (f"A rank's share alone computed {m['share_alone_s'] * 1e6:.0f} us per iteration, "
+            f"{f:.2f} of compute_1 / {p} ({whole * 1e6:.0f} us): {how}")
 
 
 def reading_sentence(r: dict, *, cores: int | None = None) -> str:
@@ -258,6 +350,17 @@ def reading_sentence(r: dict, *, cores: int | None = None) -> str:
     copies of this size barely slow each other (1.02x: the caches hold every rank's), s = 1.02.
     >>> reading_sentence({**r, "ranks": 4, "slowdown": 2.7}, cores=2).split("), ")[-1]
     'and 4 ranks take turns on 2 cores, s = 2.70.'
+
+    With a share timed alone (the roofline of :func:`~labkit.solve.formulas.co_run_slowdown`):
+
+    >>> shared = {**r, "share_floor_s": 0.9e-3, "share_alone_s": 1.5e-3,
+    ...           "bandwidth_fraction": 0.6, "slowdown": 1.0}
+    >>> print(reading_sentence(shared).split("bandwidth), ")[1])  # doctest: +NORMALIZE_WHITESPACE
+    and a share alone computed 1500 us per iteration against its floor of 900 us at that
+    copy's rate alone (0.60 of it): copies 1.35x slower still feed it, s = max(1, 1.35 x 0.60)
+    = 1.00.
+    >>> reading_sentence({**shared, "bandwidth_fraction": 0.9, "slowdown": 1.22}).split(": ")[-1]
+    'the ranks together feed it slower, s = max(1, 1.35 x 0.90) = 1.22.'
     """
     p, copy = r["ranks"], r["copy_slowdown"]
     # within 10 % of alone: no memory traffic between the ranks' copies worth the name
@@ -265,9 +368,20 @@ def reading_sentence(r: dict, *, cores: int | None = None) -> str:
              else f"slow each other {copy:.2f}x (they share the memory's bandwidth)")
     turns = (f", and {p} ranks take turns on {cores} cores" if cores is not None and p > cores
              else "")
+    eq = ", s = "
+    if r.get("share_floor_s") is not None:  # the roofline: how much room the share had
+        phi = r["bandwidth_fraction"]
+        fed = max(1.0, copy * min(1.0, phi))
+        how = (f"copies {copy:.2f}x slower still feed it" if fed == 1.0 else
+               "the ranks together feed it slower")
+        turns = (f", and a share alone computed {r['share_alone_s'] * 1e6:.0f} us per iteration "
+                 f"against its floor of {r['share_floor_s'] * 1e6:.0f} us at that copy's rate "
+                 f"alone ({phi:.2f} of it): {how}{turns}, s = max(1, {copy:.2f} x "
+                 f"{min(1.0, phi):.2f})" + (f" x {p}/{cores}" if turns else ""))
+        eq = " = "
     return (f"The model reads the machine profile's copies at "
             f"{r['copy_size_bytes'] / 2 ** 20:.2g} MiB per rank, the copy whose data take the "
             f"{r['footprint_per_rank'] / 1e6:.3g} MB each rank's iteration holds (its matrix and "
             f"vectors): alone it ran at {r['alone_bytes_per_s'] / 1e9:.1f} GB/s, with {p} ranks "
             f"copying at once at {r['together_bytes_per_s'] / 1e9:.1f} GB/s each: copies of this "
-            f"size {where}{turns}, s = {r['slowdown']:.2f}.")
+            f"size {where}{turns}{eq}{r['slowdown']:.2f}.")

@@ -98,6 +98,14 @@ COLUMNS = (
     Column("baseline_time_per_iteration_s", "s", "inline baseline: its time per iteration"),
     Column("baseline_compute_time_s", "s",
            "inline baseline: its SpMV and vector time (no messages), per solve"),
+    Column("share_alone_compute_per_iteration_s", "s",
+           "a rank's share (its rows, no messages) computing alone, per iteration: the "
+           "slowest rank's median (points with a baseline, more than one rank)"),
+    Column("share_together_compute_per_iteration_s", "s",
+           "the same with every rank computing its share at once"),
+    Column("share_corun_slowdown", "", "together / alone: the co-run slowdown of the solve's "
+           "own compute"),
+    Column("share_iterations_timed", "", "iterations of one timed sample of a share"),
     Column("speedup", "", "strong: t1/tN; weak: N t1/tN; throughput: thrN/thr1"),
     Column("efficiency", "", "strong: t1/(N tN); weak: t1/tN; throughput: thrN/(N thr1)"),
     Column("efficiency_per_iteration", "", "efficiency on time per iteration"),

@@ -17,7 +17,8 @@ and last iterations ran, every rank on one clock (:mod:`labkit.solve.timeline`: 
 ``timeline_*`` columns, the trace's slices). Points that share a grid (weak and throughput at
 the same DOF per rank) are measured once. With ``baseline="inline"`` (strong mode, more than
 one rank), rank 0 also holds the whole problem as one rank would and, before each timed solve
-of the ranks, solves it alone while the others wait: t1 and tP side by side, seconds apart.
+of the ranks, solves it alone while the others wait: t1 and tP side by side, seconds apart;
+each rank's share is then timed alone and with every rank at it (:mod:`labkit.solve.shares`).
 Each row also carries the most device memory a rank held during its point (CUDA; empty on a
 CPU).
 """
@@ -46,6 +47,7 @@ from labkit.solve.fused import make_kernels
 from labkit.solve.operator import DistOperator
 from labkit.solve.partition import Partition, make_partition, summarize_locals
 from labkit.solve.problems import local_system
+from labkit.solve.shares import share_columns
 from labkit.solve.timeline import PhaseRecorder
 from labkit.solve.timeline import gather as gather_timeline
 from labkit.solve.transport import make_transport
@@ -158,6 +160,9 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     before each timed solve of the ranks (every rank must pass the same ``inline``), unless
     ``alone_timed`` holds the baseline fields of an earlier point of the same problem and
     method in this launch (another partitioner): those are reused, the solve alone is the same."""
+    # a point with a baseline (timed here or earlier) may have its shares timed too
+    shares = (sla is None and cfg.shares and rt.world_size > 1 and method != "gmres"
+              and (inline or alone_timed is not None))
     if alone_timed is not None:
         inline, alone = False, None
     runtime.reset_device_peak(rt.device)  # the point's own peak, read at its end
@@ -304,6 +309,8 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         row.update(baseline_solve_time_s=t1, baseline_iterations=its1,
                    baseline_time_per_iteration_s=t1 / max(its1, 1),
                    baseline_compute_time_s=spmv1 + vector1)
+    if shares:
+        row.update(share_columns(rt, op, b, method, restart=cfg.restart))
     if local_min is not None:
         floor = total_min / (total_bw * 1e9)
         row.update(minimal_bytes_per_iteration=total_min, minimal_floor_s=floor,
