@@ -66,19 +66,19 @@ def notebook_s(config: DDPConfig, *, world_sizes, bucket_batch: int | None, flop
     batch, the all-cores runs), each launch of more ranks (rounds of a DDP step, a ``no_sync``
     step, the all-reduces and the copies; ``slowdown``: ranks computing at once) and the
     bucket A/B's launch at ``bucket_batch`` (None: none), which times run A's steps too. Its
-    defaults: about 32 s.
+    defaults: about 31 s.
 
     >>> cfg = DDPConfig(batch_size=(16, 32, 64, 128), steps=5, warmup=1,
     ...                 all_cores_batches=(32, 128))
     >>> round(notebook_s(cfg, world_sizes=[1, 2], bucket_batch=32, flop_per_s=45e9))
-    32
+    31
     """
     rate_steps = config.steps
     rounds = config.measured_steps + 1
-    ar = 2.0 * ALLREDUCE_CALLS * param_count(model=config.model, input_dim=config.input_dim,
+    ar = (ALLREDUCE_CALLS + 1) * param_count(model=config.model, input_dim=config.input_dim,
                            hidden_dim=config.hidden_dim, output_dim=config.output_dim,
                            num_layers=config.num_layers, seq_len=config.seq_len) * 4 \
-        / allreduce_bytes_per_s  # the gradients' all-reduce and the fit's, about as much
+        / allreduce_bytes_per_s  # the gradients' all-reduces, and the fit's, less than one more
     first = min(config.batch_size)
     total = NOTEBOOK_S
 
@@ -114,7 +114,7 @@ def check(config: DDPConfig, *, world_sizes, bucket_batch: int | None, flop_per_
     ...       flop_per_s=45e9, budget_s=32)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: these settings would run about 351 s here, over this notebook's budget of 32 s: use smaller batches (the largest is 4096), a smaller model or fewer steps, or raise budget_s
+    labkit.errors.UsageError: these settings would run about 348 s here, over this notebook's budget of 32 s: use smaller batches (the largest is 4096), a smaller model or fewer steps, or raise budget_s
     """
     est = notebook_s(config, world_sizes=world_sizes, bucket_batch=bucket_batch,
                      flop_per_s=flop_per_s, slowdown=slowdown)

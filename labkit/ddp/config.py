@@ -35,7 +35,7 @@ MODEL_DEFAULTS = {
     "transformer": {"input_dim": 64, "hidden_dim": 128, "output_dim": 10, "num_layers": 2},
 }
 
-#: calls of each standalone all-reduce per round: with the default 4 rounds, 12 calls, about as
+#: calls of the gradients' standalone all-reduce per round: with the default 4 rounds, 12 calls, about as
 #: many as the machine profile times per size (11), so the calls' transfer (the median of the
 #: fastest, :func:`labkit.machine.formulas.transfer_of`) is the same statistic over as many
 #: calls as the profile's it is compared with; one call a round left 4, and their transfer

@@ -30,8 +30,8 @@ For each batch size of the config, inside this one launch:
    (:func:`labkit.collectives.formulas.fit_alpha_beta`): the measured split of a DDP step
    that the host puts beside its model (:func:`labkit.ddp.predict.measured_split`). These are
    timed in rounds with the DDP steps themselves (:func:`_rounds`: one DDP step, one
-   ``no_sync`` step, each all-reduce :data:`~labkit.ddp.config.ALLREDUCE_CALLS` times, the
-   copies, again and again), so that a neighbour's
+   ``no_sync`` step, the gradients' all-reduce :data:`~labkit.ddp.config.ALLREDUCE_CALLS` times,
+   each smaller all-reduce, the copies, again and again), so that a neighbour's
    load, which comes and goes within seconds, weighs on the step and on its parts alike. The
    ``no_sync`` step's update is undone after it (untimed), so the replicas still take exactly
    ``steps`` DDP steps.
@@ -322,7 +322,7 @@ def _breakdown_parts(cfg, rt, ddp, opt, batches, timeline=None) -> dict:
              "copies": (copies, None, None)}
     for size in (s for s in FIT_BYTES if s < nbytes):
         buf = torch.zeros(max(1, size // 4), dtype=torch.float32, device=rt.device)
-        parts[size] = (lambda buf=buf: dist.all_reduce(buf), None, None, ALLREDUCE_CALLS)
+        parts[size] = (lambda buf=buf: dist.all_reduce(buf), None, None)
     return parts
 
 

@@ -39,8 +39,10 @@ TORCH_MESSAGES_S = 1e-3
 POINT_S = 0.15
 #: the shares' timing (labkit.solve.shares): rounds of every rank alone in turn, then together,
 #: each sample about SHARE_SAMPLE_S (and a 1-iteration solve beside it), after two short
-#: warm-up solves of about SHARE_WARM_S
-SHARES_ROUNDS, SHARE_SAMPLE_S, SHARE_WARM_S = 5, 0.02, 0.05
+#: warm-up solves of about SHARE_WARM_S (samples of 20 ms, 10 iterations at 250,000 DOF, gave
+#: co-run slowdowns of 1.14-1.70 over three lab runs on the 2-vCPU VM while the same launches'
+#: solves computed 0.96-1.91x their share alone: one burst of a neighbour's filled a sample)
+SHARES_ROUNDS, SHARE_SAMPLE_S, SHARE_WARM_S = 5, 0.05, 0.05
 #: a method's cost to reach rtol on the Poisson matrix, relative to CG's (iterations x work per
 #: iteration; restarted GMRES needs many more iterations and reads its whole basis each one)
 METHOD_COST = {"cg": 1.0, "pcg": 1.3, "pipecg": 1.4, "minres": 1.4, "bicgstab": 1.7,
