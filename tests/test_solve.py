@@ -271,6 +271,14 @@ def test_inline_baseline_counts_the_whole_problem_in_rank_0s_memory():
     assert inline_cfg.memory_bytes_per_rank(1) == launch_cfg.memory_bytes_per_rank(1)
     extra = inline_cfg.memory_bytes_per_rank(2) - launch_cfg.memory_bytes_per_rank(2)
     assert extra == pytest.approx(launch_cfg.memory_bytes_per_rank(1))
+    # timing the shares adds each rank's one-rank copy of its rows
+    shares_cfg = SolveConfig(total_dof=1_000_000, baseline="inline", shares=True)
+    more = shares_cfg.memory_bytes_per_rank(2) - inline_cfg.memory_bytes_per_rank(2)
+    assert more == pytest.approx(launch_cfg.memory_bytes_per_rank(2))
+    assert SolveConfig(total_dof=1_000_000, baseline="inline", shares=True,
+                       methods=("gmres",)).memory_bytes_per_rank(2) == pytest.approx(
+        SolveConfig(total_dof=1_000_000, baseline="inline",
+                    methods=("gmres",)).memory_bytes_per_rank(2))
 
 
 @pytest.mark.parametrize("c_p, words", [(31e-6, "already pay at the smallest size"),

@@ -223,6 +223,10 @@ class SolveConfig:
                                         krylov_vectors=vectors)
             if self.inline_baseline(mode, world_size):  # rank 0 also holds the whole problem
                 own += memory_bytes_per_rank(n, 1, dim=self.dim, krylov_vectors=vectors)
+            if any(self.time_shares(mode, world_size, m) for m in self.methods):
+                # the shares' one-rank copy of each rank's rows (labkit.solve.shares)
+                own += memory_bytes_per_rank(n, world_size, dim=self.dim,
+                                             partitioned=partitioned, krylov_vectors=vectors)
             return own
 
         return max(need(mode, dims) for mode, _, dims in points(self, world_size))

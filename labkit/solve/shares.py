@@ -6,9 +6,11 @@ no all-reduce: a one-rank operator over them), alone while the others wait in a 
 ranks in turn, then all at once; rounds interleaved, so a neighbour's burst falls on both alike.
 Why not the whole problem's time over P: a share is 1/P of the data, and on a machine whose
 shared cache holds about one whole problem (the 2-vCPU VM's 32 MiB L3 at 250,000 DOF) a share
-alone runs faster than that by a margin that swings between launches. Comparing a share with
-itself leaves the cache out of the co-run slowdown, and the share alone over the whole
-problem's time over P is measured beside it.
+alone runs faster or slower than that, by a margin that swings between launches (0.81 to 1.26
+of it in three lab runs). Comparing a share with itself leaves the cache out of the co-run
+slowdown; the share alone over the whole problem's time over P is reported beside it. The
+share's copy of its rows is counted in the launch's memory check
+(:meth:`labkit.solve.config.SolveConfig.memory_bytes_per_rank`).
 """
 
 from __future__ import annotations
