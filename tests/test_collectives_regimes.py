@@ -216,7 +216,11 @@ def test_busbw_law_compares_the_top_segments_beta_and_flips_with_it():
     # a top size no slower than the one below: no marginal rate, the law is not judged
     flat = list(times)
     flat[-1] = flat[-2]
-    assert not verdicts.sweep_laws(_reg(flat), busbw_gb_per_s=1.2)[1]["holds"]
+    law = verdicts.sweep_laws(_reg(flat), busbw_gb_per_s=1.2)[1]
+    assert not law["holds"] and "no top segment" in law["note"]
+    # a sweep of one size: no regime, no segment, and a note all the same
+    one = find_regimes("all_reduce", 2, sizes=[8 << 20], times=[7e-3])
+    assert "no top segment" in verdicts.sweep_laws(one, busbw_gb_per_s=1.2)[1]["note"]
 
 
 class _Profile:

@@ -309,11 +309,12 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
         tolerance_pct=25, mechanism_observed=bool(ratio >= PLATEAU_S_STAR and top == top),
         mechanism=f"the largest size at least {PLATEAU_S_STAR:g} S* (busbw near its plateau) "
                   "and slower than the size below it",
-        note=(f"beta of the top segment ({size_text(reg.sizes[-2])} -> {size_text(s_max)}: each "
-              "byte's marginal cost there)"
-              + (f" {top / 1e9:.2f} GB/s, the regime's fitted beta "
-                 f"{reg.beta_bytes_per_s / 1e9:.2f} GB/s over its "
-                 f"{len(reg.bandwidth_sizes)} sizes" if top == top else "")
+        note=((f"beta of the top segment ({size_text(reg.sizes[-2])} -> {size_text(s_max)}: "
+               f"each byte's marginal cost there) {top / 1e9:.2f} GB/s, the regime's fitted "
+               f"beta {reg.beta_bytes_per_s / 1e9:.2f} GB/s over its "
+               f"{len(reg.bandwidth_sizes)} sizes" if top == top
+               else "no top segment (fewer than 2 sizes in the bandwidth regime, or the "
+                    "largest no slower than the one below it)")
               + "; " + (f"S = {ratio:.2g} S*" if math.isfinite(ratio) or math.isnan(ratio)
                         else "S* = 0: the line has no latency term")
               + ("; busbw of the transfer" if reg.statistic == "transfer" else ""))))
