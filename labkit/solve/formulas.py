@@ -315,35 +315,35 @@ def predicted_speedup(*, seconds_per_iteration_1: float, ranks: int, fixed_s: fl
         fixed_p_s=fixed_p_s, slowdown=slowdown)
 
 
+def fed_slowdown(copy_slowdown: float, *, bandwidth_fraction: float = 1.0) -> float:
+    """How much slower a share computes beside the others than alone, a roofline: with every
+    rank at it the memory feeds a share's bytes ``copy_slowdown`` times slower (the machine
+    profile's copy at the share's footprint, alone over together), and a share that alone ran
+    at ``bandwidth_fraction`` φ of the copy's rate alone (its floor over its time) had that
+    much room: ``max(1, copy_slowdown · min(1, φ))``. φ = 1 (a share that streams at the
+    copy's rate) gives the copy's own slowdown; a share faster than a copy of its bytes (φ > 1:
+    the caches serve its re-reads) slows no more than the copy does. A share at half the
+    copy's rate alone does not feel copies 1.45x slower together; one at 0.8 of it feels part:
+
+    >>> fed_slowdown(1.45, bandwidth_fraction=0.5), fed_slowdown(1.45, bandwidth_fraction=0.8)
+    (1.0, 1.16)
+    """
+    return max(1.0, float(copy_slowdown) * min(1.0, float(bandwidth_fraction)))
+
+
 def co_run_slowdown(copy_slowdown: float, *, ranks: int, cores: int,
                     bandwidth_fraction: float = 1.0) -> float:
     """How much slower each of ``ranks`` ranks computes its share beside the others than
-    alone, a roofline: with every rank at it the memory feeds a share's bytes
-    ``copy_slowdown`` times slower (the machine profile's copy at the share's footprint, alone
-    over together), and a share that alone ran at ``bandwidth_fraction`` φ of the copy's rate
-    alone (its floor over its time) had that much room: ``max(1, copy_slowdown · min(1, φ))``,
-    times ranks / cores past the cores (ranks take turns on a core); 1 for one rank. φ = 1 (the
-    default, a share that streams at the copy's rate) gives the copy's own slowdown; a share
-    faster than a copy of its bytes (φ > 1: the caches serve its re-reads) slows no more than
-    the copy does.
+    alone: :func:`fed_slowdown`, times ranks / cores past the cores (ranks take turns on a
+    core); 1 for one rank.
 
-    >>> co_run_slowdown(1.25, ranks=1, cores=2), co_run_slowdown(1.25, ranks=2, cores=2)
-    (1.0, 1.25)
-    >>> co_run_slowdown(1.25, ranks=4, cores=2)
-    2.5
-
-    A share at half the copy's rate alone does not feel copies 1.45x slower together; one at
-    0.8 of it feels part of it:
-
-    >>> co_run_slowdown(1.45, ranks=2, cores=2, bandwidth_fraction=0.5)
-    1.0
-    >>> round(co_run_slowdown(1.45, ranks=2, cores=2, bandwidth_fraction=0.8), 2)
-    1.16
+    >>> [co_run_slowdown(1.25, ranks=n, cores=2) for n in (1, 2, 4)]
+    [1.0, 1.25, 2.5]
     """
     if ranks < 2:
         return 1.0
-    fed = max(1.0, float(copy_slowdown) * min(1.0, float(bandwidth_fraction)))
-    return fed * max(1.0, ranks / cores)
+    return fed_slowdown(copy_slowdown, bandwidth_fraction=bandwidth_fraction) \
+        * max(1.0, ranks / cores)
 
 
 def copy_size_bytes(footprint_bytes: float) -> float:

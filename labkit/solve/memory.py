@@ -31,7 +31,7 @@ from math import nan
 
 from labkit.errors import UsageError
 from labkit.solve import verdicts
-from labkit.solve.formulas import co_run_slowdown, copy_size_bytes
+from labkit.solve.formulas import co_run_slowdown, copy_size_bytes, fed_slowdown
 
 
 def row_of(df):
@@ -131,9 +131,7 @@ def point(row, *, profile, message_s: float) -> dict:
     ``share_alone_s`` (c_share: the share's compute alone, per iteration, or compute_1 / P where
     the row has no share timed), ``share_fraction`` (P · c_share / compute_1, nan without),
     ``measured_slowdown`` (the share's compute with every rank at it over the same share alone;
-    without a share timed, P · compute_P / compute_1), ``solve_slowdown`` (compute_P / c_share:
-    the shares' compute inside the solve, where the ranks also wait for each other, over
-    alone), ``reading`` (:func:`co_run_reading` at each rank's share of the
+    without a share timed, P · compute_P / compute_1), ``reading`` (:func:`co_run_reading` at each rank's share of the
     footprint) and its ``slowdown``, ``model_tp_s`` (the model above, with ``message_s``),
     ``speedup`` (t1 / tP), ``split_us`` (the P-rank iteration in its measured terms) and
     ``ranks``.
@@ -194,7 +192,6 @@ def point(row, *, profile, message_s: float) -> dict:
     model = (t1 - compute1) + slowdown * share + message_s
     return {"ranks": p, "t1_s": t1, "compute1_s": compute1, "tp_s": tp, "computep_s": computep,
             "share_alone_s": share, "share_fraction": p * share / compute1 if timed else nan,
-            "solve_slowdown": computep / share,
             "floor_bytes_per_s": bw, "floor1_s": nbytes / bw, "fraction1": nbytes / bw / t1,
             "minimal_floor1_s": minimal_floor,
             "measured_slowdown": float(together) / share if timed else p * computep / compute1,
@@ -371,8 +368,8 @@ def reading_sentence(r: dict, *, cores: int | None = None) -> str:
     eq = ", s = "
     if r.get("share_floor_s") is not None:  # the roofline: how much room the share had
         phi = r["bandwidth_fraction"]
-        fed = max(1.0, copy * min(1.0, phi))
-        how = (f"copies {copy:.2f}x slower still feed it" if fed == 1.0 else
+        how = (f"copies {copy:.2f}x slower still feed it"
+               if fed_slowdown(copy, bandwidth_fraction=phi) == 1.0 else
                "the ranks together feed it slower")
         turns = (f", and a share alone computed {r['share_alone_s'] * 1e6:.0f} us per iteration "
                  f"against its floor of {r['share_floor_s'] * 1e6:.0f} us at that copy's rate "

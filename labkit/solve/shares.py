@@ -25,6 +25,7 @@ from labkit.solve.budget import SHARE_SAMPLE_S as SAMPLE_S
 from labkit.solve.budget import SHARES_ROUNDS as ROUNDS
 from labkit.solve.operator import DistOperator
 from labkit.solve.partition import LocalPart
+from labkit.timing import worst_over_ranks
 
 #: the fewest iterations of one timed sample
 MIN_ITERATIONS = 10
@@ -60,12 +61,6 @@ def _compute_s(rt, share: DistOperator, b: torch.Tensor, method: str, iterations
     return (timed(iterations) - timed(1)) / (iterations - 1)
 
 
-def _max(rt, value: float) -> float:
-    t = torch.tensor([value], dtype=torch.float64, device=rt.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
-
-
 def share_columns(rt, op: DistOperator, b: torch.Tensor, method: str, *,
                   restart: int = 30) -> dict:
     """The share's compute per iteration alone and together (the slowest rank's median of
@@ -76,7 +71,7 @@ def share_columns(rt, op: DistOperator, b: torch.Tensor, method: str, *,
     share = share_operator(op)
     _compute_s(rt, share, b, method, 3, restart)  # pages and code paths warm
     first = max(_compute_s(rt, share, b, method, 3, restart), 1e-7)
-    iterations = int(max(MIN_ITERATIONS, min(500, round(SAMPLE_S / _max(rt, first)))))
+    iterations = int(max(MIN_ITERATIONS, min(500, round(SAMPLE_S / worst_over_ranks(rt, first)))))
     alone, together = [], []
     for _ in range(ROUNDS):
         for q in range(rt.world_size):  # rank q alone, the others in the barrier after it
@@ -85,8 +80,8 @@ def share_columns(rt, op: DistOperator, b: torch.Tensor, method: str, *,
                 alone.append(_compute_s(rt, share, b, method, iterations, restart))
         dist.barrier()
         together.append(_compute_s(rt, share, b, method, iterations, restart))
-    a = _max(rt, float(np.median(alone)))
-    t = _max(rt, float(np.median(together)))
+    a = worst_over_ranks(rt, float(np.median(alone)))
+    t = worst_over_ranks(rt, float(np.median(together)))
     return {"share_alone_compute_per_iteration_s": a,
             "share_together_compute_per_iteration_s": t,
             "share_corun_slowdown": t / a, "share_iterations_timed": iterations}

@@ -155,14 +155,13 @@ def alone_problem(rt: runtime.Runtime, cfg: SolveConfig, dims: tuple, kernels):
 
 def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str,
             n_global: int, sla=None, *, inline: bool = False, alone=None,
-            alone_timed: dict | None = None) -> dict:
+            alone_timed: dict | None = None, shares: bool = False) -> dict:
     """One point's row. ``inline``: time rank 0 alone on ``alone`` (its :func:`alone_problem`)
     before each timed solve of the ranks (every rank must pass the same ``inline``), unless
     ``alone_timed`` holds the baseline fields of an earlier point of the same problem and
-    method in this launch (another partitioner): those are reused, the solve alone is the same."""
-    # a point with a baseline (timed here or earlier) may have its shares timed too
-    shares = (sla is None and cfg.shares and rt.world_size > 1 and method != "gmres"
-              and (inline or alone_timed is not None))
+    method in this launch (another partitioner): those are reused, the solve alone is the same.
+    ``shares``: also time each rank's share alone and together (:mod:`labkit.solve.shares`;
+    every rank must pass the same)."""
     if alone_timed is not None:
         inline, alone = False, None
     runtime.reset_device_peak(rt.device)  # the point's own peak, read at its end
@@ -309,7 +308,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         row.update(baseline_solve_time_s=t1, baseline_iterations=its1,
                    baseline_time_per_iteration_s=t1 / max(its1, 1),
                    baseline_compute_time_s=spmv1 + vector1)
-    if shares:
+    if shares and sla is None:
         row.update(share_columns(rt, op, b, method, restart=cfg.restart))
     if local_min is not None:
         floor = total_min / (total_bw * 1e9)
@@ -398,7 +397,9 @@ def on_rank(rt: runtime.Runtime, cfg: SolveConfig) -> dict:
                     measured[point], x = measure(rt, cfg, op, b, method, n_global, sla,
                                                  inline=inline,
                                                  alone=problems.get((dims, "alone")),
-                                                 alone_timed=alone_timed.get((dims, method)))
+                                                 alone_timed=alone_timed.get((dims, method)),
+                                                 shares=cfg.time_shares(mode, rt.world_size,
+                                                                        method))
                     if inline and (dims, method) not in alone_timed:
                         # every rank records that this problem and method were timed alone
                         # (rank 0 with the fields, the others with none), so later points of
