@@ -78,6 +78,9 @@ def init(timeout_s: float | None = None) -> Runtime:
         # call's arguments tell apart from the host's default
         device = torch.device("cpu", 0) if audit.enabled() else torch.device("cpu")
     timeout = _dt.timedelta(seconds=float(timeout_s or pg_timeout_s()))
+    if rank != 0 and world_size > 1:
+        wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                       timeout_s=timeout.total_seconds(), rank=rank)
     kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=timeout,
                             **kwargs)
@@ -93,6 +96,28 @@ def init(timeout_s: float | None = None) -> Runtime:
         audit.install(device, rank=rank, local_rank=local_rank)
     _RUNTIME = Runtime(rank, world_size, local_rank, local_world_size, backend, device)
     return _RUNTIME
+
+
+def wait_for_store(host: str, port: int, *, timeout_s: float, rank: int,
+                   every_s: float = 0.005) -> float:
+    """Wait until the rendezvous store at ``host:port`` accepts a connection; the seconds it took.
+
+    Why: rank 0 hosts the store (under labkit's light agent; torchrun's agent hosts its own
+    before the ranks start, and then this returns at once). A rank that asks torch for it before
+    rank 0 has opened it is refused and retries after a backoff: 0.35-0.6 s lost by a rank
+    that came 0.05-0.2 s early, in about half the 2-rank launches here. Knocking every 5 ms costs
+    nothing and joins as soon as the store is up.
+    """
+    t0 = time.monotonic()
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1.0).close()
+            return time.monotonic() - t0
+        except OSError:
+            if time.monotonic() - t0 > timeout_s:
+                raise RuntimeError(f"rank {rank}: no rendezvous store at {host}:{port} after "
+                                   f"{timeout_s:g} s (rank 0 never opened it)") from None
+            time.sleep(every_s)
 
 
 def pg_timeout_s() -> float:

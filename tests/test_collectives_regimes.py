@@ -171,6 +171,7 @@ def test_a_line_with_no_latency_term_has_no_s_star_and_every_size_on_the_plateau
     rows = verdicts.sweep_laws(flat, busbw_gb_per_s=flat.beta_bytes_per_s / 1e9)
     assert rows[1]["holds"] and "no latency term" in rows[1]["note"]
     assert not rows[2]["holds"] and "mechanism not observed" in rows[2]["note"]
+    assert rows[2]["note"].startswith("no S*: the bandwidth regime's line has no latency term")
 
 
 def test_time_at_s_star_flips_when_the_measurement_there_moves():

@@ -258,3 +258,31 @@ def test_python_m_labkit_launch_picks_its_agent(monkeypatch, argv, agent):
         with pytest.raises(SystemExit):
             A.agent_main(argv)
         assert seen[1][0] == "torchrun"
+
+
+def test_a_rank_waits_for_the_store_of_rank_0_instead_of_backing_off():
+    """A rank that arrives before rank 0 opens the rendezvous store joins as soon as it opens
+    (torch's own retry would add 0.35-0.6 s), and one whose rank 0 never comes says so."""
+    from labkit.runtime import wait_for_store
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = socket.socket()
+
+    def open_late():
+        time.sleep(0.15)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    opener = threading.Thread(target=open_late)
+    opener.start()
+    try:
+        waited = wait_for_store("127.0.0.1", port, timeout_s=10, rank=1)
+    finally:
+        opener.join()
+        server.close()
+    assert waited >= 0.1  # it waited for the store, then joined
+    with pytest.raises(RuntimeError, match=r"rank 1: no rendezvous store at 127.0.0.1:\d+ after "
+                                            r"0.05 s \(rank 0 never opened it\)"):
+        wait_for_store("127.0.0.1", port, timeout_s=0.05, rank=1)

@@ -319,7 +319,9 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
                         else "S* = 0: the line has no latency term")
               + ("; busbw of the transfer" if reg.statistic == "transfer" else ""))))
     at_star = time_at(s_star, sizes=reg.sizes, times=reg.times) if has_star else math.nan
-    where = f"S* = {size_text(s_star)}; " if has_star else ""
+    where = (f"S* = {size_text(s_star)}; " if has_star else
+             "no S*: the bandwidth regime's line has no latency term (alpha fitted at 0), "
+             "nothing to read the sweep at; " if reg.has_bandwidth else "")
     rows.append(laws.check(
         f"time at the predicted S* = N alpha beta (N = {reg.ranks})",
         predicted=reg.time_s(s_star) * 1e3 if has_star else math.nan,

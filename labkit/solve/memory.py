@@ -31,7 +31,7 @@ from math import nan
 
 from labkit.errors import UsageError
 from labkit.solve import verdicts
-from labkit.solve.formulas import co_run_slowdown, copy_size_bytes, fed_slowdown
+from labkit.solve.formulas import co_run_slowdown, copy_size_bytes
 
 
 def row_of(df):
@@ -82,7 +82,7 @@ def co_run_reading(profile, *, footprint_bytes: float, ranks: int,
     ``copy_slowdown`` (their ratio, at least 1), ``bandwidth_fraction`` (φ: a share's floor,
     its part of ``bytes_per_iteration`` at the copy's rate alone, over its compute alone
     ``share_alone_s``; 1 where either is not given) and ``slowdown``
-    (:func:`~labkit.solve.formulas.co_run_slowdown`: the roofline of both, times ranks / cores
+    (:func:`~labkit.solve.formulas.co_run_slowdown`: the bytes slowed, the rest not; times ranks / cores
     past the cores).
 
     >>> class Prof:  # copies of 1 and 32 MiB: 100 and 44 GB/s alone, 98 and 24 together
@@ -97,12 +97,12 @@ def co_run_reading(profile, *, footprint_bytes: float, ranks: int,
     1.83
 
     Each share's 100 MB per iteration at 44 GB/s alone is a floor of 2.27 ms; a share that
-    alone took 3.0 ms ran at 0.76 of the copy's rate: s = 1.83 x 0.76 = 1.39.
+    alone took 3.0 ms ran at 0.76 of the copy's rate: s = 1 + 0.76 x (1.83 - 1) = 1.63.
 
     >>> r = co_run_reading(Prof(), footprint_bytes=200e6, ranks=2, bytes_per_iteration=200e6,
     ...                    share_alone_s=3.0e-3)
     >>> round(r["bandwidth_fraction"], 2), round(r["slowdown"], 2)
-    (0.76, 1.39)
+    (0.76, 1.63)
     """
     per_rank = float(footprint_bytes) / ranks
     size = copy_size_bytes(per_rank)
@@ -139,8 +139,8 @@ def point(row, *, profile, message_s: float) -> dict:
     Copies of 13 MB per rank run 1.25x slower with both ranks copying. Without its shares timed,
     a share is compute_1 / 2 = 1.7 ms streaming at the copy's rate: s = 1.25 and t_2 = 0.1 +
     1.25 x 1.7 + 0.05 = 2.28 ms. With a share alone timed at 1.6 ms against its floor of 1.0
-    ms (25 MB at 25 GB/s), it ran at 0.63 of the copy's rate, which copies 1.25x slower still
-    feed: s = 1, t_2 = 0.1 + 1.6 + 0.05 = 1.75 ms.
+    ms (25 MB at 25 GB/s), it ran at 0.63 of the copy's rate, and only that part slows 1.25x:
+    s = 1 + 0.63 x 0.25 = 1.16, t_2 = 0.1 + 1.16 x 1.6 + 0.05 = 2.0 ms.
 
     >>> class Prof:  # 25 GB/s alone at every size, 20 GB/s each with both copying
     ...     cores = 2
@@ -162,9 +162,9 @@ def point(row, *, profile, message_s: float) -> dict:
     ...            "share_together_compute_per_iteration_s": 2.1e-3}, profile=Prof(),
     ...           message_s=50e-6)
     >>> round(m["measured_slowdown"], 3), round(m["share_fraction"], 3), round(m["model_tp_s"] * 1e6)
-    (1.312, 0.941, 1750)
+    (1.312, 0.941, 2000)
     >>> round(m["reading"]["bandwidth_fraction"], 3), m["slowdown"]
-    (0.625, 1.0)
+    (0.625, 1.15625)
     """
     need = ("baseline_time_per_iteration_s", "baseline_compute_time_s", "baseline_iterations")
     if int(row["world_size"]) < 2 or any(row.get(k) is None or row.get(k) != row.get(k)
@@ -348,16 +348,16 @@ def reading_sentence(r: dict, *, cores: int | None = None) -> str:
     >>> reading_sentence({**r, "ranks": 4, "slowdown": 2.7}, cores=2).split("), ")[-1]
     'and 4 ranks take turns on 2 cores, s = 2.70.'
 
-    With a share timed alone (the roofline of :func:`~labkit.solve.formulas.co_run_slowdown`):
+    With a share timed alone (:func:`~labkit.solve.formulas.fed_slowdown`):
 
     >>> shared = {**r, "share_floor_s": 0.9e-3, "share_alone_s": 1.5e-3,
-    ...           "bandwidth_fraction": 0.6, "slowdown": 1.0}
+    ...           "bandwidth_fraction": 0.6, "slowdown": 1.21}
     >>> print(reading_sentence(shared).split("bandwidth), ")[1])  # doctest: +NORMALIZE_WHITESPACE
     and a share alone computed 1500 us per iteration against its floor of 900 us at that
-    copy's rate alone (0.60 of it): copies 1.35x slower still feed it, s = max(1, 1.35 x 0.60)
-    = 1.00.
-    >>> reading_sentence({**shared, "bandwidth_fraction": 0.9, "slowdown": 1.22}).split(": ")[-1]
-    'the ranks together feed it slower, s = max(1, 1.35 x 0.90) = 1.22.'
+    copy's rate alone (0.60 of it): that part of its time slows as the copies do, the rest does
+    not, s = (1 + 0.60 x (1.35 - 1)) = 1.21.
+    >>> reading_sentence({**shared, "copy_slowdown": 1.0, "slowdown": 1.0}).split(": ")[-1]
+    'that part of its time does not slow as the copies do, the rest does not, s = (1 + 0.60 x (1.00 - 1)) = 1.00.'
     """
     p, copy = r["ranks"], r["copy_slowdown"]
     # within 10 % of alone: no memory traffic between the ranks' copies worth the name
@@ -366,15 +366,14 @@ def reading_sentence(r: dict, *, cores: int | None = None) -> str:
     turns = (f", and {p} ranks take turns on {cores} cores" if cores is not None and p > cores
              else "")
     eq = ", s = "
-    if r.get("share_floor_s") is not None:  # the roofline: how much room the share had
-        phi = r["bandwidth_fraction"]
-        how = (f"copies {copy:.2f}x slower still feed it"
-               if fed_slowdown(copy, bandwidth_fraction=phi) == 1.0 else
-               "the ranks together feed it slower")
+    if r.get("share_floor_s") is not None:  # the share's bytes slow, the rest of it does not
+        phi = min(1.0, r["bandwidth_fraction"])
         turns = (f", and a share alone computed {r['share_alone_s'] * 1e6:.0f} us per iteration "
                  f"against its floor of {r['share_floor_s'] * 1e6:.0f} us at that copy's rate "
-                 f"alone ({phi:.2f} of it): {how}{turns}, s = max(1, {copy:.2f} x "
-                 f"{min(1.0, phi):.2f})" + (f" x {p}/{cores}" if turns else ""))
+                 f"alone ({r['bandwidth_fraction']:.2f} of it): that part of its time "
+                 f"{'slows' if copy > 1 else 'does not slow'} as the copies do, the rest "
+                 f"does not{turns}, s = (1 + {phi:.2f} x ({copy:.2f} - 1))"
+                 + (f" x {p}/{cores}" if turns else ""))
         eq = " = "
     return (f"The model reads the machine profile's copies at "
             f"{r['copy_size_bytes'] / 2 ** 20:.2g} MiB per rank, the copy whose data take the "
