@@ -150,3 +150,25 @@ def test_the_standalone_all_reduce_law_compares_transfers():
     # a profile whose transfer is half the calls' fails
     slow = {**row, "allreduce_times_s": [2 * c for c in calls]}
     assert not waits.allreduce_law(slow, PROF, ranks=2)["holds"]
+
+
+def test_the_split_counts_an_all_reduce_slower_in_the_step_than_standalone():
+    """A step whose one all-reduce took 10 ms after backward where its standalone transfer took
+    5 ms and the count saw no wait (under the profile's 9 ms + threshold): the split carries the
+    5 ms as its own term, so it sums to the step; without a timeline that term is 0 and the
+    split falls short, as it did before the term existed."""
+    row = {"step_time_p50_s": 0.0286, "nosync_step_time_p50_s": 0.0116,
+           "bucket_copy_time_p50_s": 0.0028, "grad_bytes": 16.8e6, "bucket_bytes": [16.8e6],
+           "allreduce_fit_bytes": [16.8e6], "allreduce_fit_times_s": [0.0097],
+           "allreduce_fit_transfers_s": [0.0052], "allreduce_waits_measured_s": 0.0,
+           "rank_step_times_s": [[0.0286], [0.0285]], "step_times_s": [0.0286],
+           "timeline_backward_end_s": [0.0085], "comm_intervals_s": [[[0.0096, 0.0196]]]}
+    split = predict.measured_split(row, scale=1e3)
+    assert split[predict.SLOWER_TERM] == pytest.approx(10.0 - 5.2)
+    law = laws.check("DDP step", predicted=20.0, measured=28.6, unit="ms", split=split)
+    assert not law["holds"] and laws.split_sums(law)
+    bare = {k: v for k, v in row.items() if k != "comm_intervals_s"}
+    short = predict.measured_split(bare, scale=1e3)
+    assert short[predict.SLOWER_TERM] == 0.0
+    assert not laws.split_sums(laws.check("DDP step", predicted=20.0, measured=28.6, unit="ms",
+                                          split=short))

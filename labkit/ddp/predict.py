@@ -275,9 +275,11 @@ def imbalance_s(rank_step_times) -> float:
     return float(np.median(a.max(axis=0) - a.mean(axis=0)))
 
 
-#: the split's terms for the buckets' all-reduces: their transfers as timed standalone, and
-#: what the scheduler waits counted in the median step took beyond them
+#: the split's terms for the buckets' all-reduces: their transfers as timed standalone, what
+#: the scheduler waits counted in the median step took beyond them, and what the all-reduces
+#: took after backward in that step beyond both (a slower transfer than standalone, no wait)
 TRANSFERS_TERM, WAITS_TERM = "all-reduce transfers", "scheduler waits (counted)"
+SLOWER_TERM = "all-reduce time in the step beyond transfers and waits"
 
 
 def measured_split(row: dict, *, scale: float = 1.0) -> dict:
@@ -285,18 +287,29 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     the compute as it ran on N ranks (the ``no_sync`` step), DDP's copies as timed, the
     buckets' all-reduce transfers as timed standalone (the medians of the calls
     that waited for nothing), what the all-reduces that waited for the scheduler in the median
-    step took beyond their transfers (where :func:`add_prediction_columns` counted them), and
-    the imbalance between the ranks' step times: the model's parts, measured. The terms are
-    measured separately: their sum is the step only as far as nothing hid (no overlap) and
-    nothing else took time.
+    step took beyond their transfers (where :func:`add_prediction_columns` counted them), what
+    the all-reduces of that step took after backward's last gradient beyond both (rank 0's
+    timeline, :func:`labkit.ddp.waits.bucket_times`: an all-reduce slower in the step than
+    standalone without a wait the count sees), and the imbalance between the ranks' step
+    times: the model's parts, measured. The terms are measured separately: their sum is the
+    step only as far as nothing hid (no overlap) and nothing else took time.
 
     >>> row = {"step_time_p50_s": 0.092, "nosync_step_time_p50_s": 0.066,
     ...        "bucket_copy_time_p50_s": 0.008, "grad_bytes": 16e6, "bucket_bytes": [16e6],
     ...        "allreduce_fit_bytes": [16e6], "allreduce_fit_times_s": [0.0176],
     ...        "allreduce_fit_transfers_s": [0.0138], "allreduce_waits_measured_s": 0.0038,
     ...        "rank_step_times_s": [[0.092, 0.093], [0.091, 0.092]]}
-    >>> {k: round(v, 1) for k, v in measured_split(row, scale=1e3).items()}
-    {'compute': 66.0, 'copies': 8.0, 'all-reduce transfers': 13.8, 'scheduler waits (counted)': 3.8, 'imbalance': 0.5}
+    >>> split = measured_split(row, scale=1e3)
+    >>> [round(v, 1) for v in split.values()], split[SLOWER_TERM]
+    ([66.0, 8.0, 13.8, 3.8, 0.0, 0.5], 0.0)
+
+    The median step's one all-reduce ran from 74 to 94 ms, backward over at 70: 20 ms paid
+    against 13.8 + 3.8, so 2.4 ms more.
+
+    >>> timed = {**row, "step_times_s": [0.1], "timeline_backward_end_s": [0.070],
+    ...          "comm_intervals_s": [[[0.074, 0.094]]]}
+    >>> round(measured_split(timed, scale=1e3)[SLOWER_TERM], 1)
+    2.4
     """
     compute = row_value(row, "nosync_step_time_p50_s")
     copies = row_value(row, "bucket_copy_time_p50_s")
@@ -304,9 +317,15 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     ar = measured_allreduce_s(row, buckets or [row_value(row, "grad_bytes")], transfers=True)
     counted = row.get("allreduce_waits_measured_s")
     waited = float(counted) if isinstance(counted, (int, float)) and counted == counted else 0.0
+    slower, k = 0.0, waits.median_step(row)
+    if k is not None:
+        ends = row.get("timeline_backward_end_s")
+        end = float(ends[k]) if isinstance(ends, list) and len(ends) > k else None
+        paid = sum(waits.bucket_times(row["comm_intervals_s"][k], backward_end_s=end))
+        slower = max(0.0, paid - ar - waited)
     wait = imbalance_s(row.get("rank_step_times_s") or [])
     return {"compute": compute * scale, "copies": copies * scale, TRANSFERS_TERM: ar * scale,
-            WAITS_TERM: waited * scale, "imbalance": wait * scale}
+            WAITS_TERM: waited * scale, SLOWER_TERM: slower * scale, "imbalance": wait * scale}
 
 
 def measured_overlap(row: dict) -> float:
