@@ -387,6 +387,10 @@ def test_inline_baseline_times_rank_0_alone_beside_the_ranks(tmp_path):
         # rank 0 alone solves the same problem: CG's iterations match the 2-rank solve's
         assert abs(a["baseline_iterations"] - a["iterations"]) <= 1
         assert a["baseline_solve_time_s"] > 0
+        # its SpMV and vector updates kept apart: the floor law's split
+        assert a["baseline_spmv_time_s"] > 0 and a["baseline_vector_time_s"] > 0
+        assert a["baseline_spmv_time_s"] + a["baseline_vector_time_s"] == pytest.approx(
+            a["baseline_compute_time_s"])
         assert a["speedup"] == pytest.approx(a["baseline_solve_time_s"] / a["solve_time_s"])
         # one solve alone per size and method, shared by the partitioners of that size
         assert b["baseline_solve_time_s"] == a["baseline_solve_time_s"]

@@ -127,6 +127,24 @@ def test_memory_laws_and_their_split():
     assert rows[0]["holds"] and rows[1]["holds"] and rows[2]["holds"]
     assert laws.split_sums(rows[2])
     assert not rows[3]["holds"] and "slower beside the other" in rows[3]["note"]
+    assert rows[0]["split"] is None  # the baseline's SpMV and vector time not kept apart
+
+
+def test_the_floor_law_misses_with_one_ranks_iteration_in_its_parts():
+    """An iteration alone at 0.6 of the copy bandwidth (6 ms against a floor of 3.57 ms) misses
+    its floor, and its split (SpMV, vector updates, the rest, timed in rank 0's solve alone)
+    sums to it; one at the floor holds, its split summing to its 3.5 ms."""
+    slow = _memory_row(baseline_time_per_iteration_s=6.0e-3, baseline_compute_time_s=0.58,
+                       baseline_spmv_time_s=0.45, baseline_vector_time_s=0.13)
+    floor = laws.check(**memory.laws(memory.point(slow, profile=FLAT, message_s=50e-6),
+                                     dof=250_000)[0])
+    assert not floor["holds"] and laws.split_sums(floor)
+    assert floor["split"] == pytest.approx({"SpMV": 4.5, "vector updates": 1.3,
+                                            "the rest (the loop, the calls)": 0.2})
+    at = laws.check(**memory.laws(memory.point(
+        _memory_row(baseline_spmv_time_s=0.25, baseline_vector_time_s=0.09), profile=FLAT,
+        message_s=50e-6), dof=250_000)[0])
+    assert at["holds"] and sum(at["split"].values()) == pytest.approx(3.5)
 
 
 def test_memory_point_with_its_shares_timed_compares_a_share_with_itself():

@@ -133,8 +133,9 @@ def point(row, *, profile, message_s: float) -> dict:
     ``measured_slowdown`` (the share's compute with every rank at it over the same share alone;
     without a share timed, P · compute_P / compute_1), ``reading`` (:func:`co_run_reading` at each rank's share of the
     footprint) and its ``slowdown``, ``model_tp_s`` (the model above, with ``message_s``),
-    ``speedup`` (t1 / tP), ``split_us`` (the P-rank iteration in its measured terms) and
-    ``ranks``.
+    ``speedup`` (t1 / tP), ``split_us`` (the P-rank iteration in its measured terms),
+    ``split1_ms`` (one rank's iteration alone: SpMV, vector updates and the rest, where the row
+    times them apart; else None) and ``ranks``.
 
     Copies of 13 MB per rank run 1.25x slower with both ranks copying. Without its shares timed,
     a share is compute_1 / 2 = 1.7 ms streaming at the copy's rate: s = 1.25 and t_2 = 0.1 +
@@ -165,6 +166,12 @@ def point(row, *, profile, message_s: float) -> dict:
     (1.312, 0.941, 2000)
     >>> round(m["reading"]["bandwidth_fraction"], 3), m["slowdown"]
     (0.625, 1.15625)
+    >>> m["split1_ms"] is None  # the baseline's SpMV and vector time not kept apart
+    True
+    >>> m = point({**row, "baseline_spmv_time_s": 0.25, "baseline_vector_time_s": 0.09},
+    ...           profile=Prof(), message_s=50e-6)
+    >>> {k: round(v, 2) for k, v in m["split1_ms"].items()}  # sums to t1 = 3.5 ms
+    {'SpMV': 2.5, 'vector updates': 0.9, 'the rest (the loop, the calls)': 0.1}
     """
     need = ("baseline_time_per_iteration_s", "baseline_compute_time_s", "baseline_iterations")
     if int(row["world_size"]) < 2 or any(row.get(k) is None or row.get(k) != row.get(k)
@@ -190,6 +197,10 @@ def point(row, *, profile, message_s: float) -> dict:
                              share_alone_s=share if timed else None)
     slowdown = reading["slowdown"]
     model = (t1 - compute1) + slowdown * share + message_s
+    spmv1, vector1 = row.get("baseline_spmv_time_s"), row.get("baseline_vector_time_s")
+    split1 = ({"SpMV": float(spmv1) / its1 * 1e3, "vector updates": float(vector1) / its1 * 1e3,
+               "the rest (the loop, the calls)": (t1 - compute1) * 1e3}
+              if spmv1 is not None and spmv1 == spmv1 and vector1 is not None else None)
     return {"ranks": p, "t1_s": t1, "compute1_s": compute1, "tp_s": tp, "computep_s": computep,
             "share_alone_s": share, "share_fraction": p * share / compute1 if timed else nan,
             "floor_bytes_per_s": bw, "floor1_s": nbytes / bw, "fraction1": nbytes / bw / t1,
@@ -197,7 +208,7 @@ def point(row, *, profile, message_s: float) -> dict:
             "measured_slowdown": float(together) / share if timed else p * computep / compute1,
             "slowdown": slowdown,
             "reading": reading, "message_s": message_s, "model_tp_s": model, "speedup": t1 / tp,
-            "split_us": verdicts.iteration_split_us(row)}
+            "split_us": verdicts.iteration_split_us(row), "split1_ms": split1}
 
 
 def laws(m: dict, *, dof: int) -> list[dict]:
@@ -220,7 +231,7 @@ def laws(m: dict, *, dof: int) -> list[dict]:
     return [
         {"law": f"1 rank at the copy-bandwidth floor, {dof:,} DOF", "kind": "model",
          "predicted": m["floor1_s"] * 1e3, "measured": m["t1_s"] * 1e3, "unit": "ms",
-         "tolerance_pct": 25},
+         "tolerance_pct": 25, "split": m.get("split1_ms")},
         {"law": f"co-run slowdown of {p} ranks computing at once", "kind": "model",
          "predicted": m["slowdown"], "measured": m["measured_slowdown"], "tolerance_pct": 25},
         {"law": f"{p} ranks' iteration at {dof:,} DOF", "kind": "model",

@@ -98,6 +98,8 @@ COLUMNS = (
     Column("baseline_time_per_iteration_s", "s", "inline baseline: its time per iteration"),
     Column("baseline_compute_time_s", "s",
            "inline baseline: its SpMV and vector time (no messages), per solve"),
+    Column("baseline_spmv_time_s", "s", "inline baseline: its SpMV time, per solve"),
+    Column("baseline_vector_time_s", "s", "inline baseline: its vector updates' time, per solve"),
     Column("share_alone_compute_per_iteration_s", "s",
            "a rank's share (its rows, no messages) computing alone, per iteration: the "
            "slowest rank's median (points with a baseline, more than one rank)"),

@@ -307,7 +307,8 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         spmv1, vector1 = np.median(np.array(alone_splits), axis=0).tolist()
         row.update(baseline_solve_time_s=t1, baseline_iterations=its1,
                    baseline_time_per_iteration_s=t1 / max(its1, 1),
-                   baseline_compute_time_s=spmv1 + vector1)
+                   baseline_compute_time_s=spmv1 + vector1, baseline_spmv_time_s=spmv1,
+                   baseline_vector_time_s=vector1)
     if shares and sla is None:
         row.update(share_columns(rt, op, b, method, restart=cfg.restart))
     if local_min is not None:
