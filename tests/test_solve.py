@@ -391,6 +391,7 @@ def test_inline_baseline_times_rank_0_alone_beside_the_ranks(tmp_path):
         assert a["baseline_spmv_time_s"] > 0 and a["baseline_vector_time_s"] > 0
         assert a["baseline_spmv_time_s"] + a["baseline_vector_time_s"] == pytest.approx(
             a["baseline_compute_time_s"])
+        assert 0 < a["spmv_bytes_per_iteration"] < a["bytes_per_iteration"]
         assert a["speedup"] == pytest.approx(a["baseline_solve_time_s"] / a["solve_time_s"])
         # one solve alone per size and method, shared by the partitioners of that size
         assert b["baseline_solve_time_s"] == a["baseline_solve_time_s"]

@@ -141,6 +141,18 @@ def test_the_floor_law_misses_with_one_ranks_iteration_in_its_parts():
     assert not floor["holds"] and laws.split_sums(floor)
     assert floor["split"] == pytest.approx({"SpMV": 4.5, "vector updates": 1.3,
                                             "the rest (the loop, the calls)": 0.2})
+    assert floor["note"] == ""  # the SpMV's bytes not counted apart: no parts to judge
+    # 26 of the 50 MB are the SpMV's: at 14 GB/s its floor is 1.86 ms against its 4.5 ms, the
+    # vector updates' 1.71 ms against 1.3 ms: the note names the SpMV, and flips with it
+    parts = {**slow, "spmv_bytes_per_iteration": 26e6}
+    note = laws.check(**memory.laws(memory.point(parts, profile=FLAT, message_s=50e-6),
+                                    dof=250_000)[0])["note"]
+    assert note.startswith("SpMV 4.50 ms against its bytes' floor 1.86 ms (0.41 of the copy's")
+    assert note.endswith("furthest below the copy's rate: the SpMV")
+    vec = {**parts, "baseline_spmv_time_s": 0.13, "baseline_vector_time_s": 0.45}
+    assert laws.check(**memory.laws(memory.point(vec, profile=FLAT, message_s=50e-6),
+                                    dof=250_000)[0])["note"].endswith(
+        "furthest below the copy's rate: the vector updates")
     at = laws.check(**memory.laws(memory.point(
         _memory_row(baseline_spmv_time_s=0.25, baseline_vector_time_s=0.09), profile=FLAT,
         message_s=50e-6), dof=250_000)[0])

@@ -201,6 +201,11 @@ def point(row, *, profile, message_s: float) -> dict:
     split1 = ({"SpMV": float(spmv1) / its1 * 1e3, "vector updates": float(vector1) / its1 * 1e3,
                "the rest (the loop, the calls)": (t1 - compute1) * 1e3}
               if spmv1 is not None and spmv1 == spmv1 and vector1 is not None else None)
+    spmv_bytes = row.get("spmv_bytes_per_iteration")
+    parts1 = ({"SpMV": (split1["SpMV"] / 1e3, float(spmv_bytes) / bw),
+               "vector updates": (split1["vector updates"] / 1e3,
+                                  (nbytes - float(spmv_bytes)) / bw)}
+              if split1 and spmv_bytes is not None and spmv_bytes == spmv_bytes else None)
     return {"ranks": p, "t1_s": t1, "compute1_s": compute1, "tp_s": tp, "computep_s": computep,
             "share_alone_s": share, "share_fraction": p * share / compute1 if timed else nan,
             "floor_bytes_per_s": bw, "floor1_s": nbytes / bw, "fraction1": nbytes / bw / t1,
@@ -208,7 +213,8 @@ def point(row, *, profile, message_s: float) -> dict:
             "measured_slowdown": float(together) / share if timed else p * computep / compute1,
             "slowdown": slowdown,
             "reading": reading, "message_s": message_s, "model_tp_s": model, "speedup": t1 / tp,
-            "split_us": verdicts.iteration_split_us(row), "split1_ms": split1}
+            "split_us": verdicts.iteration_split_us(row), "split1_ms": split1,
+            "parts1": parts1}
 
 
 def laws(m: dict, *, dof: int) -> list[dict]:
@@ -231,7 +237,7 @@ def laws(m: dict, *, dof: int) -> list[dict]:
     return [
         {"law": f"1 rank at the copy-bandwidth floor, {dof:,} DOF", "kind": "model",
          "predicted": m["floor1_s"] * 1e3, "measured": m["t1_s"] * 1e3, "unit": "ms",
-         "tolerance_pct": 25, "split": m.get("split1_ms")},
+         "tolerance_pct": 25, "split": m.get("split1_ms"), "note": parts_note(m)},
         {"law": f"co-run slowdown of {p} ranks computing at once", "kind": "model",
          "predicted": m["slowdown"], "measured": m["measured_slowdown"], "tolerance_pct": 25},
         {"law": f"{p} ranks' iteration at {dof:,} DOF", "kind": "model",
@@ -245,6 +251,35 @@ def laws(m: dict, *, dof: int) -> list[dict]:
                      if f is not None and f == f else "")
                   + f", and the messages cost {m['message_s'] * us:.0f} us per iteration")},
     ]
+
+
+def parts_note(m: dict) -> str:
+    """Each part of one rank's iteration alone against its own bytes' floor at the same copy
+    rate (``parts1`` of :func:`point`: (time, floor) per part), and which part runs furthest
+    below the copy's rate; "" where the row does not time them apart.
+
+    >>> print(parts_note({"parts1": {"SpMV": (1.0e-3, 0.4e-3),
+    ...                              "vector updates": (0.3e-3, 0.36e-3)}}))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    SpMV 1.00 ms against its bytes' floor 0.40 ms (0.40 of the copy's rate), vector updates
+    0.30 ms against 0.36 ms (1.20): furthest below the copy's rate: the SpMV
+    >>> parts_note({"parts1": {"SpMV": (0.4e-3, 0.4e-3), "vector updates": (0.3e-3, 0.36e-3)}}
+    ...            ).split(": ")[-1]
+    'each part at least as fast as a copy of its bytes'
+    >>> parts_note({"parts1": None})
+    ''
+    """
+    parts = m.get("parts1")
+    if not parts:
+        return ""
+    frac = {k: floor / t for k, (t, floor) in parts.items() if t > 0}
+    (a, (ta, fa)), (b, (tb, fb)) = list(parts.items())[:2]
+    slowest = min(frac, key=frac.get)
+    which = (f"furthest below the copy's rate: the {slowest}" if frac[slowest] < 1 else
+             "each part at least as fast as a copy of its bytes")
+    return (f"{a} {ta * 1e3:.2f} ms against its bytes' floor {fa * 1e3:.2f} ms ({frac[a]:.2f} "
+            f"of the copy's rate), {b} {tb * 1e3:.2f} ms against {fb * 1e3:.2f} ms "
+            f"({frac[b]:.2f}): {which}")
 
 
 def floor_sentence(m: dict) -> str:
@@ -277,7 +312,8 @@ def floor_sentence(m: dict) -> str:
     elif least:
         text += (f" The fewest bytes a correct iteration moves would allow {least * 1e3:.2f} ms:"
                  " no faster than measured (these kernels move no more than that).")
-    return text
+    parts = parts_note(m)
+    return text + (f" Its parts timed apart: {parts}." if parts else "")
 
 
 def co_run_sentence(m: dict) -> str:

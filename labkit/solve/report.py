@@ -61,6 +61,7 @@ COLUMNS = (
     Column("compute_imbalance", "", "SpMV + vector time of the busiest rank / mean over ranks "
            "(1: the waits are jitter and message cost, not a rank that always computes more)"),
     Column("bytes_per_iteration", "bytes", "bytes an iteration streams, all ranks"),
+    Column("spmv_bytes_per_iteration", "bytes", "the part of them its SpMVs stream, all ranks"),
     Column("footprint_bytes", "bytes", "the data an iteration holds, all ranks: matrix, the "
            "vectors it touches, the halo (labkit.solve.formulas.footprint_bytes)"),
     Column("halo_bytes_per_iteration", "bytes", "halo bytes received per iteration, all ranks"),

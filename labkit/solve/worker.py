@@ -264,8 +264,9 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
     local_footprint = footprint_bytes(method, nnz=op.nnz, rows=op.n_owned, halo=op.n_halo,
                                       restart=cfg.restart, iterations=its,
                                       index_bytes=op.index_bytes, word=op.word_bytes)
-    total_bytes, total_bw, halo, total_min, total_alone, footprint = _sum(
-        rt, [local_bytes, bw, op.n_halo, local_min or 0.0, bw_alone, local_footprint])
+    total_bytes, total_bw, halo, total_min, total_alone, footprint, spmv_total = _sum(
+        rt, [local_bytes, bw, op.n_halo, local_min or 0.0, bw_alone, local_footprint,
+             SPMVS_PER_ITERATION[method] * op.spmv_bytes()])
     # the point ends here (solves, messages, copies): the most device memory any rank held
     memory_peak = runtime.max_device_peak_bytes(rt.device)
     row = {
@@ -282,6 +283,7 @@ def measure(rt, cfg: SolveConfig, op: DistOperator, b: torch.Tensor, method: str
         "compute_imbalance": imbalance,
         "message_time_alone_s": messages,
         "bytes_per_iteration": total_bytes,
+        "spmv_bytes_per_iteration": spmv_total,
         "footprint_bytes": footprint,
         "halo_bytes_per_iteration": 8 * halo * SPMVS_PER_ITERATION[method],
         "copy_bandwidth_gb_per_s": total_bw,
