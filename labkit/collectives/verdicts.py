@@ -268,13 +268,30 @@ def _residual_note(reg: Regimes) -> str:
 
 def line_law(reg: Regimes) -> dict:
     """The bandwidth regime's α–β line at the largest size against the measured time there
-    (its transfer, where the regimes were fitted to the transfers; else its p50)."""
+    (its transfer, where the regimes were fitted to the transfers; else its p50). The note
+    sets the line's β, fitted over the regime's sizes, beside the top segment's (each byte's
+    marginal cost between the two largest sizes): a line that reads low at the top is one
+    whose per-byte cost rose past the sizes it was fitted to.
+
+    >>> r = Regimes("all_reduce", 2, (1 << 20, 2 << 20, 8 << 20), (1.0e-3, 1.7e-3, 9.0e-3),
+    ...             1 << 20, 3e-4, 1.5e9, 5e-4, 1.4e9)
+    >>> law = line_law(r)
+    >>> law["holds"], round(law["predicted"], 2), law["note"]  # doctest: +NORMALIZE_WHITESPACE
+    (False, 6.19, 'the line: alpha 0.3 ms, beta 1.50 GB/s over 3 sizes; the top segment
+     (2 MiB -> 8 MiB): beta 0.86 GB/s')
+    """
     s, t = reg.sizes[-1], reg.times[-1]
+    top = reg.top_beta_bytes_per_s
+    note = (f"the line: alpha {reg.alpha_s * 1e3:.2g} ms, beta {reg.beta_bytes_per_s / 1e9:.2f} "
+            f"GB/s over {len(reg.bandwidth_sizes)} sizes"
+            + (f"; the top segment ({size_text(reg.sizes[-2])} -> {size_text(s)}): beta "
+               f"{top / 1e9:.2f} GB/s" if top == top else "") if reg.has_bandwidth else "")
     return laws.check(f"alpha-beta {reg.op}, bandwidth regime, largest size ({size_text(s)}, "
                       f"N = {reg.ranks})",
                       predicted=reg.line_s(s) * 1e3, measured=t * 1e3, unit="ms",
                       tolerance_pct=25, mechanism_observed=reg.has_bandwidth,
-                      mechanism="a bandwidth regime in the sweep", split=reg.split(s, t))
+                      mechanism="a bandwidth regime in the sweep", split=reg.split(s, t),
+                      note=note)
 
 
 def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
