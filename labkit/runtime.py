@@ -78,7 +78,7 @@ def init(timeout_s: float | None = None) -> Runtime:
         # call's arguments tell apart from the host's default
         device = torch.device("cpu", 0) if audit.enabled() else torch.device("cpu")
     timeout = _dt.timedelta(seconds=float(timeout_s or pg_timeout_s()))
-    if rank != 0 and world_size > 1:
+    if rank != 0 and world_size > 1 and os.environ.get("MASTER_PORT", "").isdigit():
         wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                        timeout_s=timeout.total_seconds(), rank=rank)
     kwargs = {"device_id": device} if backend == "nccl" else {}
