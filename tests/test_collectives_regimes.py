@@ -346,9 +346,9 @@ def test_the_model_is_fitted_to_the_transfers_and_the_naive_line_to_the_p50s():
     rows[-1]["time_p10_s"] *= 1.6
     off = verdicts.line_law(regimes.of_rows(rows, fit_min_bytes=SIZES[6]))
     assert not off["holds"]
-    # the note sets the line's beta beside the top segment's, which the slower top size lowers
-    fitted, top = (float(x.split(" GB/s")[0]) for x in off["note"].split("beta ")[1:])
-    assert off["note"].startswith("the line: alpha ") and top < fitted
+    # the note sets the top segment's beta beside the line's, which the slower top size lowers
+    top, fitted = (float(x.split(" GB/s")[0].split()[-1]) for x in off["note"].split("beta ")[1:])
+    assert off["note"].startswith("the line's alpha ") and top < fitted
     # p50s only: the old statistic, and a miss split into the p10 and the rest
     p50s = [{"op": "all_reduce", "world_size": 2, "size_bytes": s, "time_p50_s": t,
              "time_p10_s": 0.6 * t} for s, t in zip(SIZES, times)]

@@ -266,6 +266,18 @@ def _residual_note(reg: Regimes) -> str:
     return "; ".join(parts) if parts else "no fit"
 
 
+def betas_note(reg: Regimes) -> str:
+    """The top segment's β (each byte's marginal cost between the two largest sizes) beside the
+    regime's fitted β, or why there is no top segment: the note of the line and busbw laws."""
+    top = reg.top_beta_bytes_per_s
+    if top != top:
+        return ("no top segment (fewer than 2 sizes in the bandwidth regime, or the largest no "
+                "slower than the one below it)")
+    return (f"beta of the top segment ({size_text(reg.sizes[-2])} -> {size_text(reg.sizes[-1])}: "
+            f"each byte's marginal cost there) {top / 1e9:.2f} GB/s, the regime's fitted beta "
+            f"{reg.beta_bytes_per_s / 1e9:.2f} GB/s over its {len(reg.bandwidth_sizes)} sizes")
+
+
 def line_law(reg: Regimes) -> dict:
     """The bandwidth regime's α–β line at the largest size against the measured time there
     (its transfer, where the regimes were fitted to the transfers; else its p50). The note
@@ -277,15 +289,12 @@ def line_law(reg: Regimes) -> dict:
     ...             1 << 20, 3e-4, 1.5e9, 5e-4, 1.4e9)
     >>> law = line_law(r)
     >>> law["holds"], round(law["predicted"], 2), law["note"]  # doctest: +NORMALIZE_WHITESPACE
-    (False, 6.19, 'the line: alpha 0.3 ms, beta 1.50 GB/s over 3 sizes; the top segment
-     (2 MiB -> 8 MiB): beta 0.86 GB/s')
+    (False, 6.19, "the line's alpha 0.3 ms; beta of the top segment (2 MiB -> 8 MiB: each byte's
+     marginal cost there) 0.86 GB/s, the regime's fitted beta 1.50 GB/s over its 3 sizes")
     """
     s, t = reg.sizes[-1], reg.times[-1]
-    top = reg.top_beta_bytes_per_s
-    note = (f"the line: alpha {reg.alpha_s * 1e3:.2g} ms, beta {reg.beta_bytes_per_s / 1e9:.2f} "
-            f"GB/s over {len(reg.bandwidth_sizes)} sizes"
-            + (f"; the top segment ({size_text(reg.sizes[-2])} -> {size_text(s)}): beta "
-               f"{top / 1e9:.2f} GB/s" if top == top else "") if reg.has_bandwidth else "")
+    note = (f"the line's alpha {reg.alpha_s * 1e3:.2g} ms; {betas_note(reg)}"
+            if reg.has_bandwidth else "")
     return laws.check(f"alpha-beta {reg.op}, bandwidth regime, largest size ({size_text(s)}, "
                       f"N = {reg.ranks})",
                       predicted=reg.line_s(s) * 1e3, measured=t * 1e3, unit="ms",
@@ -326,13 +335,7 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
         tolerance_pct=25, mechanism_observed=bool(ratio >= PLATEAU_S_STAR and top == top),
         mechanism=f"the largest size at least {PLATEAU_S_STAR:g} S* (busbw near its plateau) "
                   "and slower than the size below it",
-        note=((f"beta of the top segment ({size_text(reg.sizes[-2])} -> {size_text(s_max)}: "
-               f"each byte's marginal cost there) {top / 1e9:.2f} GB/s, the regime's fitted "
-               f"beta {reg.beta_bytes_per_s / 1e9:.2f} GB/s over its "
-               f"{len(reg.bandwidth_sizes)} sizes" if top == top
-               else "no top segment (fewer than 2 sizes in the bandwidth regime, or the "
-                    "largest no slower than the one below it)")
-              + "; " + (f"S = {ratio:.2g} S*" if math.isfinite(ratio) or math.isnan(ratio)
+        note=(betas_note(reg) + "; " + (f"S = {ratio:.2g} S*" if math.isfinite(ratio) or math.isnan(ratio)
                         else "S* = 0: the line has no latency term")
               + ("; busbw of the transfer" if reg.statistic == "transfer" else ""))))
     at_star = time_at(s_star, sizes=reg.sizes, times=reg.times) if has_star else math.nan

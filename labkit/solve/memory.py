@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from math import nan
 
+from labkit.book.laws import given
 from labkit.errors import UsageError
 from labkit.solve import verdicts
 from labkit.solve.formulas import co_run_slowdown, copy_size_bytes
@@ -82,8 +83,8 @@ def co_run_reading(profile, *, footprint_bytes: float, ranks: int,
     ``copy_slowdown`` (their ratio, at least 1), ``bandwidth_fraction`` (φ: a share's floor,
     its part of ``bytes_per_iteration`` at the copy's rate alone, over its compute alone
     ``share_alone_s``; 1 where either is not given) and ``slowdown``
-    (:func:`~labkit.solve.formulas.co_run_slowdown`: the bytes slowed, the rest not; times ranks / cores
-    past the cores).
+    (:func:`~labkit.solve.formulas.co_run_slowdown`: the bytes slowed, the rest not; times
+    ranks / cores past the cores).
 
     >>> class Prof:  # copies of 1 and 32 MiB: 100 and 44 GB/s alone, 98 and 24 together
     ...     cores = 2
@@ -131,8 +132,8 @@ def point(row, *, profile, message_s: float) -> dict:
     ``share_alone_s`` (c_share: the share's compute alone, per iteration, or compute_1 / P where
     the row has no share timed), ``share_fraction`` (P · c_share / compute_1, nan without),
     ``measured_slowdown`` (the share's compute with every rank at it over the same share alone;
-    without a share timed, P · compute_P / compute_1), ``reading`` (:func:`co_run_reading` at each rank's share of the
-    footprint) and its ``slowdown``, ``model_tp_s`` (the model above, with ``message_s``),
+    without a share timed, P · compute_P / compute_1), ``reading`` (:func:`co_run_reading` at
+    each rank's share of the footprint) and its ``slowdown``, ``model_tp_s`` (the model above, with ``message_s``),
     ``speedup`` (t1 / tP), ``split_us`` (the P-rank iteration in its measured terms),
     ``split1_ms`` (one rank's iteration alone: SpMV, vector updates and the rest, where the row
     times them apart; else None) and ``ranks``.
@@ -197,15 +198,17 @@ def point(row, *, profile, message_s: float) -> dict:
                              share_alone_s=share if timed else None)
     slowdown = reading["slowdown"]
     model = (t1 - compute1) + slowdown * share + message_s
+    # one rank's iteration alone in its parts, where rank 0's solve alone timed them apart
     spmv1, vector1 = row.get("baseline_spmv_time_s"), row.get("baseline_vector_time_s")
-    split1 = ({"SpMV": float(spmv1) / its1 * 1e3, "vector updates": float(vector1) / its1 * 1e3,
-               "the rest (the loop, the calls)": (t1 - compute1) * 1e3}
-              if spmv1 is not None and spmv1 == spmv1 and vector1 is not None else None)
-    spmv_bytes = row.get("spmv_bytes_per_iteration")
-    parts1 = ({"SpMV": (split1["SpMV"] / 1e3, float(spmv_bytes) / bw),
-               "vector updates": (split1["vector updates"] / 1e3,
-                                  (nbytes - float(spmv_bytes)) / bw)}
-              if split1 and spmv_bytes is not None and spmv_bytes == spmv_bytes else None)
+    split1 = parts1 = None
+    if given(spmv1) and given(vector1):
+        spmv1, vector1 = float(spmv1) / its1, float(vector1) / its1
+        split1 = {"SpMV": spmv1 * 1e3, "vector updates": vector1 * 1e3,
+                  "the rest (the loop, the calls)": (t1 - compute1) * 1e3}
+        spmv_bytes = row.get("spmv_bytes_per_iteration")
+        if given(spmv_bytes):  # each part against its own bytes' floor
+            parts1 = {"SpMV": (spmv1, float(spmv_bytes) / bw),
+                      "vector updates": (vector1, (nbytes - float(spmv_bytes)) / bw)}
     return {"ranks": p, "t1_s": t1, "compute1_s": compute1, "tp_s": tp, "computep_s": computep,
             "share_alone_s": share, "share_fraction": p * share / compute1 if timed else nan,
             "floor_bytes_per_s": bw, "floor1_s": nbytes / bw, "fraction1": nbytes / bw / t1,
