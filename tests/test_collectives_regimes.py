@@ -12,7 +12,7 @@ import pytest
 
 from labkit import collectives
 from labkit.collectives import config as cconfig
-from labkit.collectives import formulas, regimes, verdicts, waits
+from labkit.collectives import context, formulas, regimes, verdicts, waits
 from labkit.collectives.regimes import Regimes, find_regimes
 from labkit.errors import UsageError
 
@@ -137,9 +137,9 @@ def test_crossover_sentence_flips_inside_and_above():
 
 def test_busy_sentence_flips_slower_and_no_slower():
     ctx = {"size_bytes": 2 << 20, "idle_s": 2e-3}
-    assert verdicts.busy_sentence(dict(ctx, busy_s=3e-3)).endswith("1.50x, slower.")
-    assert verdicts.busy_sentence(dict(ctx, busy_s=1.9e-3)).endswith("0.95x, no slower.")
-    assert "not timed" in verdicts.busy_sentence(dict(ctx, busy_s=math.nan))
+    assert context.busy_sentence(dict(ctx, busy_s=3e-3)).endswith("1.50x, slower.")
+    assert context.busy_sentence(dict(ctx, busy_s=1.9e-3)).endswith("0.95x, no slower.")
+    assert "not timed" in context.busy_sentence(dict(ctx, busy_s=math.nan))
 
 
 # -- law rows: kinds, holds, mechanisms -------------------------------------------------------
@@ -264,10 +264,10 @@ def test_in_context_judges_at_the_largest_size_both_swept_and_its_laws():
     rows = [{"size_bytes": s, "time_p50_s": t, "busy_time_p50_s": 1.4 * t, "busy_matmuls": 9,
              "time_p10_s": t / 2, "busy_time_p10_s": 1.5 * t / 2}
             for s, t in zip(SIZES, floor_then_line())]
-    ctx = verdicts.in_context(rows, _Profile(), ranks=2)
+    ctx = context.in_context(rows, _Profile(), ranks=2)
     assert ctx["size_bytes"] == 2 << 20  # 8 MiB is past the profile's sweep
     assert ctx["ratio"] == pytest.approx(1.4)
-    laws_rows = verdicts.context_laws(ctx, ranks=2)
+    laws_rows = context.context_laws(ctx, ranks=2)
     assert [x["kind"] for x in laws_rows] == ["model", "model"]
     # transfers against transfers: the profile's p10 (1.5 ms) against the sweep's
     assert laws_rows[0]["predicted"] == pytest.approx(1.5)
@@ -275,14 +275,14 @@ def test_in_context_judges_at_the_largest_size_both_swept_and_its_laws():
     assert "p50" in laws_rows[0]["note"]
     # a sweep whose transfers are twice the profile's misses, whatever its p50s
     slow = dict(ctx, idle_transfer_s=2 * ctx["predicted_idle_s"])
-    assert not verdicts.context_laws(slow, ranks=2)[0]["holds"]
+    assert not context.context_laws(slow, ranks=2)[0]["holds"]
     # no busy thread computing: the busy law cannot hold, whatever its numbers
     idle_only = dict(ctx, matmuls=0)
-    assert not verdicts.context_laws(idle_only, ranks=2)[1]["holds"]
+    assert not context.context_laws(idle_only, ranks=2)[1]["holds"]
     # busy not measured: only the idle law
     plain = [dict(r, busy_time_p50_s=None, busy_matmuls=None) for r in rows]
-    ctx2 = verdicts.in_context(plain, _Profile(), ranks=2)
-    assert math.isnan(ctx2["busy_s"]) and len(verdicts.context_laws(ctx2, ranks=2)) == 1
+    ctx2 = context.in_context(plain, _Profile(), ranks=2)
+    assert math.isnan(ctx2["busy_s"]) and len(context.context_laws(ctx2, ranks=2)) == 1
 
 
 # -- notebook 06's documented parameter values: run within its budget, or refused -------------
@@ -474,21 +474,21 @@ def test_busy_law_compares_p50s_where_most_of_the_profiles_busy_calls_waited():
              "time_p10_s": t / 2, "busy_time_p10_s": 1.5 * t / 2}
             for s, t in zip(SIZES, floor_then_line())]
     # the stand-in keeps no wait shares: the busy law compares transfers
-    ctx = verdicts.in_context(rows, _Profile(), ranks=2)
+    ctx = context.in_context(rows, _Profile(), ranks=2)
     assert math.isnan(ctx["profile_busy_wait_share"])
     assert ctx["predicted_busy_p50_s"] == pytest.approx(4.5e-3)  # 1.5 x 3 ms at 2 MiB
-    assert "transfer" in verdicts.context_laws(ctx, ranks=2)[1]["law"]
+    assert "transfer" in context.context_laws(ctx, ranks=2)[1]["law"]
 
     class Waited(_Profile):  # 10 of 11 busy calls waited at every size
         rows = [dict(r, wait_share=10 / 11 if r["context"] == "busy" else 0.1)
                 for r in _Profile.rows]
 
-    ctx = verdicts.in_context(rows, Waited(), ranks=2)
-    busy = verdicts.context_laws(ctx, ranks=2)[1]
+    ctx = context.in_context(rows, Waited(), ranks=2)
+    busy = context.context_laws(ctx, ranks=2)[1]
     assert busy["law"].startswith("all-reduce p50 while every core computes")
     assert busy["predicted"] == pytest.approx(4.5) and busy["measured"] == pytest.approx(
         ctx["busy_s"] * 1e3)
     assert "91% of the profile's busy calls" in busy["note"]
     # at half or fewer, the transfers again
     half = dict(ctx, profile_busy_wait_share=0.5)
-    assert "transfer" in verdicts.context_laws(half, ranks=2)[1]["law"]
+    assert "transfer" in context.context_laws(half, ranks=2)[1]["law"]

@@ -36,7 +36,7 @@ from pathlib import Path
 
 #: a row's fields, in the order tables show them
 FIELDS = ("notebook", "law", "kind", "predicted", "measured", "unit", "error_pct", "error_abs",
-          "tolerance_pct", "tolerance_abs", "holds", "note", "source", "split")
+          "tolerance_pct", "tolerance_abs", "holds", "note", "source", "split", "split_op")
 KEY = ("notebook", "law")
 FILE = "laws.json"
 KINDS = ("model", "naive", "published", "agreement")
@@ -71,12 +71,14 @@ def symmetric_error_pct(predicted: float, measured: float) -> float:
 def check(law: str, *, predicted: float, measured: float, kind: str = "model", unit: str = "",
           tolerance_pct: float | None = None, tolerance_abs: float | None = None,
           mechanism_observed: bool | None = None, mechanism: str = "", split: dict | None = None,
-          source: str = "", note: str = "") -> dict:
+          split_op: str = "sum", source: str = "", note: str = "") -> dict:
     """One law beside its measurement, scored both ways.
 
     Give ``tolerance_pct`` (relative, for times and ratios; default 25) or ``tolerance_abs``
     (absolute, for fractions), never both. ``split`` is the measurement taken apart into its
     measured terms (``{"compute": 41.0, "messages": 9.5}``), shown when a ``model`` law misses;
+    its terms add up to the measurement, or multiply to it where ``split_op="product"`` (a
+    ratio taken apart into measured factors: a speedup = N x 1/slowdown x compute share).
     ``source`` is required for a ``published`` row.
 
     >>> r = check("speedup at 2 ranks", predicted=1.8, measured=1.6)
@@ -100,6 +102,8 @@ def check(law: str, *, predicted: float, measured: float, kind: str = "model", u
         raise ValueError(f"{law}: tolerance {tolerance_pct:g}% is outside 0..{MAX_TOLERANCE_PCT:g}%")
     if tolerance_abs is not None and not 0 <= tolerance_abs <= MAX_TOLERANCE_ABS:
         raise ValueError(f"{law}: tolerance {tolerance_abs:g} is outside 0..{MAX_TOLERANCE_ABS:g}")
+    if split_op not in ("sum", "product"):
+        raise ValueError(f"{law}: split_op is 'sum' or 'product', got {split_op!r}")
     if kind == "published" and not source:
         raise ValueError(f"{law}: a published law needs its source")
     predicted, measured = float(predicted), float(measured)
@@ -120,7 +124,8 @@ def check(law: str, *, predicted: float, measured: float, kind: str = "model", u
             "tolerance_abs": None if tolerance_abs is None else float(tolerance_abs),
             "holds": bool(within and mechanism_observed is not False),
             "note": "; ".join(notes), "source": source,
-            "split": {k: float(v) for k, v in split.items()} if split else None}
+            "split": {k: float(v) for k, v in split.items()} if split else None,
+            "split_op": split_op if split else None}
 
 
 def given(value) -> bool:
@@ -140,30 +145,49 @@ def _error(row: dict) -> str:
     return f"{row['error_pct']:+.1f}%" if given(row.get("error_pct")) else "n/a"
 
 
+def split_total(row: dict) -> float:
+    """What a row's split adds (or, ``split_op`` "product", multiplies) up to; nan without one.
+
+    >>> split_total({"split": {"N": 2.0, "compute share": 0.4}, "split_op": "product"})
+    0.8
+    """
+    split = row.get("split") or {}
+    if not isinstance(split, dict) or not split:
+        return math.nan
+    if row.get("split_op") == "product":
+        return math.prod(split.values())
+    return sum(split.values())
+
+
 def split_sentence(row: dict) -> str:
-    """The measured split of a measurement, and whether its terms sum to it.
+    """The measured split of a measurement, and whether its terms sum (or multiply) to it.
 
     >>> split_sentence(check("step", predicted=50, measured=100, unit="ms",
     ...                      split={"compute": 60, "messages": 30, "wait": 12}))
     'measured split: compute 60 + messages 30 + wait 12 = 102 ms (the measurement 100 ms, +2.0%)'
+    >>> split_sentence(check("speedup", predicted=1.6, measured=0.8, split_op="product",
+    ...                      split={"N": 2, "1 / co-run slowdown": 0.8, "compute share": 0.5}))
+    'measured split: N 2 x 1 / co-run slowdown 0.8 x compute share 0.5 = 0.8 (the measurement 0.8, +0.0%)'
     """
     split = row.get("split") or {}
     if not split:
         return ""
-    total = sum(split.values())
+    total = split_total(row)
     unit = f" {row['unit']}" if row.get("unit") else ""
     off = symmetric_error_pct(total, row["measured"]) if row["measured"] else math.inf
-    parts = " + ".join(f"{k} {v:.3g}" for k, v in split.items())
+    parts = (" x " if row.get("split_op") == "product" else " + ").join(
+        f"{k} {v:.3g}" for k, v in split.items())
     return (f"measured split: {parts} = {total:.3g}{unit} (the measurement "
             f"{row['measured']:.3g}{unit}, {off:+.1f}%)")
 
 
 def split_sums(row: dict) -> bool:
-    """Whether a row's split adds up to its measurement within :data:`SPLIT_SUM_PCT`."""
+    """Whether a row's split adds (or multiplies) up to its measurement within
+    :data:`SPLIT_SUM_PCT`."""
     split = row.get("split") or {}
     if not split or not row["measured"]:
         return False
-    return abs(symmetric_error_pct(sum(split.values()), row["measured"])) <= SPLIT_SUM_PCT
+    return abs(symmetric_error_pct(split_total(row), row["measured"])) <= SPLIT_SUM_PCT
 
 
 def verdict(row: dict) -> str:
@@ -211,7 +235,7 @@ def show(rows, *, notebook: str, results_dir: str | os.PathLike | None = None):
     if results_dir is not None:
         results.store_rows(Path(results_dir) / FILE, rows, KEY)
     df = pd.DataFrame(rows)
-    return df[[c for c in FIELDS if c in df and c not in ("split",)]]
+    return df[[c for c in FIELDS if c in df and c not in ("split", "split_op")]]
 
 
 def gather(folder: str | os.PathLike):

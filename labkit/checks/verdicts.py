@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from labkit.machine.formulas import WAIT_THRESHOLD_S
+from labkit.machine.formulas import WAIT_THRESHOLD_S, fastest_split
 
 #: a time on a shared 2-core machine
 TIME_TOLERANCE_PCT = 25.0
@@ -121,10 +121,11 @@ def allreduce_sentence(*, world_size: int, size_bytes: float, predicted_s: float
 
 
 def allreduce_law(*, world_size: int, size_bytes: float, predicted_s: float, measured_s: float,
-                  cores: int, p50_s: float | None = None) -> dict:
+                  cores: int, p50_s: float | None = None, fastest_s: float | None = None) -> dict:
     """The profile's all-reduce transfer against this launch's (the calls that waited for
     nothing; ``p50_s`` goes in the note): ``model`` with a core per rank, ``naive`` (ranks
-    take turns) beyond.
+    take turns) beyond. ``fastest_s``, the fastest call: the measured split of the transfer
+    (:func:`labkit.machine.formulas.fastest_split`).
 
     >>> allreduce_law(world_size=2, size_bytes=1 << 20, predicted_s=1e-3, measured_s=1.1e-3,
     ...               cores=2, p50_s=3e-3)["note"]
@@ -141,6 +142,8 @@ def allreduce_law(*, world_size: int, size_bytes: float, predicted_s: float, mea
                     "run's machine profile)", kind="naive" if crowded else "model",
                 predicted=predicted_s * 1e3, measured=measured_s * 1e3, unit="ms",
                 tolerance_pct=TIME_TOLERANCE_PCT,
+                split=None if fastest_s is None else fastest_split(transfer_s=measured_s,
+                                                                   fastest_s=fastest_s),
                 note=(f"oversubscribed: {world_size} ranks on {cores} cores take turns, a message "
                       "waits for its rank to run") if crowded else note)
 

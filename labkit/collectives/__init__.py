@@ -13,6 +13,8 @@ Read in this order:
 * :mod:`~labkit.collectives.run` (host side) -- :func:`run`, what notebook 06 and
   ``labkit collectives`` call;
 * :mod:`~labkit.collectives.verdicts` (pure) -- the sentences and law rows notebook 06 prints;
+* :mod:`~labkit.collectives.context` (pure) -- the all-reduce beside the machine profile's,
+  idle and while every core computes;
 * :mod:`~labkit.collectives.waits` (pure) -- the calls that waited for the scheduler, and their law;
 * :mod:`~labkit.collectives.trace` (pure) -- every rank's timed calls on one clock, and the
   rows as a Chrome trace (``--trace DIR``);
@@ -23,9 +25,19 @@ Read in this order:
 Importing this package imports nothing heavy (no torch).
 """
 
-from labkit.collectives import config, formulas, plots, regimes, report, trace, verdicts, waits
+from labkit.collectives import (
+    config,
+    context,
+    formulas,
+    plots,
+    regimes,
+    report,
+    trace,
+    verdicts,
+    waits,
+)
 from labkit.collectives.config import CollectivesConfig
 from labkit.collectives.run import run
 
-__all__ = ["CollectivesConfig", "config", "formulas", "plots", "regimes", "report", "run",
+__all__ = ["CollectivesConfig", "config", "context", "formulas", "plots", "regimes", "report", "run",
            "trace", "verdicts", "waits"]

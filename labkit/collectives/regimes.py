@@ -36,7 +36,9 @@ from labkit.collectives.formulas import (
     crossover_bytes,
     fit_alpha_beta,
 )
+from labkit.collectives.waits import call_times, row_transfer
 from labkit.errors import UsageError
+from labkit.machine.formulas import fastest_split
 
 #: the fewest sizes a bandwidth regime has (two sizes fit any line exactly)
 MIN_POINTS = 3
@@ -87,15 +89,36 @@ class Regimes:
     p10s: tuple = field(default=())  # the sizes' p10 times (s), where given: a miss's split
     statistic: str = "p50"  # what ``times`` are: "transfer" (the transfers) or "p50"
     naive_times: tuple = field(default=())  # the p50s the naive line runs through (default times)
+    fastests: tuple = field(default=())  # the sizes' fastest calls (s), where given: a split
 
     def split(self, size_bytes: float, measured_s: float) -> dict | None:
         """A time measured at ``size_bytes`` (read on the sweep) taken apart into its measured
-        terms, in ms: the p10 there (the calls least disturbed) and the rest up to the
-        measurement. None without p10 times, outside the sweep, or where the times are the
-        transfers themselves (nothing to take apart)."""
-        if not self.p10s or self.statistic == "transfer":
+        terms, in ms: where the times are p50s, the p10 there (the calls least disturbed) and
+        the rest up to the measurement (:func:`p10_split`); where they are the transfers, the
+        fastest call there and the rest up to the transfer
+        (:func:`labkit.machine.formulas.fastest_split`). None without those times or outside
+        the sweep."""
+        if self.statistic == "transfer":
+            if not self.fastests:
+                return None
+            low = time_at(size_bytes, sizes=self.sizes, times=self.fastests)
+            return fastest_split(transfer_s=measured_s, fastest_s=low) if low == low else None
+        if not self.p10s:
             return None
         return p10_split(measured_s, time_at(size_bytes, sizes=self.sizes, times=self.p10s))
+
+    def floor_split(self) -> dict | None:
+        """The latency floor taken apart as :meth:`split` takes a time: the median over the
+        regime of its sizes' p10s (or fastest calls, where the times are the transfers), and
+        the rest up to the floor. None without those times or a latency regime."""
+        low = self.fastests if self.statistic == "transfer" else self.p10s
+        lows = [t for s, t in zip(self.sizes, low) if self.regime(s) == "latency"]
+        if not lows:
+            return None
+        name = "fastest call" if self.statistic == "transfer" else "p10"
+        base = float(np.median(lows))
+        return {f"{name} (median over the regime)": base * 1e3,
+                "the rest of the floor": (self.floor_s - base) * 1e3}
 
     @property
     def has_bandwidth(self) -> bool:
@@ -214,11 +237,13 @@ def _within(op, ranks, fit, sizes, times, tolerance_pct) -> bool:
 def find_regimes(op: str, ranks: int, *, sizes: Sequence[float], times: Sequence[float],
                  tolerance_pct: float = TOLERANCE_PCT, min_points: int = MIN_POINTS,
                  fit_min_bytes: float = 0, p10s: Sequence[float] = (),
-                 naive_times: Sequence[float] = (), statistic: str = "p50") -> Regimes:
+                 naive_times: Sequence[float] = (), statistic: str = "p50",
+                 fastests: Sequence[float] = ()) -> Regimes:
     """Split a sweep into its bandwidth and latency regimes (see the module docstring).
 
     ``fit_min_bytes`` > 0 sets the bandwidth regime by hand (every size >= it); ``p10s``, the
-    sizes' p10 times, are kept for the split of a miss (:meth:`Regimes.split`);
+    sizes' p10 times, and ``fastests``, their fastest calls, are kept for the split of a miss
+    (:meth:`Regimes.split`);
     ``naive_times`` (default ``times``): the p50s the naive line runs through, where ``times``
     are the transfers (``statistic="transfer"``). A synthetic
     sweep: a scattered floor of about 1 ms up to 8 KiB, then the line α = 100 µs, β = 1 GB/s:
@@ -238,9 +263,13 @@ def find_regimes(op: str, ranks: int, *, sizes: Sequence[float], times: Sequence
     lows = [float(t) for t in p10s] if len(p10s) == len(sizes) else [math.nan] * len(sizes)
     mids = ([float(t) for t in naive_times] if len(naive_times) == len(sizes)
             else [float(t) for t in times])
-    pts = sorted(zip((float(s) for s in sizes), (float(t) for t in times), lows, mids))
+    fasts = ([float(t) for t in fastests] if len(fastests) == len(sizes)
+             else [math.nan] * len(sizes))
+    pts = sorted(zip((float(s) for s in sizes), (float(t) for t in times), lows, mids, fasts))
     xs, ts = [p[0] for p in pts], [p[1] for p in pts]
     kept_p10s = tuple(p[2] for p in pts) if len(p10s) == len(sizes) else ()
+    kept_fastests = (tuple(p[4] for p in pts) if len(fastests) == len(sizes)
+                     and all(p[4] == p[4] for p in pts) else ())
     p50s = tuple(p[3] for p in pts) if len(naive_times) == len(sizes) else ()
     if len(xs) != len(set(xs)) or not xs:
         raise UsageError("the regimes need one time per distinct size")
@@ -278,7 +307,8 @@ def find_regimes(op: str, ranks: int, *, sizes: Sequence[float], times: Sequence
                    beta_bytes_per_s=fit[1] if fit else math.nan,
                    naive_alpha_s=naive[0] if naive else math.nan,
                    naive_beta_bytes_per_s=naive[1] if naive else math.nan, notes=tuple(notes),
-                   p10s=kept_p10s, statistic=statistic, naive_times=p50s)
+                   p10s=kept_p10s, statistic=statistic, naive_times=p50s,
+                   fastests=kept_fastests)
 
 
 def time_at(size_bytes: float, *, sizes: Sequence[float], times: Sequence[float]) -> float:
@@ -312,29 +342,15 @@ def of_rows(rows, *, fit_min_bytes: float = 0, **kw) -> Regimes:
                         **_times(rows), **kw)
 
 
-def row_transfer(r, prefix: str = "") -> float | None:
-    """A row's transfer (``transfer_s``; a row stored before the transfers were: its p10),
-    None without either; ``prefix`` ``busy_`` for the all-reduce timed while the cores compute.
-
-    >>> row_transfer({"transfer_s": 2e-4, "time_p10_s": 1e-4}), row_transfer({"time_p10_s": 1e-4})
-    (0.0002, 0.0001)
-    >>> row_transfer({"transfer_s": float("nan"), "busy_time_p10_s": 3e-4}, "busy_")
-    0.0003
-    """
-    for key in (f"{prefix}transfer_s", f"{prefix}time_p10_s"):
-        t = r.get(key)
-        if t is not None and t == t:
-            return float(t)
-    return None
-
-
 def _times(rows) -> dict:
     """The keyword arguments of :func:`find_regimes` for rows: the transfers where every row
     has one, else the p50s."""
     p50 = [float(r["time_p50_s"]) for r in rows]
     p10 = [row_transfer(r) for r in rows]
     if all(t is not None for t in p10):
-        return {"times": p10, "naive_times": p50, "statistic": "transfer"}
+        calls = [call_times([r]) for r in rows]
+        fastests = [min(c) for c in calls] if all(calls) else []
+        return {"times": p10, "naive_times": p50, "statistic": "transfer", "fastests": fastests}
     return {"times": p50}
 
 

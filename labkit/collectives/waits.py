@@ -40,6 +40,22 @@ def call_times(rows) -> list[float]:
     return out
 
 
+def row_transfer(r, prefix: str = "") -> float | None:
+    """A row's transfer (``transfer_s``; a row stored before the transfers were: its p10),
+    None without either; ``prefix`` ``busy_`` for the all-reduce timed while the cores compute.
+
+    >>> row_transfer({"transfer_s": 2e-4, "time_p10_s": 1e-4}), row_transfer({"time_p10_s": 1e-4})
+    (0.0002, 0.0001)
+    >>> row_transfer({"transfer_s": float("nan"), "busy_time_p10_s": 3e-4}, "busy_")
+    0.0003
+    """
+    for key in (f"{prefix}transfer_s", f"{prefix}time_p10_s"):
+        t = r.get(key)
+        if t is not None and t == t:
+            return float(t)
+    return None
+
+
 def waits_of(rows) -> dict:
     """The sweep's calls that also waited for the scheduler (:func:`labkit.machine.formulas.waits`,
     each size's calls against that size's transfer): ``calls``, ``waited``, ``share``,
@@ -53,7 +69,6 @@ def waits_of(rows) -> dict:
     >>> w["calls"], w["waited"], [round(x * 1e3, 1) for x in w["excess_s"]]
     (6, 2, [4.0, 4.0])
     """
-    from labkit.collectives.regimes import row_transfer
     from labkit.machine.formulas import waits
 
     if hasattr(rows, "to_dict"):

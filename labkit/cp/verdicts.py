@@ -160,6 +160,24 @@ def compute_note(row, model: dict) -> str:
             f"{ranks} ms; blocks alone would give {bare:.2f}x")
 
 
+def compute_split(row, model: dict) -> dict:
+    """The measured ratio slowest / fastest rank's compute alone taken apart into terms that
+    sum to it: 1 (the fastest rank's compute), the slowest rank's extra blocks at their time
+    alone, and the rest of the difference (the other work, or blocks that ran at another pace
+    inside the pass than alone), each over the fastest rank's compute.
+
+    >>> row = {"compute_alone_per_rank_s": [1.5e-3, 2.4e-3]}
+    >>> {k: round(v, 3) for k, v in compute_split(row, {"blocks_s": [1.4e-3, 2.2e-3]}).items()}
+    {"1 (the fastest rank's compute)": 1.0, 'its extra blocks at their time alone': 0.533, 'the rest of the difference': 0.067}
+    """
+    alone, blocks = list(row["compute_alone_per_rank_s"]), list(model["blocks_s"])
+    slow, fast = alone.index(max(alone)), alone.index(min(alone))
+    extra = blocks[slow] - blocks[fast]
+    return {"1 (the fastest rank's compute)": 1.0,
+            "its extra blocks at their time alone": extra / alone[fast],
+            "the rest of the difference": (alone[slow] - alone[fast] - extra) / alone[fast]}
+
+
 def laws(row, prof) -> list[dict]:
     """The laws of one row: bytes and sends counted against the formula, saved bytes against
     theirs (exact counts), the compute imbalance, the 1/P memory law (naive), the step model."""
@@ -187,7 +205,7 @@ def laws(row, prof) -> list[dict]:
             out.append(check(f"{pre}: slowest / fastest rank's compute = fixed work + its "
                              "blocks at their time alone", predicted=model["ratio"],
                              measured=max(alone) / min(alone), tolerance_pct=TOLERANCE_PCT,
-                             note=compute_note(row, model)))
+                             split=compute_split(row, model), note=compute_note(row, model)))
         out.append(check(f"{pre}: saved bytes / one rank's = 1/P", kind="naive",
                          predicted=1 / p, measured=row["saved_bytes_measured"]
                          / row["saved_bytes_one_rank_measured"], tolerance_pct=TOLERANCE_PCT,

@@ -21,7 +21,14 @@ from __future__ import annotations
 import math
 
 from labkit.book.laws import check
-from labkit.machine.formulas import counted_waits, median, median_index, percentile, waits
+from labkit.machine.formulas import (
+    counted_waits,
+    median,
+    median_index,
+    percentile,
+    transfer_split,
+    waits,
+)
 
 
 def median_step(row) -> int | None:
@@ -195,4 +202,5 @@ def allreduce_law(row, prof, *, ranks: int) -> dict:
                f"{(w['transfer_s'] + w['wait_share'] * wait) * ms:.2f} ms" if k else ""))
     return check(f"all-reduce of the {float(row['grad_bytes']) / 1e6:.1f} MB of gradients, "
                  f"{ranks} ranks: transfer (machine profile, cores idle) = the calls' transfer",
-                 predicted=predicted * ms, measured=w["transfer_s"] * ms, unit="ms", note=note)
+                 predicted=predicted * ms, measured=w["transfer_s"] * ms, unit="ms", note=note,
+                 split=transfer_split(times))

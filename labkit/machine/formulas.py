@@ -128,6 +128,38 @@ def transfer_of(samples: Sequence[float], *, threshold_s: float = WAIT_THRESHOLD
     return median(fast)
 
 
+def fastest_split(*, transfer_s: float, fastest_s: float, scale: float = 1e3) -> dict | None:
+    """A transfer (the median of the calls that waited for nothing) taken apart into its
+    measured terms, in seconds x ``scale`` (ms by default): the fastest call, and how far the
+    transfer lies above it. A transfer law that misses with its fastest call already past the
+    prediction was slow in every call: the machine at that moment, not one call's luck. None
+    where either is missing.
+
+    >>> fastest_split(transfer_s=1.1e-3, fastest_s=1.0e-3)
+    {'fastest call': 1.0, "the unwaited calls' median above it": 0.1}
+    """
+    if transfer_s is None or fastest_s is None or not (math.isfinite(transfer_s)
+                                                        and math.isfinite(fastest_s)):
+        return None
+    return {"fastest call": round(fastest_s * scale, 12),
+            "the unwaited calls' median above it": round((transfer_s - fastest_s) * scale, 12)}
+
+
+def transfer_split(samples: Sequence[float], *, scale: float = 1e3,
+                   threshold_s: float = WAIT_THRESHOLD_S) -> dict | None:
+    """:func:`fastest_split` of the transfer of ``samples`` (:func:`transfer_of`). None
+    without calls.
+
+    >>> transfer_split([1.0e-3, 1.1e-3, 4.9e-3, 1.3e-3])
+    {'fastest call': 1.0, "the unwaited calls' median above it": 0.1}
+    """
+    xs = [float(t) for t in samples if t == t]
+    if not xs:
+        return None
+    return fastest_split(transfer_s=transfer_of(xs, threshold_s=threshold_s), fastest_s=min(xs),
+                         scale=scale)
+
+
 def waits(samples: Sequence[float], *, transfer_s: float | None = None,
           threshold_s: float = WAIT_THRESHOLD_S) -> dict:
     """The calls of one size in one context, split into those that moved at the transfer's pace

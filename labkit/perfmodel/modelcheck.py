@@ -54,6 +54,7 @@ from labkit.machine import formulas as machine_formulas
 from labkit.perfmodel.checknotes import collective_note, step_note
 from labkit.pipeline.config import fixed_steps_seconds
 from labkit.pipeline.formulas import bubble_fraction
+from labkit.pipeline.imbalance import bubble_split
 
 #: every prediction here is a time or a ratio (relative) or a fraction of a step (absolute)
 STEP_TOLERANCE_PCT = 25.0
@@ -272,6 +273,7 @@ def _collective_row(r: dict, *, op: str, n: int, ab: float, a: float, b: float,
     return {**out, "measured": measured, "model": model, "statistic": stat,
             "error_pct": laws.symmetric_error_pct(model, measured), "calls": len(calls),
             "calls_waited": len(w["wait_excess_s"]) if w else None, "wait_share": share,
+            "fastest_s": min(calls) if calls and stat == "transfer" else None,
             "scheduler_wait_s": profile.scheduler_wait_s,
             "in_context_s": None if w is None else model + share * profile.scheduler_wait_s}
 
@@ -334,8 +336,12 @@ def _pipeline_rows(r: dict, profile) -> list[dict]:
                  else r["bubble_measured"])
     head = {"lab": "pipeline", "what": r.get("schedule", ""), "world_size": p, "num_stages": p,
             "num_microbatches": m}
+    split = (bubble_split(r.get("median_step_blocks"), step_s=r.get("step_time_s") or 0.0,
+                          measured=meas, over="step")
+             if fill_drain is not None and fill_drain == fill_drain else None)
     out = [{**head, "quantity": "bubble_fraction", "measured": meas, "model": f,
-            "error_pct": laws.symmetric_error_pct(f, meas), "error_abs": f - meas}]
+            "error_pct": laws.symmetric_error_pct(f, meas), "error_abs": f - meas,
+            "split": split}]
     if profile is not None and "hidden" in r:
         w = message_waits(profile, r)
         apart = fixed_step(profile, r)
@@ -389,12 +395,16 @@ def check_laws(check) -> list[dict]:
             rows.append(laws.check(
                 f"{r['what']} of {r['size_bytes']:,.0f} B on {r['world_size']} ranks (this run's "
                 "machine profile)", predicted=r["model"], measured=r["measured"], unit="s",
-                tolerance_pct=STEP_TOLERANCE_PCT, note=collective_note(r)))
+                tolerance_pct=STEP_TOLERANCE_PCT, note=collective_note(r),
+                split=machine_formulas.fastest_split(transfer_s=r["measured"], scale=1.0,
+                                                     fastest_s=r.get("fastest_s") or math.nan)))
     for r in check[check.quantity != "time_s"].to_dict("records"):
         name = f"P = {int(r['num_stages'])}, M = {int(r['num_microbatches'])}"
         if r["quantity"] == "bubble_fraction":
+            split = r.get("split")
             rows.append(laws.check(f"pipeline bubble fraction, {name}", predicted=r["model"],
-                                   measured=r["measured"], tolerance_abs=BUBBLE_TOLERANCE_ABS))
+                                   measured=r["measured"], tolerance_abs=BUBBLE_TOLERANCE_ABS,
+                                   split=split if isinstance(split, dict) else None))
         else:
             split = r.get("split")
             rows.append(laws.check(

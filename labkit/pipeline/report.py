@@ -18,8 +18,8 @@ from __future__ import annotations
 import functools
 
 from labkit.pipeline import verdicts
-from labkit.pipeline.formulas import bubble_text
-from labkit.pipeline.verdicts import BUBBLE_TOLERANCE, STEP_TOLERANCE_PCT
+from labkit.pipeline.imbalance import bubble_laws, over_ideal_laws  # noqa: F401 (the report's)
+from labkit.pipeline.verdicts import STEP_TOLERANCE_PCT
 from labkit.results import DEVICE_MEMORY_COLUMNS, Column, select_rows
 
 #: the selections every verdict starts from, offered here beside this module's own (they sit in
@@ -336,30 +336,6 @@ def add_model(df, machine):
                      ("schedule_gap_s", own["gap_s"]), ("step_edges_s", own["edges_s"])):
             cols[k].append(v)
     return df.copy().assign(**cols)
-
-
-def bubble_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
-    """One law-table row per (schedule, M): the bubble formula against the fill/drain bubble
-    read off the timeline, a share of the step held to an absolute ``tolerance``."""
-    from labkit.book import laws
-
-    return [laws.check(
-        f"bubble {bubble_text(r.schedule)}, {r.schedule} P={r.num_stages} "
-        f"M={r.num_microbatches}", predicted=r.bubble_formula, measured=r.bubble_fill_drain,
-        kind="model", tolerance_abs=tolerance, note="fill/drain share of the step, read off the timeline")
-        for r in select_rows(df, schedule=schedules).itertuples()]
-
-
-def over_ideal_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
-    """The (P−1)/M convention per (schedule, M): fill/drain time over compute time, the same
-    idle time as the share, held to the same absolute ``tolerance``."""
-    from labkit.book import laws
-
-    return [laws.check(
-        f"bubble over ideal, {r.schedule} P={r.num_stages} M={r.num_microbatches}",
-        predicted=r.bubble_over_ideal_formula, measured=r.bubble_over_ideal_measured,
-        kind="model", tolerance_abs=tolerance, note="fill/drain time over compute time")
-        for r in select_rows(df, schedule=schedules).itertuples()]
 
 
 def counted(r) -> bool:

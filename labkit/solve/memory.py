@@ -210,6 +210,7 @@ def point(row, *, profile, message_s: float) -> dict:
             parts1 = {"SpMV": (spmv1, float(spmv_bytes) / bw),
                       "vector updates": (vector1, (nbytes - float(spmv_bytes)) / bw)}
     return {"ranks": p, "t1_s": t1, "compute1_s": compute1, "tp_s": tp, "computep_s": computep,
+            "slowdown_split": slowdown_split(row) if timed else None,
             "share_alone_s": share, "share_fraction": p * share / compute1 if timed else nan,
             "floor_bytes_per_s": bw, "floor1_s": nbytes / bw, "fraction1": nbytes / bw / t1,
             "minimal_floor1_s": minimal_floor,
@@ -218,6 +219,27 @@ def point(row, *, profile, message_s: float) -> dict:
             "reading": reading, "message_s": message_s, "model_tp_s": model, "speedup": t1 / tp,
             "split_us": verdicts.iteration_split_us(row), "split1_ms": split1,
             "parts1": parts1}
+
+
+def slowdown_split(row) -> dict | None:
+    """The measured co-run slowdown of a share (together / alone) taken apart by part:
+    1 (the share alone) + what the SpMV took beyond its time alone + what the vector updates
+    did, each over the share's time alone (so the terms sum to the ratio). None where the
+    row does not keep the SpMV's part.
+
+    >>> slowdown_split({"share_alone_compute_per_iteration_s": 2e-3,
+    ...                 "share_together_compute_per_iteration_s": 2.6e-3,
+    ...                 "share_alone_spmv_per_iteration_s": 1.4e-3,
+    ...                 "share_together_spmv_per_iteration_s": 1.6e-3})
+    {'alone': 1.0, 'the SpMV beside the others': 0.1, 'the vector updates beside them': 0.2}
+    """
+    keys = ("share_alone_compute_per_iteration_s", "share_together_compute_per_iteration_s",
+            "share_alone_spmv_per_iteration_s", "share_together_spmv_per_iteration_s")
+    if not all(given(row.get(k)) for k in keys):
+        return None
+    a, t, spmv_a, spmv_t = (float(row[k]) for k in keys)
+    return {"alone": 1.0, "the SpMV beside the others": round((spmv_t - spmv_a) / a, 12),
+            "the vector updates beside them": round(((t - spmv_t) - (a - spmv_a)) / a, 12)}
 
 
 def laws(m: dict, *, dof: int) -> list[dict]:
@@ -242,7 +264,8 @@ def laws(m: dict, *, dof: int) -> list[dict]:
          "predicted": m["floor1_s"] * 1e3, "measured": m["t1_s"] * 1e3, "unit": "ms",
          "tolerance_pct": 25, "split": m.get("split1_ms"), "note": parts_note(m)},
         {"law": f"co-run slowdown of {p} ranks computing at once", "kind": "model",
-         "predicted": m["slowdown"], "measured": m["measured_slowdown"], "tolerance_pct": 25},
+         "predicted": m["slowdown"], "measured": m["measured_slowdown"], "tolerance_pct": 25,
+         "split": m.get("slowdown_split")},
         {"law": f"{p} ranks' iteration at {dof:,} DOF", "kind": "model",
          "predicted": m["model_tp_s"] * us, "measured": m["tp_s"] * us, "unit": "us",
          "tolerance_pct": 25, "split": m["split_us"]},

@@ -106,6 +106,10 @@ COLUMNS = (
            "slowest rank's median (points with a baseline, more than one rank)"),
     Column("share_together_compute_per_iteration_s", "s",
            "the same with every rank computing its share at once"),
+    Column("share_alone_spmv_per_iteration_s", "s",
+           "the SpMV's part of share_alone_compute_per_iteration_s (the rest: vector updates)"),
+    Column("share_together_spmv_per_iteration_s", "s",
+           "the SpMV's part of share_together_compute_per_iteration_s"),
     Column("share_corun_slowdown", "", "together / alone: the co-run slowdown of the solve's "
            "own compute"),
     Column("share_iterations_timed", "", "iterations of one timed sample of a share"),

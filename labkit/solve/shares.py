@@ -47,18 +47,30 @@ def share_operator(op: DistOperator) -> DistOperator:
 
 
 def _compute_s(rt, share: DistOperator, b: torch.Tensor, method: str, iterations: int,
-               restart: int) -> float:
-    """Seconds of compute (SpMV and vector work, the stopwatch's) per iteration of ``method``
-    on the share: a solve of ``iterations`` iterations less one of 1, over ``iterations`` - 1
-    (a solve also sets up, and runs one SpMV more than its iterations: at a few iterations a
-    sample that much too long)."""
-    def timed(k: int) -> float:
+               restart: int) -> np.ndarray:
+    """Seconds of compute per iteration of ``method`` on the share, as [SpMV, vector work]
+    (the stopwatch's): a solve of ``iterations`` iterations less one of 1, over
+    ``iterations`` - 1 (a solve also sets up, and runs one SpMV more than its iterations: at a
+    few iterations a sample that much too long)."""
+    def timed(k: int) -> np.ndarray:
         share.sw.reset()
         krylov.solve(method, share, b, rtol=0.0, maxiter=k, restart=restart)
         runtime.sync(rt.device)
-        return sum(share.sw.totals.get(name, 0.0) for name in ("spmv", "vector"))
+        return np.array([share.sw.totals.get(name, 0.0) for name in ("spmv", "vector")])
 
     return (timed(iterations) - timed(1)) / (iterations - 1)
+
+
+def _worst(rt, samples: list) -> np.ndarray:
+    """The median sample by its total (SpMV + vector), then the slowest rank's, as [total,
+    SpMV, vector] on every rank (so its parts sum to the total). Collective."""
+    totals = [float(x.sum()) for x in samples]
+    mine = samples[int(np.argsort(totals)[(len(totals) - 1) // 2])] if samples else np.zeros(2)
+    got = torch.tensor([float(mine.sum()), *map(float, mine)], dtype=torch.float64,
+                       device=rt.device)
+    every = [torch.zeros_like(got) for _ in range(rt.world_size)]
+    dist.all_gather(every, got)
+    return max((t.cpu().numpy() for t in every), key=lambda t: t[0])
 
 
 def share_columns(rt, op: DistOperator, b: torch.Tensor, method: str, *,
@@ -70,7 +82,7 @@ def share_columns(rt, op: DistOperator, b: torch.Tensor, method: str, *,
         return {}
     share = share_operator(op)
     _compute_s(rt, share, b, method, 3, restart)  # pages and code paths warm
-    first = max(_compute_s(rt, share, b, method, 3, restart), 1e-7)
+    first = max(float(_compute_s(rt, share, b, method, 3, restart).sum()), 1e-7)
     iterations = int(max(MIN_ITERATIONS, min(500, round(SAMPLE_S / worst_over_ranks(rt, first)))))
     alone, together = [], []
     for _ in range(ROUNDS):
@@ -80,8 +92,9 @@ def share_columns(rt, op: DistOperator, b: torch.Tensor, method: str, *,
                 alone.append(_compute_s(rt, share, b, method, iterations, restart))
         dist.barrier()
         together.append(_compute_s(rt, share, b, method, iterations, restart))
-    a = worst_over_ranks(rt, float(np.median(alone)))
-    t = worst_over_ranks(rt, float(np.median(together)))
-    return {"share_alone_compute_per_iteration_s": a,
-            "share_together_compute_per_iteration_s": t,
-            "share_corun_slowdown": t / a, "share_iterations_timed": iterations}
+    a, t = _worst(rt, alone), _worst(rt, together)
+    return {"share_alone_compute_per_iteration_s": float(a[0]),
+            "share_together_compute_per_iteration_s": float(t[0]),
+            "share_alone_spmv_per_iteration_s": float(a[1]),
+            "share_together_spmv_per_iteration_s": float(t[1]),
+            "share_corun_slowdown": float(t[0] / a[0]), "share_iterations_timed": iterations}

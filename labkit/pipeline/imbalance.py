@@ -1,0 +1,130 @@
+"""What a measured pipeline bubble is made of (pure): the schedule's own fill and drain, what
+unequal blocks add to it, and the spread between steps.
+
+The formulas (P−1)/(P−1+M) and (P−1)/M assume every stage's forward (and backward) takes the
+same time. A measured step's blocks do not: the last stage also computes the loss, the first
+microbatch of a step runs on cold caches, a rank that shares its core with gloo's threads runs
+slower. The fill/drain bubble read off the timeline
+(:func:`labkit.pipeline.formulas.timeline_split`) holds every idle stretch the schedule makes a
+rank wait through, so a faster stage waiting for a slower one counts there too.
+:func:`bubble_split` takes a measured bubble apart into three measured terms that sum to it:
+
+* **the schedule, equal blocks**: the ideal replay of the median step's blocks in their
+  measured order, each block at its kind's mean duration over the step (no imbalance);
+* **unequal blocks**: the median step's own bubble (its blocks at their measured durations)
+  less that;
+* **the other steps**: the measurement (a median over the steps) less the median step's.
+
+:func:`bubble_laws` and :func:`over_ideal_laws` are the law rows of the two bubble
+conventions, each miss with that split.
+"""
+
+from __future__ import annotations
+
+import math
+
+from labkit.pipeline.formulas import bubble_text, ideal_replay, timeline_split
+from labkit.pipeline.verdicts import BUBBLE_TOLERANCE
+from labkit.results import select_rows
+
+
+def equal_blocks_bubble(blocks) -> dict:
+    """The ideal replay of ``blocks`` (dicts with ``rank, stage, kind, microbatch, start_s,
+    end_s``) in each rank's measured order, every block at its kind's mean duration: ``idle_s``
+    and ``compute_s`` (summed over ranks) and ``span_s`` (the replayed step).
+
+    GPipe, P = 2, M = 2, forward 1 s and backward 2 s everywhere: each rank idles P − 1 = 1
+    slot of 3 s, against M = 2 slots of compute (the bubble over ideal (P−1)/M = 0.5):
+
+    >>> b = [dict(rank=r, stage=r, kind=k, microbatch=m, start_s=0.0, end_s=d)
+    ...      for r in (0, 1) for k, d in (("F", 1.0), ("B", 2.0)) for m in (0, 1)]
+    >>> equal_blocks_bubble(b)
+    {'idle_s': 6.0, 'compute_s': 12.0, 'span_s': 9.0}
+    """
+    kinds: dict[str, list[float]] = {}
+    for b in blocks:
+        kinds.setdefault(b["kind"], []).append(float(b["end_s"]) - float(b["start_s"]))
+    mean = {k: math.fsum(v) / len(v) for k, v in kinds.items()}
+    ranks = sorted({int(b["rank"]) for b in blocks})
+    orders = {r: [(b["kind"], int(b["stage"]), int(b["microbatch"]), mean[b["kind"]])
+                  for b in sorted((b for b in blocks if int(b["rank"]) == r),
+                                  key=lambda b: float(b["start_s"]))] for r in ranks}
+    placed = ideal_replay(orders, last_stage=max(int(b["stage"]) for b in blocks))
+    span = max(z for _, z in placed.values()) - min(a for a, _ in placed.values())
+    compute = math.fsum(d for order in orders.values() for *_, d in order)
+    return {"idle_s": len(ranks) * span - compute, "compute_s": compute, "span_s": span}
+
+
+def bubble_split(blocks, *, step_s: float, measured: float, over: str) -> dict | None:
+    """A measured bubble taken apart (see the module docstring): ``over="compute"`` for the
+    bubble over ideal (fill/drain time over compute time, as (P−1)/M), ``over="step"`` for
+    its share of P × the step (as (P−1)/(P−1+M)). ``blocks``, ``step_s``: the median step's
+    blocks on one clock from its start, and its span; ``measured``: the row's bubble (a median
+    over its steps). None without blocks.
+
+    Rank 1's forward takes 2 s where rank 0's takes 1 s: rank 0 waits through rank 1's longer
+    blocks, and the bubble over ideal rises from 0.5 to 8 s / 14 s = 0.57:
+
+    >>> b = [dict(rank=0, stage=0, kind="F", microbatch=0, start_s=0, end_s=1),
+    ...      dict(rank=0, stage=0, kind="F", microbatch=1, start_s=1, end_s=2),
+    ...      dict(rank=1, stage=1, kind="F", microbatch=0, start_s=1, end_s=3),
+    ...      dict(rank=1, stage=1, kind="F", microbatch=1, start_s=3, end_s=5),
+    ...      dict(rank=1, stage=1, kind="B", microbatch=0, start_s=5, end_s=7),
+    ...      dict(rank=1, stage=1, kind="B", microbatch=1, start_s=7, end_s=9),
+    ...      dict(rank=0, stage=0, kind="B", microbatch=0, start_s=7, end_s=9),
+    ...      dict(rank=0, stage=0, kind="B", microbatch=1, start_s=9, end_s=11)]
+    >>> {k: round(v, 3) for k, v in bubble_split(b, step_s=11, measured=0.6,
+    ...                                          over="compute").items()}
+    {'the schedule, equal blocks': 0.5, 'unequal blocks': 0.071, 'the other steps': 0.029}
+    """
+    if over not in ("compute", "step"):
+        raise ValueError(f"over must be 'compute' or 'step', got {over!r}")
+    if not isinstance(blocks, list) or not blocks or not math.isfinite(float(measured)):
+        return None
+    eq = equal_blocks_bubble(blocks)
+    ranks = len({int(b["rank"]) for b in blocks})
+    mid = timeline_split(blocks, step_start_s=0.0, step_end_s=max(
+        float(step_s), max(float(b["end_s"]) for b in blocks)))
+    if over == "compute":
+        equal, median_step = eq["idle_s"] / eq["compute_s"], mid["bubble_s"] / mid["compute_s"]
+    else:
+        equal, median_step = eq["idle_s"] / (ranks * eq["span_s"]), mid["bubble_share"]
+    return {"the schedule, equal blocks": equal, "unequal blocks": median_step - equal,
+            "the other steps": float(measured) - median_step}
+
+
+def _split(r, *, measured: float, over: str) -> dict | None:
+    blocks = getattr(r, "median_step_blocks", None)
+    step = getattr(r, "step_time_s", None)
+    if not isinstance(blocks, list) or step is None:
+        return None
+    return bubble_split(blocks, step_s=step, measured=measured, over=over)
+
+
+def bubble_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
+    """One law-table row per (schedule, M): the bubble formula against the fill/drain bubble
+    read off the timeline, a share of the step held to an absolute ``tolerance``, with its
+    measured split (:func:`bubble_split`, ``over="step"``)."""
+    from labkit.book import laws
+
+    return [laws.check(
+        f"bubble {bubble_text(r.schedule)}, {r.schedule} P={r.num_stages} "
+        f"M={r.num_microbatches}", predicted=r.bubble_formula, measured=r.bubble_fill_drain,
+        kind="model", tolerance_abs=tolerance, split=_split(r, measured=r.bubble_fill_drain,
+                                                            over="step"),
+        note="fill/drain share of the step, read off the timeline")
+        for r in select_rows(df, schedule=schedules).itertuples()]
+
+
+def over_ideal_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list[dict]:
+    """The (P−1)/M convention per (schedule, M): fill/drain time over compute time, the same
+    idle time as the share, held to the same absolute ``tolerance``, with its measured split
+    (:func:`bubble_split`, ``over="compute"``)."""
+    from labkit.book import laws
+
+    return [laws.check(
+        f"bubble over ideal, {r.schedule} P={r.num_stages} M={r.num_microbatches}",
+        predicted=r.bubble_over_ideal_formula, measured=r.bubble_over_ideal_measured,
+        kind="model", tolerance_abs=tolerance, note="fill/drain time over compute time",
+        split=_split(r, measured=r.bubble_over_ideal_measured, over="compute"))
+        for r in select_rows(df, schedule=schedules).itertuples()]

@@ -1,0 +1,168 @@
+"""Every kind of model law carries a measured split that adds (or multiplies) up to its
+measurement: collective transfers (their fastest call), ratios (their measured factors or
+terms), bubbles (the schedule, unequal blocks, the other steps)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from labkit.book import laws
+from labkit.collectives import context, regimes, verdicts
+from labkit.cp import verdicts as cp_verdicts
+from labkit.ddp import formulas as ddp_formulas
+from labkit.machine import formulas as machine_formulas
+from labkit.perfmodel import modelcheck
+from labkit.pipeline import imbalance, schedules
+from labkit.solve import memory
+
+
+def _calls(times):
+    """A timeline of two ranks whose call k took ``times[k]`` on rank 1 (rank 0 half that)."""
+    out, t = [], 0.0
+    for k, d in enumerate(times, 1):
+        out += [{"rank": 0, "call": k, "start_s": t, "end_s": t + d / 2},
+                {"rank": 1, "call": k, "start_s": t, "end_s": t + d}]
+        t += d
+    return out
+
+
+def _sweep(sizes, per_size):
+    rows = []
+    for s, times in zip(sizes, per_size):
+        rows.append({"op": "all_reduce", "world_size": 2, "size_bytes": s,
+                     "time_p50_s": sorted(times)[len(times) // 2],
+                     "time_p10_s": min(times), "transfer_s": machine_formulas.transfer_of(times),
+                     "timeline_s": _calls(times)})
+    return rows
+
+
+def test_a_transfer_split_is_its_fastest_call_and_the_rest_and_sums():
+    times = [1.0e-3, 1.2e-3, 1.1e-3, 6e-3]
+    split = machine_formulas.transfer_split(times)
+    assert split["fastest call"] == pytest.approx(1.0)
+    assert sum(split.values()) == pytest.approx(machine_formulas.transfer_of(times) * 1e3)
+    assert machine_formulas.transfer_split([]) is None
+    assert machine_formulas.fastest_split(transfer_s=1e-3, fastest_s=math.nan) is None
+
+
+def test_the_regimes_of_transfers_split_each_law_by_the_fastest_call():
+    sizes = [8, 512, 32768, 1 << 20, 4 << 20, 16 << 20]
+    base = [1e-3, 3e-4, 9e-4, 1.2e-3, 4e-3, 16e-3]  # a scattered floor, then a line
+    per_size = [[t, 1.1 * t, 1.05 * t, 3 * t] for t in base]
+    reg = regimes.of_rows(_sweep(sizes, per_size))
+    assert reg.statistic == "transfer" and len(reg.fastests) == len(sizes)
+    s, t = reg.sizes[-1], reg.times[-1]
+    split = reg.split(s, t)
+    assert split["fastest call"] == pytest.approx(16.0)
+    assert sum(split.values()) == pytest.approx(t * 1e3)
+    assert reg.latency_sizes
+    floor = reg.floor_split()
+    assert sum(floor.values()) == pytest.approx(reg.floor_s * 1e3)
+    # the line law's split is the same fastest call: a miss prints it and it sums
+    law = verdicts.line_law(reg)
+    assert laws.split_sums(law)
+
+
+def test_the_context_laws_split_the_idle_transfer_and_the_busy_p50():
+    times = [2e-3, 2.2e-3, 2.1e-3, 9e-3]
+    rows = [{**r, "busy_time_p50_s": 3e-3, "busy_time_p10_s": 2.5e-3, "busy_matmuls": 4,
+             "busy_transfer_s": 2.6e-3, "busy_timeline_s": _calls([2.5e-3, 2.6e-3, 2.7e-3])}
+            for r in _sweep([2 << 20], [times])]
+
+    class Prof:
+        world_size = 2
+        rows = [{"measurement": "allreduce", "context": c, "size_bytes": 2 << 20,
+                 "time_p50_s": 4e-3, "wait_share": 0.1} for c in ("idle", "busy")]
+
+        def transfer_s(self, size, *, ranks=2, busy=False):
+            return 5e-3 if busy else 4e-3
+
+    ctx = context.in_context(rows, Prof(), ranks=2)
+    idle, busy = context.context_laws(ctx, ranks=2)
+    assert not idle["holds"] and laws.split_sums(idle)
+    assert idle["split"]["fastest call"] == pytest.approx(2.0)
+    assert not busy["holds"] and laws.split_sums(busy)
+    assert busy["split"]["fastest call"] == pytest.approx(2.5)
+
+
+def test_a_product_split_multiplies_to_its_measurement():
+    split = ddp_formulas.speedup_split(ranks=2, no_ddp_s=10.0, compute_s=12.0, step_s=30.0)
+    law = laws.check("2 ranks vs no DDP", predicted=1.5, measured=2 * 10.0 / 30.0,
+                     split=split, split_op="product")
+    assert not law["holds"] and laws.split_sums(law)
+    assert " x " in laws.verdict(law)
+    assert ddp_formulas.speedup_split(ranks=2, no_ddp_s=None, compute_s=1.0, step_s=1.0) is None
+    with pytest.raises(ValueError, match="split_op"):
+        laws.check("x", predicted=1, measured=1, split={"a": 1}, split_op="ratio")
+
+
+def test_the_solve_co_run_slowdown_splits_into_its_parts():
+    row = {"share_alone_compute_per_iteration_s": 2e-3,
+           "share_together_compute_per_iteration_s": 2.8e-3,
+           "share_alone_spmv_per_iteration_s": 1.5e-3,
+           "share_together_spmv_per_iteration_s": 1.9e-3}
+    split = memory.slowdown_split(row)
+    assert sum(split.values()) == pytest.approx(1.4)
+    assert split["the SpMV beside the others"] == pytest.approx(0.2)
+    assert memory.slowdown_split({**row, "share_alone_spmv_per_iteration_s": None}) is None
+
+
+def test_the_cp_compute_ratio_splits_into_blocks_and_the_rest():
+    row = {"compute_alone_per_rank_s": [3e-3, 2e-3]}
+    split = cp_verdicts.compute_split(row, {"blocks_s": [2.2e-3, 1.4e-3]})
+    assert sum(split.values()) == pytest.approx(1.5)
+    assert split["its extra blocks at their time alone"] == pytest.approx(0.4)
+
+
+def _simulated(schedule, p, m, slow_stage=None):
+    """An ideal schedule's blocks, stage ``slow_stage``'s forwards twice as long."""
+    blocks = schedules.simulate(schedule, num_stages=p, num_microbatches=m, forward_s=1.0,
+                                backward_s=2.0)
+    if slow_stage is None:
+        return blocks
+    orders = {}
+    for b in sorted(blocks, key=lambda b: b["start_s"]):
+        d = (b["end_s"] - b["start_s"]) * (2 if b["stage"] == slow_stage and b["kind"] == "F"
+                                            else 1)
+        orders.setdefault(b["rank"], []).append((b["kind"], b["stage"], b["microbatch"], d))
+    from labkit.pipeline.formulas import ideal_replay
+
+    placed = ideal_replay(orders, last_stage=p - 1)
+    return [{"rank": r, "stage": s, "kind": k, "microbatch": mb, "start_s": a, "end_s": z}
+            for r, order in orders.items() for i, (k, s, mb, _) in enumerate(order)
+            for a, z in [placed[(r, i)]]]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_a_bubble_splits_into_the_schedule_unequal_blocks_and_the_other_steps(schedule):
+    even = _simulated(schedule, 2, 4)
+    step = max(b["end_s"] for b in even)
+    split = imbalance.bubble_split(even, step_s=step, measured=0.26, over="compute")
+    assert split["the schedule, equal blocks"] == pytest.approx(0.25)  # (P-1)/M
+    assert split["unequal blocks"] == pytest.approx(0.0, abs=1e-9)
+    assert sum(split.values()) == pytest.approx(0.26)
+    uneven = _simulated(schedule, 2, 4, slow_stage=1)
+    step = max(b["end_s"] for b in uneven)
+    split = imbalance.bubble_split(uneven, step_s=step, measured=0.3, over="step")
+    assert split["unequal blocks"] > 0.0  # rank 0 waits through stage 1's longer forwards
+    assert sum(split.values()) == pytest.approx(0.3)
+    assert imbalance.bubble_split(None, step_s=1.0, measured=0.3, over="step") is None
+
+
+def test_the_3d_lab_bubble_and_collective_laws_carry_their_splits():
+    import pandas as pd
+
+    blocks = _simulated("1f1b", 2, 4, slow_stage=1)
+    check = pd.DataFrame([
+        {"lab": "pipeline", "what": "1f1b", "num_stages": 2, "num_microbatches": 4,
+         "quantity": "bubble_fraction", "measured": 0.3, "model": 0.2,
+         "split": imbalance.bubble_split(blocks, step_s=max(b["end_s"] for b in blocks),
+                                         measured=0.3, over="step")},
+        {"lab": "collectives", "what": "all_reduce", "world_size": 2, "size_bytes": 1 << 20,
+         "quantity": "time_s", "measured": 2e-3, "model": 1e-3, "fastest_s": 1.5e-3,
+         "statistic": "transfer", "calls": 8, "calls_waited": 0, "wait_share": 0.0,
+         "scheduler_wait_s": 3e-3, "in_context_s": 1e-3, "measured_p50_s": 2e-3}])
+    rows = modelcheck.check_laws(check)
+    assert all(not r["holds"] and laws.split_sums(r) for r in rows)
