@@ -8,10 +8,10 @@ import math
 
 import pytest
 
+from labkit import metrics
 from labkit.book import laws
 from labkit.collectives import context, regimes, verdicts
 from labkit.cp import verdicts as cp_verdicts
-from labkit.ddp import formulas as ddp_formulas
 from labkit.machine import formulas as machine_formulas
 from labkit.perfmodel import modelcheck
 from labkit.pipeline import imbalance, schedules
@@ -88,12 +88,13 @@ def test_the_context_laws_split_the_idle_transfer_and_the_busy_p50():
 
 
 def test_a_product_split_multiplies_to_its_measurement():
-    split = ddp_formulas.speedup_split(ranks=2, no_ddp_s=10.0, compute_s=12.0, step_s=30.0)
+    split = metrics.ratio_split(ranks=2, base_s=10.0, compute_s=12.0, step_s=30.0)
     law = laws.check("2 ranks vs no DDP", predicted=1.5, measured=2 * 10.0 / 30.0,
                      split=split, split_op="product")
     assert not law["holds"] and laws.split_sums(law)
     assert " x " in laws.verdict(law)
-    assert ddp_formulas.speedup_split(ranks=2, no_ddp_s=None, compute_s=1.0, step_s=1.0) is None
+    assert metrics.ratio_split(ranks=2, base_s=None, compute_s=1.0, step_s=1.0) is None
+    assert "N" not in metrics.ratio_split(base_s=2.0, compute_s=1.0, step_s=1.5)  # TP: T(1)/T(P)
     with pytest.raises(ValueError, match="split_op"):
         laws.check("x", predicted=1, measured=1, split={"a": 1}, split_op="ratio")
 

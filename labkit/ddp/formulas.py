@@ -137,22 +137,6 @@ def add_scaling_columns(rows: Iterable[dict]) -> list[dict]:
     return rows
 
 
-def speedup_split(*, ranks: int, no_ddp_s: float, compute_s: float, step_s: float) -> dict | None:
-    """The speedup against no DDP, N t_no_DDP / t_DDP, taken apart into measured factors that
-    multiply to it: N, the compute's own slowdown on N ranks inverted (t_no_DDP / t_c, the
-    step alone against the ``no_sync`` step on N ranks) and the step's compute share
-    (t_c / t_DDP: what DDP's copies and all-reduces leave of it). None where one is missing.
-
-    >>> speedup_split(ranks=2, no_ddp_s=10.0, compute_s=12.5, step_s=20.0)
-    {'N': 2.0, 't_no_DDP / t_c (1 / the co-run slowdown)': 0.8, 't_c / t_DDP (the compute share)': 0.625}
-    """
-    values = (no_ddp_s, compute_s, step_s)
-    if not all(v is not None and v == v and v > 0 for v in values):
-        return None
-    return {"N": float(ranks), "t_no_DDP / t_c (1 / the co-run slowdown)": no_ddp_s / compute_s,
-            "t_c / t_DDP (the compute share)": compute_s / step_s}
-
-
 #: the settings that make two rows the same benchmark: the model and its sizes, the batch per
 #: rank, the DDP flags and the device (a row's key adds its variant and world size)
 BENCHMARK = ("model", "input_dim", "hidden_dim", "output_dim", "num_layers", "image_size",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 from labkit.book.laws import check, symmetric_error_pct
+from labkit.metrics import ratio_split
 from labkit.tp import waits
 from labkit.tp.formulas import step_in_context
 
@@ -363,7 +364,12 @@ def speedup_law(one, row, prof) -> dict:
     p = int(row["world_size"])
     return check(f"TP speedup T(1)/T({p}) at h = {int(row['hidden'])}",
                  predicted=predicted_speedup(one, row, prof), measured=row["speedup_vs_1_rank"],
-                 tolerance_pct=TOLERANCE_PCT, note=f"T({p}): " + wait_note(context(row, prof)))
+                 tolerance_pct=TOLERANCE_PCT, note=f"T({p}): " + wait_note(context(row, prof)),
+                 split=ratio_split(base_s=one.get("step_time_p50_s"),
+                                   compute_s=row.get("compute_time_p50_s"),
+                                   step_s=row.get("step_time_p50_s"),
+                                   names=("T(1)", f"compute({p}, f and g off)", f"T({p})")),
+                 split_op="product")
 
 
 def _against(measured: float, predicted: float, tolerance_pct: float = TOLERANCE_PCT) -> str:
