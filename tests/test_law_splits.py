@@ -167,3 +167,17 @@ def test_the_3d_lab_bubble_and_collective_laws_carry_their_splits():
          "scheduler_wait_s": 3e-3, "in_context_s": 1e-3, "measured_p50_s": 2e-3}])
     rows = modelcheck.check_laws(check)
     assert all(not r["holds"] and laws.split_sums(r) for r in rows)
+
+
+def test_the_ddp_choice_law_splits_the_wrong_side_into_measured_factors():
+    import pandas as pd
+
+    from labkit.ddp.report import _choice_split
+
+    frame = pd.DataFrame({"no_ddp_ms": [10.0, 20.0], "measured_compute_ms": [12.0, 22.0],
+                          "measured_ms": [30.0, 25.0], "predicted": [1.2, 0.9]})
+    chose_ddp = _choice_split(frame, 0, 2)  # DDP chosen, measured 2 x 10 / 30 = 0.667
+    assert math.prod(chose_ddp.values()) == pytest.approx(2 * 10 / 30)
+    chose_one = _choice_split(frame, 1, 2)  # the one process chosen where DDP ran 1.6x
+    assert math.prod(chose_one.values()) == pytest.approx(25 / (2 * 20))
+    assert _choice_split(frame, None, 2) is None

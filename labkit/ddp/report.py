@@ -335,6 +335,22 @@ PREDICTION_LEGEND = (
     "error = the larger relative error, + when the model is larger")
 
 
+def _choice_split(frame, at: int | None, ranks: int) -> dict | None:
+    """The measured ratio of the choice law at its worst batch (``at``) in measured factors:
+    DDP's speedup there (:func:`labkit.metrics.ratio_split`) where the model chose DDP, its
+    inverse factor by factor where it chose the one process; None where it chose the better."""
+    from labkit.metrics import ratio_split
+
+    if at is None:
+        return None
+    r = frame.iloc[at]
+    split = ratio_split(ranks=ranks, base_s=r["no_ddp_ms"], compute_s=r["measured_compute_ms"],
+                        step_s=r["measured_ms"], names=("t_no_DDP", "t_c", "t_DDP"))
+    if split is None or r["predicted"] > 1.0:
+        return split
+    return {f"1 / ({k})": 1.0 / v for k, v in split.items()}
+
+
 def crossover(df, world_size: int | None = None) -> dict:
     """Where DDP starts to pay, measured and predicted, at ``world_size`` ranks (default: the
     largest), from a batch sweep with the model.
@@ -365,7 +381,7 @@ def crossover(df, world_size: int | None = None) -> dict:
     s = float(np.median(frame["slowdown"]))
     added = float(np.median(frame["predicted_ms"] - frame["compute_ms"]) / 1e3)
     choice = choice_cost(frame["predicted"], frame["measured"])
-    return {
+    return {"choice_split": _choice_split(frame, choice[1], n),
         "world_size": n, "batches": b,
         "measured_speedups": frame["measured"].tolist(),
         "predicted_speedups": frame["predicted"].tolist(),
@@ -386,8 +402,12 @@ def threads_frame(df, world_size: int | None = None, *, slowdown: float = 1.0):
     beside the model's (k threads, each ``slowdown`` times slower than one alone: the machine
     profile's co-run slowdown), the DDP step at ``world_size`` ranks (default: the largest) and
     N ranks' throughput against the all-cores process, measured and predicted (the model's DDP
-    step against the model's threads; NaN without the model)."""
+    step against the model's threads; NaN without the model), and each measurement's split into
+    measured factors (``thread_split``: k x 1 / each thread's slowdown beside the others;
+    ``ranks_split``: :func:`labkit.metrics.ratio_split`)."""
     import pandas as pd
+
+    from labkit.metrics import ratio_split
 
     n = top_world_size(df, world_size)
     out = []
@@ -404,11 +424,17 @@ def threads_frame(df, world_size: int | None = None, *, slowdown: float = 1.0):
         k = int(w["threads_per_rank"])
         pred_threads = k / slowdown
         pred_step = r.get("predicted_step_time_s", math.nan)
+        thread_split = {f"{k} threads": float(k),
+                        "1 / each thread's slowdown beside the others": t1_paired / (k * tt)}
+        ranks_split = ratio_split(ranks=n, base_s=tt, step_s=r["step_time_p50_s"],
+                                  compute_s=r.get("nosync_step_time_p50_s", math.nan),
+                                  names=("t_all_cores", "t_c", "t_DDP"))
         out.append({"batch": b, "threads": k, "one_thread_ms": ms(t1),
                     "one_thread_paired_ms": ms(t1_paired),
                     "all_cores_ms": ms(tt), "thread_speedup": t1_paired / tt,
                     "predicted_thread_speedup": pred_threads,
                     "ddp_ms": ms(r["step_time_p50_s"]),
                     "measured": n * tt / r["step_time_p50_s"],
-                    "predicted": n * (t1 / pred_threads) / pred_step})
+                    "predicted": n * (t1 / pred_threads) / pred_step,
+                    "thread_split": thread_split, "ranks_split": ranks_split})
     return pd.DataFrame(out)
