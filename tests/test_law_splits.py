@@ -181,3 +181,13 @@ def test_the_ddp_choice_law_splits_the_wrong_side_into_measured_factors():
     chose_one = _choice_split(frame, 1, 2)  # the one process chosen where DDP ran 1.6x
     assert math.prod(chose_one.values()) == pytest.approx(25 / (2 * 20))
     assert _choice_split(frame, None, 2) is None
+
+
+def test_busbw_at_the_largest_size_splits_into_the_top_beta_and_two_ratios():
+    sizes = [8, 512, 32768, 1 << 20, 4 << 20, 16 << 20]
+    base = [1e-3, 3e-4, 9e-4, 1.2e-3, 4e-3, 16e-3]
+    reg = regimes.of_rows(_sweep(sizes, [[t, 1.1 * t, 1.05 * t] for t in base]))
+    rows = verdicts.sweep_laws(reg)
+    busbw = next(r for r in rows if r["law"].startswith("busbw"))
+    assert busbw["split_op"] == "product"
+    assert laws.split_total(busbw) == pytest.approx(busbw["measured"])

@@ -171,6 +171,25 @@ def line_law(reg: Regimes) -> dict:
                       note=note)
 
 
+def busbw_split(reg: Regimes) -> dict | None:
+    """busbw at the largest size S in measured factors that multiply to it: the top segment's
+    β (each byte's marginal cost between the size below, S₁, and S), S / (S − S₁), and
+    (t − t₁) / t. busbw reaches β only where the last two cancel: where the time grew in
+    proportion to the size (no fixed part left in t). None without a top segment.
+
+    >>> r = Regimes("all_reduce", 2, (1 << 20, 4 << 20), (1.5e-3, 4.5e-3), 1 << 20, 5e-4,
+    ...             1.4e9, 5e-4, 1.4e9)
+    >>> {k: round(v, 3) for k, v in busbw_split(r).items()}
+    {'beta of the top segment (GB/s)': 1.049, 'S / (S - S_below)': 1.333, '(t - t_below) / t': 0.667}
+    """
+    top = reg.top_beta_bytes_per_s
+    if top != top:
+        return None
+    (s1, s2), (t1, t2) = reg.sizes[-2:], reg.times[-2:]
+    return {"beta of the top segment (GB/s)": top / 1e9, "S / (S - S_below)": s2 / (s2 - s1),
+            "(t - t_below) / t": (t2 - t1) / t2}
+
+
 def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
                profile_floor_s: float | None = None, profile_note: str = "") -> list[dict]:
     """The laws of one all-reduce sweep: the regime-aware model (the line at the largest size,
@@ -200,6 +219,7 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
     rows.append(laws.check(
         f"busbw -> beta at the largest size ({size_text(s_max)}, N = {reg.ranks})",
         predicted=top / 1e9, measured=busbw_gb_per_s, unit="GB/s",
+        split=busbw_split(reg), split_op="product",
         tolerance_pct=25, mechanism_observed=bool(ratio >= PLATEAU_S_STAR and top == top),
         mechanism=f"the largest size at least {PLATEAU_S_STAR:g} S* (busbw near its plateau) "
                   "and slower than the size below it",
