@@ -254,6 +254,15 @@ def test_laws_hold_on_exact_counts_and_fail_on_a_miscount():
                                   a2a_bytes_by_call_measured=[[]]), prof)) == 1
     slower = verdicts.context(_row(), verdicts.FakeProfile(slowdown=2.0))
     assert slower["experts"] > verdicts.context(_row(), prof)["experts"]
+    # the phases' local work timed alone: the routing is that x the slowdown, the dispatch
+    # and the combine add theirs to the transfers
+    plain = verdicts.context(_row(), prof)
+    timed = verdicts.context(_row(routing_local_alone_s=1e-3, dispatch_local_alone_s=2e-4,
+                                  experts_local_alone_s=9e-3, combine_local_alone_s=1.1e-3), prof)
+    assert timed["routing"] == pytest.approx(1e-3 * prof.slowdown)
+    assert timed["combine"] - plain["combine"] == pytest.approx(1.1e-3 * prof.slowdown)
+    assert timed["experts"] == plain["experts"]  # still the profile's rate
+    assert "local work alone" in verdicts.laws(_row(routing_local_alone_s=1e-3), prof)[-1]["note"]
     assert "dropped 32 of them" in verdicts.load_sentence(_row())
 
 
@@ -288,6 +297,7 @@ def test_two_rank_launch(tmp_path):
     laws = verdicts.laws(row, verdicts.FakeProfile())
     assert laws[0]["holds"] and laws[1]["holds"]
     assert sum(laws[-1]["split"].values()) > 0
+    assert all(row[f"{ph}_local_alone_s"] > 0 for ph in ("routing", "experts", "combine"))
     # every all-to-all of the median step stamped on every rank, inside its phase's span
     for rank in (0, 1):
         calls = sorted((c for c in row["a2a_timeline_s"] if c["rank"] == rank),

@@ -62,17 +62,22 @@ def rows_per_rank(config: MoEConfig) -> float:
     return config.tokens * config.top_k * min(1.0, config.capacity_factor)
 
 
+#: steps each rank runs alone to time its phases' local work (labkit.moe.worker.local_phases:
+#: one untimed, the median of the rest)
+LOCAL_STEPS = 4
+
+
 def launch_seconds(config: MoEConfig, world_size: int, *, flop_per_s: float,
                    cores: int) -> float:
     """Wall seconds of one launch of ``world_size`` ranks on a machine of ``cores`` cores
     whose rank multiplies matrices at ``flop_per_s`` alone: :data:`LAUNCH_S`, then, slowed by
     σ (:data:`CO_RUN_SLOWDOWN` where ranks compute at once, times P / cores beyond the cores),
     the reference (12 E P T h f FLOPs in float64), the checked step (12 rows h f in float64)
-    and ``steps`` steps (12 rows h f in float32 and :data:`STEP_S` each). The notebook's
-    defaults on 2 cores:
+    and ``steps`` steps (12 rows h f in float32 and :data:`STEP_S` each), then, unslowed, the
+    ranks in turn, :data:`LOCAL_STEPS` steps each alone. The notebook's defaults on 2 cores:
 
     >>> round(launch_seconds(MoEConfig(), 2, flop_per_s=48e9, cores=2), 1)
-    5.3
+    5.8
     """
     p, h, f = world_size, config.hidden, config.expert_width
     slow = compute_slowdown(p, co_run=CO_RUN_SLOWDOWN, measured_ranks=p, cores=cores)
@@ -80,8 +85,10 @@ def launch_seconds(config: MoEConfig, world_size: int, *, flop_per_s: float,
     reference = 12 * config.num_experts * p * config.tokens * h * f / f64
     product = 12 * rows_per_rank(config) * h * f
     checked = STEP_S + product / f64
-    steps = config.steps * (STEP_S + product / (EXPERT_EFFICIENCY * flop_per_s))
-    return LAUNCH_S + slow * (reference + checked + steps)
+    step = STEP_S + product / (EXPERT_EFFICIENCY * flop_per_s)
+    # then each phase's local work alone: LOCAL_STEPS steps per rank, the ranks in turn
+    local = p * LOCAL_STEPS * step if p > 1 else 0.0
+    return LAUNCH_S + slow * (reference + checked + config.steps * step) + local
 
 
 def notebook_seconds(moe_config: MoEConfig, cp_config: CPConfig, *, moe_ranks: int,
@@ -92,7 +99,7 @@ def notebook_seconds(moe_config: MoEConfig, cp_config: CPConfig, *, moe_ranks: i
     >>> est = notebook_seconds(MoEConfig(), CPConfig(), moe_ranks=2, cp_ranks=2,
     ...                        flop_per_s=48e9, cores=2)
     >>> {k: round(v, 1) for k, v in est.items()}
-    {'moe': 5.3, 'cp': 4.9, 'notebook': 5.0, 'total': 15.2}
+    {'moe': 5.8, 'cp': 4.9, 'notebook': 5.0, 'total': 15.7}
     """
     moe = launch_seconds(moe_config, moe_ranks, flop_per_s=flop_per_s, cores=cores)
     cp = cp_budget.launch_seconds(cp_config, cp_ranks, flop_per_s=flop_per_s, cores=cores)
@@ -111,13 +118,13 @@ def check(moe_config: MoEConfig, cp_config: CPConfig, *, moe_ranks: int, cp_rank
     ...     cores = 2
     ...     rows = ({"measurement": "matmul", "context": "alone", "flop_per_s": 48e9},)
     >>> round(check(MoEConfig(), CPConfig(), moe_ranks=2, cp_ranks=2, machine=Machine(),
-    ...             budget_s=30), 1)
-    15.2
+    ...             budget_s=32), 1)
+    15.7
     >>> check(MoEConfig(tokens=8192), CPConfig(), moe_ranks=2, cp_ranks=2, machine=Machine(),
-    ...       budget_s=30)
+    ...       budget_s=32)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: these parameters would run about 54 s here (the MoE launch 44 s, the CP launch 5 s, the notebook 5 s), over this notebook's budget of 30 s: lower moe_tokens (8192), moe_hidden (256) or moe_experts x moe_top_k, or raise budget_s
+    labkit.errors.UsageError: these parameters would run about 69 s here (the MoE launch 59 s, the CP launch 5 s, the notebook 5 s), over this notebook's budget of 32 s: lower moe_tokens (8192), moe_hidden (256) or moe_experts x moe_top_k, or raise budget_s
     """
     cores = int(machine.cores)
     est = notebook_seconds(moe_config, cp_config, moe_ranks=moe_ranks, cp_ranks=cp_ranks,

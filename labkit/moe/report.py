@@ -83,6 +83,9 @@ COLUMNS = (
                                   "phase_rank"),
     Column("combine_time_s", "s", "the combine all-to-all and the gate-weighted sum, forward "
                                   "and backward: p50, phase_rank"),
+    *(Column(f"{ph}_local_alone_s", "s", f"the {ph} phase's local work (the all-to-alls the "
+             "identity), each rank alone in turn: median of 5 steps, slowest rank (P > 1)")
+      for ph in ("routing", "dispatch", "experts", "combine")),
     Column("phase_times_by_rank", "s", "each rank's four phase times (p50 over steps)"),
     Column("phase_rank", "", "the rank whose phases sum to the most: the *_time_s fields"),
     Column("timeline_s", "s",

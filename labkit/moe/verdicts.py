@@ -10,8 +10,13 @@ The step model (:func:`context`) prices each phase from the machine profile
   an expert does; the bare n x n product rate leaves those out), times the profile's co-run
   slowdown of that miniature step (every lab's step model takes it so): the step waits for
   the rank with the most rows;
-* **routing**: the router's FLOPs (6 T h E) at the profile's n x n product rate at its size,
-  times the same slowdown;
+* **routing**: where the launch timed each phase's local work on each rank alone
+  (``{phase}_local_alone_s``: the all-to-alls the identity, the ranks in turn), the routing's
+  time alone times the same slowdown: a router of a few MFLOP is a dozen small torch calls
+  (softmax, top-k, the capacity mask, the gathers) whose cost its FLOPs do not show; else the
+  router's FLOPs (6 T h E) at the profile's n x n product rate at its size, times the slowdown;
+* **the permutations**: the dispatch's and the combine's local work alone (the split sizes'
+  bookkeeping; the gate-weighted sum and its backward), times the slowdown, where timed;
 * **all-to-all**: from the profile's **message** sweep (one-way point-to-point, peers idle: in
   an MoE step nothing computes while the rows travel): the exchanges with the P − 1 peers one
   after another, each one message of the larger direction's bytes
@@ -74,7 +79,9 @@ def context(row, prof) -> dict:
     """The model's phases and step (seconds) for one row:
     :func:`labkit.moe.formulas.step_model`'s ``routing``, ``dispatch``, ``experts``,
     ``combine``, ``step`` (the dispatch and the combine each with the scheduler waits counted
-    in their all-to-alls), and what it used: ``slowdown``, ``alltoall_s`` (one all-to-all of
+    in their all-to-alls, and their local work alone where the row has it), and what it used:
+    ``slowdown``, ``local`` (the phases' local work alone, s; {} where not timed),
+    ``alltoall_s`` (one all-to-all of
     rows, its transfer), ``counts_s`` (the split sizes' transfer), ``scheduler_wait_s`` (the
     profile's, one wait), ``waits`` (:func:`labkit.moe.waits.count` of the row's timeline:
     None where it has none, and the model then prices transfers only) and ``waits_s`` (what
@@ -107,7 +114,10 @@ def context(row, prof) -> dict:
     expert_s = (formulas.expert_flops(rows=rows, hidden=h, ffn=f)
                 / prof.step_flop_per_s(batch=per_expert) * slow)
     n_router = formulas.matmul_size(rows=t, hidden=h, ffn=e)
-    routing_s = (formulas.router_flops(tokens=t, hidden=h, num_experts=e)
+    local = {ph: float(row[f"{ph}_local_alone_s"]) for ph in PHASES
+             if _given(row, f"{ph}_local_alone_s")}
+    routing_s = (local["routing"] * slow if "routing" in local else
+                 formulas.router_flops(tokens=t, hidden=h, num_experts=e)
                  / prof.matmul_flop_per_s(n_router) * slow)
     a2a = counts = wait = 0.0
     got = None
@@ -124,12 +134,18 @@ def context(row, prof) -> dict:
         wait = float(prof.scheduler_wait_s)
         got = waits.count(_timeline(row), transfers={"counts": counts, "rows": a2a})
     n = got["waited"] if got else {"dispatch": 0, "combine": 0}
-    model = formulas.step_model(routing_s=routing_s,
-                                dispatch_s=2 * a2a + counts + n["dispatch"] * wait,
-                                expert_s=expert_s, combine_s=2 * a2a + n["combine"] * wait)
-    return {**model, "slowdown": slow, "alltoall_s": a2a, "counts_s": counts,
+    model = formulas.step_model(
+        routing_s=routing_s, expert_s=expert_s,
+        dispatch_s=2 * a2a + counts + n["dispatch"] * wait + local.get("dispatch", 0.0) * slow,
+        combine_s=2 * a2a + n["combine"] * wait + local.get("combine", 0.0) * slow)
+    return {**model, "slowdown": slow, "local": local, "alltoall_s": a2a, "counts_s": counts,
             "scheduler_wait_s": wait, "waits": got,
             "waits_s": (n["dispatch"] + n["combine"]) * wait}
+
+
+def _given(row, key: str) -> bool:
+    v = row.get(key) if hasattr(row, "get") else None
+    return v is not None and v == v
 
 
 def _timeline(row):
@@ -182,6 +198,22 @@ def waits_note(ctx: dict) -> str:
                          "transfers from the profile's message sweep only")
 
 
+def local_note(ctx: dict) -> str:
+    """What the model took for the phases' local work, timed alone (empty where not timed).
+
+    >>> local_note({"local": {"routing": 1.0e-3, "dispatch": 0.2e-3, "experts": 9e-3,
+    ...                       "combine": 1.1e-3}, "slowdown": 1.1})
+    'local work alone (the all-to-alls the identity): routing 1.00, dispatch 0.20, combine 1.10 ms, each x the slowdown 1.10'
+    """
+    local = ctx.get("local") or {}
+    if not local:
+        return ""
+    parts = ", ".join(f"{ph} {local[ph] * 1e3:.2f}" for ph in ("routing", "dispatch", "combine")
+                      if ph in local)
+    return (f"local work alone (the all-to-alls the identity): {parts} ms, each x the slowdown "
+            f"{ctx['slowdown']:.2f}")
+
+
 def laws(row, prof) -> list[dict]:
     """The laws of one row: at P > 1 the all-to-alls counted and the bytes each one sent
     (every rank's, exact) against the routing drawn; then the step against the model, with
@@ -206,7 +238,8 @@ def laws(row, prof) -> list[dict]:
                      "+ 2 combines", predicted=_ms(ctx["step"]),
                      measured=_ms(row["step_time_p50_s"]), unit="ms",
                      tolerance_pct=TOLERANCE_PCT, split=measured_split(row, ctx),
-                     note=waits_note(ctx) if p > 1 else ""))
+                     note="; ".join(x for x in (waits_note(ctx) if p > 1 else "",
+                                               local_note(ctx)) if x)))
     return out
 
 

@@ -23,7 +23,9 @@ What one launch does, every rank on its own seeded tokens:
    step too (:class:`SpanWatch`), and each all-to-all's (the split sizes' and the four of
    rows: one clock reading before and after each), those of the median step gathered to rank
    0 on one clock (its trace, :mod:`labkit.moe.trace`; the all-to-alls that waited for the
-   scheduler, :mod:`labkit.moe.waits`).
+   scheduler, :mod:`labkit.moe.waits`);
+4. at P > 1, each phase's local work timed on each rank alone (:func:`local_phases`: the
+   all-to-alls the identity), what the step model takes for the routing and the permutations.
 
 Every tensor handed to torch.distributed lives on the rank's device; the row carries its
 device memory peak (None on a CPU).
@@ -43,6 +45,7 @@ from labkit import runtime, timing, trace
 from labkit.harness import worker_main
 from labkit.machine.formulas import median_index
 from labkit.moe import formulas
+from labkit.moe.budget import LOCAL_STEPS
 from labkit.moe.config import MoEConfig
 from labkit.moe.formulas import PHASES
 from labkit.moe.layer import STEP_ORDER, ExpertLayer, init_weights, reference
@@ -194,6 +197,33 @@ def _check(rt, cfg: MoEConfig, weights: dict, x_all, grad_all, cap: int, comm) -
     return float(worst.item())
 
 
+def local_phases(rt, cfg: MoEConfig, weights: dict, x, go, cap: int, *,
+                 reps: int = LOCAL_STEPS - 1) -> dict:
+    """Each phase's local work, timed on each rank **alone** (the ranks in turn, the others in a
+    barrier): the same layer, tokens and routing with its all-to-alls the identity (the rows
+    stay on the rank: its experts compute as many rows as it routed), the median of ``reps``
+    steps after one untimed, the slowest rank's per phase (``{phase}_local_alone_s``). What
+    the step model takes, beside the profile's transfers, for the routing and for the
+    permutations around the all-to-alls, which its FLOPs leave out. Collective."""
+    local = ExpertLayer(weights, rank=rt.rank, world_size=rt.world_size, top_k=cfg.top_k,
+                        capacity=cap, renormalize=cfg.renormalize, device=rt.device,
+                        dtype=torch.float32)
+    mine = dict.fromkeys(PHASES, 0.0)
+    for turn in range(rt.world_size):
+        if rt.rank == turn:
+            samples = []
+            for _ in range(reps + 1):
+                sw = timing.Stopwatch(rt.device)
+                local.zero_grad()
+                x.grad = None
+                local.step(x, go, sw)
+                samples.append(dict(sw.totals))
+            mine = {ph: statistics.median(t.get(ph, 0.0) for t in samples[1:]) for ph in PHASES}
+        if rt.world_size > 1:
+            dist.barrier()
+    return {f"{ph}_local_alone_s": timing.worst_over_ranks(rt, mine[ph]) for ph in PHASES}
+
+
 def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
     p, dev = rt.world_size, rt.device
     e, h, f, t = cfg.num_experts, cfg.hidden, cfg.expert_width, cfg.tokens
@@ -247,6 +277,7 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
     counts = _gather(rt, torch.stack([routing.routed, routing.kept])).tolist()
     sent = _gather(rt, torch.tensor([b for _, b in calls] or [0], dtype=torch.int64,
                                     device=dev)).tolist()
+    alone = local_phases(rt, cfg, weights, x, go, cap) if p > 1 else {}
     peak = runtime.max_device_peak_bytes(dev)
     if rt.rank != 0:
         return {}
@@ -280,6 +311,7 @@ def on_rank(rt: runtime.Runtime, cfg: MoEConfig) -> dict:
         "timeline_step": middle + 1,
         "a2a_timeline_s": a2a_timeline if p > 1 else None,
         **{f"{ph}_time_s": by_rank[slow_rank][i] for i, ph in enumerate(PHASES)},
+        **alone,
         "device_memory_peak_bytes": peak,
     }
     from labkit.moe.report import derived_fields
