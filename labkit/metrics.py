@@ -135,6 +135,23 @@ def ratio_split(*, base_s: float, compute_s: float, step_s: float, ranks: int = 
             f"{compute} / {step} (its share of the step)": compute_s / step_s}
 
 
+def slowdown_split(*, alone_s: float, together_s: float, scale: float = 1e3,
+                   names: tuple = ("alone", "together")) -> dict | None:
+    """A time measured with every rank at it, in measured factors that multiply to it (times
+    ``scale``, ms by default): the same work's time alone, and the slowdown measured between
+    the two. A co-run law that misses thus shows whether the machine's slowdown or the work
+    alone moved. None where one is missing or not positive.
+
+    >>> slowdown_split(alone_s=0.040, together_s=0.046)
+    {'alone (ms)': 40.0, 'together / alone (the slowdown measured)': 1.15}
+    """
+    if not all(t is not None and t == t and t > 0 for t in (alone_s, together_s)):
+        return None
+    a, t = names
+    return {f"{a} (ms)" if scale == 1e3 else a: round(alone_s * scale, 12),
+            f"{t} / {a} (the slowdown measured)": round(together_s / alone_s, 12)}
+
+
 def relative_su(s: float, n: int) -> float:
     """Relative service units N / s: what an N-rank job costs against its serial run.
 

@@ -20,6 +20,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -44,6 +45,25 @@ def process_start(pid: int) -> str | None:
     try:
         return f"{_started(psutil.Process(pid)):.3f}"
     except (psutil.Error, ValueError, OverflowError):
+        return None
+
+
+def age_s(pid: int | None = None) -> float | None:
+    """Seconds since process ``pid`` (default: this one) started, on the wall clock; None
+    where its start cannot be read. What a rank reports as the time it took to get going
+    (import torch, the rendezvous), beside the launch's wall time.
+
+    >>> 0 <= age_s() < 3600
+    True
+    """
+    try:
+        proc = psutil.Process(pid or os.getpid())
+        # Linux: the start in seconds since boot against the boot-time clock (psutil's epoch
+        # start adds a boot time read to the whole second: up to a second off)
+        now = (time.clock_gettime(time.CLOCK_BOOTTIME) if sys.platform.startswith("linux")
+               else time.time())
+        return max(0.0, now - _started(proc))
+    except (psutil.Error, ValueError, OverflowError, OSError):
         return None
 
 

@@ -30,6 +30,9 @@ class Runtime:
     local_world_size: int
     backend: str
     device: torch.device
+    #: seconds from this process's start to the process group joined (importing torch and
+    #: labkit, the rendezvous; None where the start cannot be read)
+    ready_s: float | None = None
 
     @property
     def is_main(self) -> bool:
@@ -94,7 +97,10 @@ def init(timeout_s: float | None = None) -> Runtime:
         bind_to_cores(local_rank, local_world_size)
     if audit.enabled() and backend != "nccl":
         audit.install(device, rank=rank, local_rank=local_rank)
-    _RUNTIME = Runtime(rank, world_size, local_rank, local_world_size, backend, device)
+    from labkit.procs import age_s
+
+    _RUNTIME = Runtime(rank, world_size, local_rank, local_world_size, backend, device,
+                       ready_s=age_s())
     return _RUNTIME
 
 
@@ -181,7 +187,8 @@ def placement(rt: Runtime) -> list[dict] | None:
     threads (torch intra-op threads), cores (the cores it may run on: its share, where
     :func:`init` bound it), and ``problem``: a non-empty string where two ranks share
     one GPU (same host and same physical device), the classic misconfiguration that halves
-    throughput silently.
+    throughput silently. ``ready_s``: seconds from the rank's process start to the process
+    group joined.
     """
     from labkit.procs import bound_cores
 
@@ -202,6 +209,7 @@ def placement(rt: Runtime) -> list[dict] | None:
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "threads": torch.get_num_threads(),
         "bound_cores": bound_cores(),
+        "ready_s": rt.ready_s,
         "_uuid": uuid,
     }
     table: list = [None] * rt.world_size

@@ -191,3 +191,21 @@ def test_busbw_at_the_largest_size_splits_into_the_top_beta_and_two_ratios():
     busbw = next(r for r in rows if r["law"].startswith("busbw"))
     assert busbw["split_op"] == "product"
     assert laws.split_total(busbw) == pytest.approx(busbw["measured"])
+
+
+def test_a_co_run_time_splits_into_the_work_alone_and_the_slowdown_measured():
+    split = metrics.slowdown_split(alone_s=0.040, together_s=0.050)
+    law = laws.check("compute on 2 ranks", predicted=56.0, measured=50.0, unit="ms",
+                     split=split, split_op="product")
+    assert laws.split_sums(law) and laws.split_total(law) == pytest.approx(50.0)
+    assert metrics.slowdown_split(alone_s=0.0, together_s=0.05) is None
+
+
+def test_a_launch_splits_into_the_slowest_ranks_start_to_joined_and_the_rest():
+    from labkit.checks import verdicts as checks_verdicts
+
+    law = checks_verdicts.launch_cost_law(world_size=2, one_rank_s=1.2, measured_s=2.0, cores=2,
+                                          slowdown=1.1, ready_s=1.5)
+    assert not law["holds"] and laws.split_sums(law)
+    assert checks_verdicts.launch_cost_law(world_size=2, one_rank_s=1.2, measured_s=2.0,
+                                           cores=2)["split"] is None

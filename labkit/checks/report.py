@@ -25,6 +25,8 @@ COLUMNS = (
     Column("bound_cores", "", "the cores the rank may run on (its share where the launch bound it: "
                         "labkit.procs.bind_to_cores; None where the platform has no mask)"),
     Column("problem", "", "non-empty where the rank shares its GPU with another rank"),
+    Column("ready_s", "s", "seconds from the rank's process start to the process group joined "
+                           "(importing torch and labkit, the rendezvous)"),
     Column("allreduce_bytes", "bytes", "size of the timed all-reduce"),
     Column("allreduce_correct", "", "the all-reduced buffer holds world_size ** runs everywhere"),
     *timed_columns("allreduce_time", "one all-reduce", each="repeat"),

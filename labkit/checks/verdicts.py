@@ -148,12 +148,26 @@ def allreduce_law(*, world_size: int, size_bytes: float, predicted_s: float, mea
                       "waits for its rank to run") if crowded else note)
 
 
+def _launch_split(measured_s: float, ready_s: float | None) -> dict | None:
+    """A launch's wall time in measured parts: the slowest rank's start to joined, the rest.
+
+    >>> _launch_split(1.8, 1.3)
+    {'the slowest rank: start to joined (import torch, rendezvous)': 1.3, 'the rest (the agent, the work, the exit)': 0.5}
+    """
+    if ready_s is None or ready_s != ready_s:
+        return None
+    return {"the slowest rank: start to joined (import torch, rendezvous)": float(ready_s),
+            "the rest (the agent, the work, the exit)": round(measured_s - ready_s, 9)}
+
+
 def launch_cost_law(*, world_size: int, one_rank_s: float, measured_s: float,
-                    cores: int, slowdown: float = 1.0) -> dict:
+                    cores: int, slowdown: float = 1.0, ready_s: float | None = None) -> dict:
     """t_launch(N) = t_launch(1) × s(N): ``model`` while each rank has a core to import torch
     on, the N imports side by side slowed by the co-run slowdown ``slowdown`` (the machine
     profile's, s(N): they share the memory system and the caches as any N computations do);
-    ``naive`` beyond the cores (the ranks take turns), at t_launch(1).
+    ``naive`` beyond the cores (the ranks take turns), at t_launch(1). ``ready_s``, the
+    slowest rank's seconds from its process start to the process group joined: the measured
+    split (that, and the rest of the launch: the agent, the work, the exit).
 
     >>> launch_cost_law(world_size=2, one_rank_s=2.1, measured_s=2.8, cores=2,
     ...                 slowdown=1.3)["predicted"]
@@ -169,7 +183,7 @@ def launch_cost_law(*, world_size: int, one_rank_s: float, measured_s: float,
             "a 1-rank launch x the co-run slowdown")
     return _law(law=f"a launch of {world_size} ranks costs {what}", unit="s",
                 kind="naive" if crowded else "model", predicted=round(one_rank_s * s, 9),
-                measured=measured_s,
+                measured=measured_s, split=_launch_split(measured_s, ready_s),
                 tolerance_pct=TIME_TOLERANCE_PCT,
                 note=(f"oversubscribed: {world_size} ranks on {cores} cores take turns importing "
                       "torch") if crowded else

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 from labkit.book.laws import check, symmetric_error_pct
-from labkit.metrics import ratio_split
+from labkit.metrics import ratio_split, slowdown_split
 from labkit.tp import waits
 from labkit.tp.formulas import step_in_context
 
@@ -289,7 +289,10 @@ def naive_laws(row, prof) -> list[dict]:
                  tolerance_pct=0),
            check(f"{pre}: compute (f and g off) = F/R alone x co-run slowdown",
                  predicted=_ms(ctx["compute_s"]), measured=_ms(row["compute_time_p50_s"]),
-                 unit="ms", tolerance_pct=TOLERANCE_PCT,
+                 unit="ms", tolerance_pct=TOLERANCE_PCT, split_op="product",
+                 split=slowdown_split(alone_s=row.get("predicted_compute_s"),
+                                      together_s=row.get("compute_time_p50_s"),
+                                      names=("F/R alone", f"the compute on {p} ranks")),
                  note=f"F/R alone {_ms(row['predicted_compute_s']):.3g} ms x {ctx['slowdown']:.2f}")]
     split, note = None, ""
     if p > 1:
