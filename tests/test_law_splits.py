@@ -209,3 +209,12 @@ def test_a_launch_splits_into_the_slowest_ranks_start_to_joined_and_the_rest():
     assert not law["holds"] and laws.split_sums(law)
     assert checks_verdicts.launch_cost_law(world_size=2, one_rank_s=1.2, measured_s=2.0,
                                            cores=2)["split"] is None
+
+
+def test_the_scheduler_wait_law_splits_into_the_shortest_wait_and_the_rest():
+    from labkit.collectives import waits
+
+    w = {"calls": 40, "waited": 5, "share": 0.125, "excess_s": [2e-3, 3e-3, 6e-3, 7e-3, 8e-3]}
+    law = waits.wait_law(w, predicted_s=3.5e-3, ranks=2)
+    assert not law["holds"] and laws.split_sums(law)
+    assert law["split"]["the shortest wait"] == pytest.approx(2.0)

@@ -435,9 +435,9 @@ def best_m_laws(df, schedules=None, tolerance_pct: float = STEP_TOLERANCE_PCT) -
         rows.append(laws.check(
             f"step at the model's best M, {s} P={p}", predicted=pick.step_time_s * 1e3,
             measured=best.step_time_s * 1e3, kind="model", unit="ms",
-            tolerance_pct=tolerance_pct,
+            tolerance_pct=tolerance_pct, split=step_split(best),
             note=f"model's best M = {pick.num_microbatches}, measured best M = "
-                 f"{best.num_microbatches}"))
+                 f"{best.num_microbatches}; the split: the best measured step's"))
     return rows
 
 
