@@ -10,9 +10,11 @@ rank wait through, so a faster stage waiting for a slower one counts there too.
 :func:`bubble_split` takes a measured bubble apart into three measured terms that sum to it:
 
 * **the schedule, equal blocks**: the ideal replay of the median step's blocks in their
-  measured order, each block at its kind's mean duration over the step (no imbalance);
-* **unequal blocks**: the median step's own bubble (its blocks at their measured durations)
-  less that;
+  measured order, messages free, each block at its kind's mean duration over the step;
+* **unequal blocks**: the same replay with each block at its measured duration, less that;
+* **the step's messages and waits**: the median step's own bubble less its ideal replay's (as
+  a share of the step: a step the messages and waits made longer holds the same fill and
+  drain as a smaller share);
 * **the other steps**: the measurement (a median over the steps) less the median step's.
 
 :func:`bubble_laws` and :func:`over_ideal_laws` are the law rows of the two bubble
@@ -28,17 +30,19 @@ from labkit.pipeline.verdicts import BUBBLE_TOLERANCE
 from labkit.results import select_rows
 
 
-def equal_blocks_bubble(blocks) -> dict:
+def replayed_bubble(blocks, *, equal: bool) -> dict:
     """The ideal replay of ``blocks`` (dicts with ``rank, stage, kind, microbatch, start_s,
-    end_s``) in each rank's measured order, every block at its kind's mean duration: ``idle_s``
-    and ``compute_s`` (summed over ranks) and ``span_s`` (the replayed step).
+    end_s``) in each rank's measured order, messages free: every block at its measured
+    duration, or (``equal``) at its kind's mean duration over the step. ``idle_s`` and
+    ``compute_s`` (summed over ranks) and ``span_s`` (the replayed step): all of its idle time
+    is the schedule's.
 
     GPipe, P = 2, M = 2, forward 1 s and backward 2 s everywhere: each rank idles P − 1 = 1
     slot of 3 s, against M = 2 slots of compute (the bubble over ideal (P−1)/M = 0.5):
 
     >>> b = [dict(rank=r, stage=r, kind=k, microbatch=m, start_s=0.0, end_s=d)
     ...      for r in (0, 1) for k, d in (("F", 1.0), ("B", 2.0)) for m in (0, 1)]
-    >>> equal_blocks_bubble(b)
+    >>> replayed_bubble(b, equal=True)
     {'idle_s': 6.0, 'compute_s': 12.0, 'span_s': 9.0}
     """
     kinds: dict[str, list[float]] = {}
@@ -46,7 +50,8 @@ def equal_blocks_bubble(blocks) -> dict:
         kinds.setdefault(b["kind"], []).append(float(b["end_s"]) - float(b["start_s"]))
     mean = {k: math.fsum(v) / len(v) for k, v in kinds.items()}
     ranks = sorted({int(b["rank"]) for b in blocks})
-    orders = {r: [(b["kind"], int(b["stage"]), int(b["microbatch"]), mean[b["kind"]])
+    orders = {r: [(b["kind"], int(b["stage"]), int(b["microbatch"]),
+                   mean[b["kind"]] if equal else float(b["end_s"]) - float(b["start_s"]))
                   for b in sorted((b for b in blocks if int(b["rank"]) == r),
                                   key=lambda b: float(b["start_s"]))] for r in ranks}
     placed = ideal_replay(orders, last_stage=max(int(b["stage"]) for b in blocks))
@@ -60,7 +65,10 @@ def bubble_split(blocks, *, step_s: float, measured: float, over: str) -> dict |
     bubble over ideal (fill/drain time over compute time, as (P−1)/M), ``over="step"`` for
     its share of P × the step (as (P−1)/(P−1+M)). ``blocks``, ``step_s``: the median step's
     blocks on one clock from its start, and its span; ``measured``: the row's bubble (a median
-    over its steps). None without blocks.
+    over its steps). Four terms: the ideal replay with equal blocks; what the blocks' measured
+    durations change in it; what the measured step changes (its messages and waits: a longer
+    step holds the same fill and drain as a smaller share); the other steps. None without
+    blocks.
 
     Rank 1's forward takes 2 s where rank 0's takes 1 s: rank 0 waits through rank 1's longer
     blocks, and the bubble over ideal rises from 0.5 to 8 s / 14 s = 0.57:
@@ -75,21 +83,26 @@ def bubble_split(blocks, *, step_s: float, measured: float, over: str) -> dict |
     ...      dict(rank=0, stage=0, kind="B", microbatch=1, start_s=9, end_s=11)]
     >>> {k: round(v, 3) for k, v in bubble_split(b, step_s=11, measured=0.6,
     ...                                          over="compute").items()}
-    {'the schedule, equal blocks': 0.5, 'unequal blocks': 0.071, 'the other steps': 0.029}
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'the schedule, equal blocks': 0.5, 'unequal blocks': 0.071,
+     "the step's messages and waits": 0.0, 'the other steps': 0.029}
     """
     if over not in ("compute", "step"):
         raise ValueError(f"over must be 'compute' or 'step', got {over!r}")
     if not isinstance(blocks, list) or not blocks or not math.isfinite(float(measured)):
         return None
-    eq = equal_blocks_bubble(blocks)
     ranks = len({int(b["rank"]) for b in blocks})
+    shares = []
+    for equal in (True, False):
+        got = replayed_bubble(blocks, equal=equal)
+        shares.append(got["idle_s"] / (got["compute_s"] if over == "compute"
+                                       else ranks * got["span_s"]))
     mid = timeline_split(blocks, step_start_s=0.0, step_end_s=max(
         float(step_s), max(float(b["end_s"]) for b in blocks)))
-    if over == "compute":
-        equal, median_step = eq["idle_s"] / eq["compute_s"], mid["bubble_s"] / mid["compute_s"]
-    else:
-        equal, median_step = eq["idle_s"] / (ranks * eq["span_s"]), mid["bubble_share"]
-    return {"the schedule, equal blocks": equal, "unequal blocks": median_step - equal,
+    median_step = mid["bubble_s"] / mid["compute_s"] if over == "compute" else mid["bubble_share"]
+    equal, unequal = shares
+    return {"the schedule, equal blocks": equal, "unequal blocks": unequal - equal,
+            "the step's messages and waits": median_step - unequal,
             "the other steps": float(measured) - median_step}
 
 
