@@ -2,9 +2,10 @@
 unequal blocks add to it, and the spread between steps.
 
 The formulas (P−1)/(P−1+M) and (P−1)/M assume every stage's forward (and backward) takes the
-same time. A measured step's blocks do not: the last stage also computes the loss, the first
-microbatch of a step runs on cold caches, a rank that shares its core with gloo's threads runs
-slower. The fill/drain bubble read off the timeline
+same time. A measured step's blocks do not all take their kind's mean (on the 2-vCPU VM the
+two stages' means differed by up to a quarter, one way or the other from run to run, and
+single blocks, such as stage 1's first forward of a step, ran up to 1.3x their kind's mean),
+and the fill and drain wait on particular blocks, not on the mean. The fill/drain bubble read off the timeline
 (:func:`labkit.pipeline.formulas.timeline_split`) holds every idle stretch the schedule makes a
 rank wait through, so a faster stage waiting for a slower one counts there too.
 :func:`bubble_split` takes a measured bubble apart into three measured terms that sum to it:
