@@ -100,3 +100,20 @@ def test_notes_and_sentence_say_what_the_model_took():
     assert "adds that for each one counted" in checknotes.waits_sentence(plain)
     quiet = pd.DataFrame([{**rows[0], "messages_waited": 0}])
     assert "fixed costs (the same step" in checknotes.waits_sentence(quiet)
+
+
+def test_the_bubble_law_takes_the_step_models_share_and_shows_the_formula_as_naive():
+    """With a profile, the model's bubble share is its (P-1)/M T_stage over its whole step
+    (transfers, waits and fixed costs make the step longer: the share smaller than the
+    formula's); the formula stays beside it as the naive law."""
+    prof = wait_profile()
+    row = _fixed_row()
+    check = modelcheck.model_check(None, [row], profile=prof)
+    bubble = check[check.quantity == "bubble_fraction"].iloc[0]
+    step = check[check.quantity == "step_time_s"].iloc[0]
+    assert bubble.model == pytest.approx(step.model_bubble_s / step.model)
+    assert bubble.model < bubble.formula == pytest.approx(1 / 5)  # P = 2, M = 4
+    rows = [r for r in modelcheck.check_laws(check) if "bubble" in r["law"]]
+    assert [r["kind"] for r in rows] == ["model", "naive"]
+    assert rows[0]["predicted"] == pytest.approx(bubble.model)
+    assert rows[1]["predicted"] == pytest.approx(1 / 5)

@@ -34,8 +34,10 @@ def _profile(alpha=ALPHA, beta=BETA, rate=RATE, co_run=CO_RUN, cores=2):
 
 def _pipe_row(m, prof, *, share_other=0.05):
     row = dict(schedule="gpipe", layers=8, hidden=512, batch=128, num_stages=2, num_microbatches=m)
-    step = modelcheck.profile_terms(prof, row)["step"]
-    fill = bubble_fraction(num_stages=2, num_microbatches=m)
+    t = modelcheck.profile_terms(prof, row)
+    step = t["step"]
+    fill = t["bubble"] / step  # the step model's share: (P-1)/M T_stage over its whole step
+    assert fill < bubble_fraction(num_stages=2, num_microbatches=m)  # the transfers lengthen it
     return {**row, "step_time_s": step, "bubble_fill_drain": fill, "bubble_measured": fill,
             "idle_other": share_other, "compute_share": 1 - fill - share_other}
 
@@ -76,7 +78,11 @@ def test_model_check_with_the_profile_is_exact_on_rows_that_follow_it():
                                     beta_bytes_per_s=prof.beta_bytes_per_s)
          for s in (512, 32768, 1 << 21)])
     rows = modelcheck.check_laws(df)
-    assert [r["kind"] for r in rows] == ["model"] * 5 and all(r["holds"] for r in rows)
+    model = [r for r in rows if r["kind"] == "model"]
+    assert len(model) == 5 and all(r["holds"] for r in model)
+    # the formula beside each bubble, as the naive law
+    assert [r["law"].split(",")[0] for r in rows if r["kind"] == "naive"] == [
+        "pipeline bubble fraction = (P-1)/(P-1+M)"] * 2
     with pytest.raises(UsageError, match="profile"):
         modelcheck.model_check(coll, pipe)
 

@@ -1,6 +1,6 @@
-"""What notebook 08's model check says about messages and calls that waited for the
-scheduler (pure): the notes of its laws (:func:`collective_note`, :func:`step_note`) and the
-sentence under them (:func:`waits_sentence`), each computed from a
+"""What notebook 08's model check says (pure): its law rows (:func:`check_laws`), the notes of
+those laws about messages and calls that waited for the scheduler (:func:`collective_note`,
+:func:`step_note`) and the sentence under them (:func:`waits_sentence`), each computed from a
 :func:`labkit.perfmodel.modelcheck.model_check` table's rows.
 
 A gloo call moves at its transfer's pace, or it also waits for the scheduler to give one of
@@ -12,7 +12,15 @@ messages that waited in the row's own median step.
 
 from __future__ import annotations
 
+import math
+
+from labkit.book import laws
 from labkit.book.laws import given
+from labkit.machine import formulas as machine_formulas
+
+#: every prediction here is a time or a ratio (relative) or a fraction of a step (absolute)
+STEP_TOLERANCE_PCT = 25.0
+BUBBLE_TOLERANCE_ABS = 0.05
 
 
 def collective_note(r: dict) -> str:
@@ -143,3 +151,57 @@ def waits_sentence(check) -> str:
                      "scheduler; its law compares transfers, which do not depend on how many "
                      "calls wait.")
     return " ".join(parts) or "No live rows: no message's wait was counted."
+
+
+def check_laws(check) -> list[dict]:
+    """The law rows of a :func:`model_check` table (kind ``model``): the largest size of each
+    collective (its transfer: relative, with the calls' median and waits in the note), each
+    pipeline bubble (a fraction: absolute) and step time (relative, with its measured split
+    and its counted waits in the note).
+
+    >>> import pandas as pd
+    >>> rows = check_laws(pd.DataFrame([
+    ...     {"lab": "pipeline", "what": "gpipe", "num_stages": 2, "num_microbatches": 4,
+    ...      "quantity": "bubble_fraction", "measured": 0.22, "model": 0.2}]))
+    >>> rows[0]["law"], rows[0]["holds"], rows[0]["tolerance_abs"]
+    ('pipeline bubble fraction, P = 2, M = 4', True, 0.05)
+    """
+    rows = []
+    coll = check[check.quantity == "time_s"]
+    if len(coll):
+        largest = coll.sort_values("size_bytes").groupby(["what", "world_size"]).tail(1)
+        for r in largest.to_dict("records"):
+            rows.append(laws.check(
+                f"{r['what']} of {r['size_bytes']:,.0f} B on {r['world_size']} ranks (this run's "
+                "machine profile)", predicted=r["model"], measured=r["measured"], unit="s",
+                tolerance_pct=STEP_TOLERANCE_PCT, note=collective_note(r),
+                split=machine_formulas.fastest_split(transfer_s=r["measured"], scale=1.0,
+                                                     fastest_s=r.get("fastest_s") or math.nan)))
+    for r in check[check.quantity != "time_s"].to_dict("records"):
+        name = f"P = {int(r['num_stages'])}, M = {int(r['num_microbatches'])}"
+        if r["quantity"] == "bubble_fraction":
+            split = r.get("split")
+            split = split if isinstance(split, dict) else None
+            formula = r.get("formula")
+            if not laws.given(formula):  # no profile: the formula is the model
+                rows.append(laws.check(f"pipeline bubble fraction, {name}", predicted=r["model"],
+                                       measured=r["measured"],
+                                       tolerance_abs=BUBBLE_TOLERANCE_ABS, split=split))
+                continue
+            rows.append(laws.check(
+                f"pipeline bubble fraction, the step model's (its bubble over its step), {name}",
+                predicted=r["model"], measured=r["measured"], tolerance_abs=BUBBLE_TOLERANCE_ABS,
+                split=split))
+            rows.append(laws.check(
+                f"pipeline bubble fraction = (P-1)/(P-1+M), {name}", kind="naive",
+                predicted=formula, measured=r["measured"], tolerance_abs=BUBBLE_TOLERANCE_ABS,
+                split=split, note="equal blocks and free messages: the step's transfers, waits "
+                                  "and fixed costs lengthen it, the same fill and drain a "
+                                  "smaller share"))
+        else:
+            split = r.get("split")
+            rows.append(laws.check(
+                f"pipeline step_time_s, {name}", predicted=r["model"], measured=r["measured"],
+                unit="s", tolerance_pct=STEP_TOLERANCE_PCT,
+                split=split if isinstance(split, dict) else None, note=step_note(r)))
+    return rows

@@ -51,14 +51,15 @@ from labkit.book import laws
 from labkit.collectives import formulas as collectives
 from labkit.errors import UsageError
 from labkit.machine import formulas as machine_formulas
-from labkit.perfmodel.checknotes import collective_note, step_note
+from labkit.perfmodel.checknotes import (  # noqa: F401 (check_laws: the module's laws)
+    BUBBLE_TOLERANCE_ABS,
+    STEP_TOLERANCE_PCT,
+    check_laws,
+)
 from labkit.pipeline.config import fixed_steps_seconds
 from labkit.pipeline.formulas import bubble_fraction
 from labkit.pipeline.imbalance import bubble_split
 
-#: every prediction here is a time or a ratio (relative) or a fraction of a step (absolute)
-STEP_TOLERANCE_PCT = 25.0
-BUBBLE_TOLERANCE_ABS = 0.05
 #: bytes per activation element the pipeline lab sends (fp32)
 ACTIVATION_BYTES = 4
 
@@ -357,6 +358,12 @@ def _pipeline_rows(r: dict, profile) -> list[dict]:
                               "other waits (transfers, scheduling)": other - waits})
             else:
                 split["other waits (messages, scheduling)"] = other
+        # the step model's own bubble share: the schedule's idle (P-1)/M T_stage in a step the
+        # transfers, waits and fixed costs lengthen (the formula leaves those out)
+        share = t["bubble"] / t["step"] if t["step"] > 0 else f
+        out[0].update({"model": share, "formula": f,
+                       "error_pct": laws.symmetric_error_pct(share, meas),
+                       "error_abs": share - meas})
         out.append({**head, "quantity": "step_time_s", "measured": step, "model": t["step"],
                     "error_pct": laws.symmetric_error_pct(t["step"], step),
                     "model_compute_s": t["compute"], "model_bubble_s": t["bubble"],
@@ -372,46 +379,6 @@ def _pipeline_rows(r: dict, profile) -> list[dict]:
                     "messages": w["messages"], "messages_waited": w["waited"],
                     "waits_counted": w["counted"], "split": split})
     return out
-
-
-def check_laws(check) -> list[dict]:
-    """The law rows of a :func:`model_check` table (kind ``model``): the largest size of each
-    collective (its transfer: relative, with the calls' median and waits in the note), each
-    pipeline bubble (a fraction: absolute) and step time (relative, with its measured split
-    and its counted waits in the note).
-
-    >>> import pandas as pd
-    >>> rows = check_laws(pd.DataFrame([
-    ...     {"lab": "pipeline", "what": "gpipe", "num_stages": 2, "num_microbatches": 4,
-    ...      "quantity": "bubble_fraction", "measured": 0.22, "model": 0.2}]))
-    >>> rows[0]["law"], rows[0]["holds"], rows[0]["tolerance_abs"]
-    ('pipeline bubble fraction, P = 2, M = 4', True, 0.05)
-    """
-    rows = []
-    coll = check[check.quantity == "time_s"]
-    if len(coll):
-        largest = coll.sort_values("size_bytes").groupby(["what", "world_size"]).tail(1)
-        for r in largest.to_dict("records"):
-            rows.append(laws.check(
-                f"{r['what']} of {r['size_bytes']:,.0f} B on {r['world_size']} ranks (this run's "
-                "machine profile)", predicted=r["model"], measured=r["measured"], unit="s",
-                tolerance_pct=STEP_TOLERANCE_PCT, note=collective_note(r),
-                split=machine_formulas.fastest_split(transfer_s=r["measured"], scale=1.0,
-                                                     fastest_s=r.get("fastest_s") or math.nan)))
-    for r in check[check.quantity != "time_s"].to_dict("records"):
-        name = f"P = {int(r['num_stages'])}, M = {int(r['num_microbatches'])}"
-        if r["quantity"] == "bubble_fraction":
-            split = r.get("split")
-            rows.append(laws.check(f"pipeline bubble fraction, {name}", predicted=r["model"],
-                                   measured=r["measured"], tolerance_abs=BUBBLE_TOLERANCE_ABS,
-                                   split=split if isinstance(split, dict) else None))
-        else:
-            split = r.get("split")
-            rows.append(laws.check(
-                f"pipeline step_time_s, {name}", predicted=r["model"], measured=r["measured"],
-                unit="s", tolerance_pct=STEP_TOLERANCE_PCT,
-                split=split if isinstance(split, dict) else None, note=step_note(r)))
-    return rows
 
 
 def summary(check) -> dict:
