@@ -104,14 +104,14 @@ def wait_law(w: dict, *, predicted_s: float, ranks: int, note: str = "") -> dict
     False
     """
     waited = w["excess_s"]
+    median_s = float(np.median(waited)) if waited else math.nan
     return laws.check(
         f"a call that waited for the scheduler, beyond its transfer (N = {ranks}), from the "
         "machine profile", predicted=predicted_s * 1e3,
-        measured=float(np.median(waited)) * 1e3 if waited else math.nan, unit="ms",
+        measured=median_s * 1e3, unit="ms",
         tolerance_pct=25, mechanism_observed=w["waited"] >= MIN_WAITED,
         mechanism=f"at least {MIN_WAITED} calls that waited",
         split={"the shortest wait": min(waited) * 1e3,
-               "the median wait above it": (float(np.median(waited)) - min(waited)) * 1e3}
-        if waited else None,
+               "the median wait above it": (median_s - min(waited)) * 1e3} if waited else None,
         note="; ".join(p for p in (f"{w['waited']} of {w['calls']} calls ({w['share']:.0%}) "
                                    "waited", note) if p))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from labkit.ddp.formulas import BENCHMARK
+from labkit.metrics import ratio_split
 from labkit.results import (
     DEVICE_MEMORY_COLUMNS,
     TIMED_PCTS,
@@ -339,8 +340,6 @@ def _choice_split(frame, at: int | None, ranks: int) -> dict | None:
     """The measured ratio of the choice law at its worst batch (``at``) in measured factors:
     DDP's speedup there (:func:`labkit.metrics.ratio_split`) where the model chose DDP, its
     inverse factor by factor where it chose the one process; None where it chose the better."""
-    from labkit.metrics import ratio_split
-
     if at is None:
         return None
     r = frame.iloc[at]
@@ -406,8 +405,6 @@ def threads_frame(df, world_size: int | None = None, *, slowdown: float = 1.0):
     measured factors (``thread_split``: k x 1 / each thread's slowdown beside the others;
     ``ranks_split``: :func:`labkit.metrics.ratio_split`)."""
     import pandas as pd
-
-    from labkit.metrics import ratio_split
 
     n = top_world_size(df, world_size)
     out = []

@@ -10,6 +10,7 @@ selections notebooks make; :func:`summary_frame` the table ``labkit moe`` prints
 from __future__ import annotations
 
 from labkit.moe import formulas
+from labkit.moe.budget import LOCAL_STEPS
 from labkit.results import DEVICE_MEMORY_COLUMNS, Column, ms, one_row, select_rows, timed_columns
 
 #: what makes a row a different measurement: the world size, the layer, the tokens and the
@@ -84,7 +85,8 @@ COLUMNS = (
     Column("combine_time_s", "s", "the combine all-to-all and the gate-weighted sum, forward "
                                   "and backward: p50, phase_rank"),
     *(Column(f"{ph}_local_alone_s", "s", f"the {ph} phase's local work (the all-to-alls the "
-             "identity), each rank alone in turn: median of 5 steps, slowest rank (P > 1)")
+             f"identity), each rank alone in turn: median of {LOCAL_STEPS - 1} steps after one "
+             "untimed, slowest rank (P > 1)")
       for ph in ("routing", "dispatch", "experts", "combine")),
     Column("phase_times_by_rank", "s", "each rank's four phase times (p50 over steps)"),
     Column("phase_rank", "", "the rank whose phases sum to the most: the *_time_s fields"),

@@ -38,7 +38,7 @@ slowest rank, what the counted waits took apart; they add up to its step.
 
 from __future__ import annotations
 
-from labkit.book.laws import check, symmetric_error_pct
+from labkit.book.laws import check, given, symmetric_error_pct
 from labkit.moe import formulas, waits
 from labkit.moe.formulas import PHASES
 
@@ -115,7 +115,7 @@ def context(row, prof) -> dict:
                 / prof.step_flop_per_s(batch=per_expert) * slow)
     n_router = formulas.matmul_size(rows=t, hidden=h, ffn=e)
     local = {ph: float(row[f"{ph}_local_alone_s"]) for ph in PHASES
-             if _given(row, f"{ph}_local_alone_s")}
+             if given(row.get(f"{ph}_local_alone_s"))}
     routing_s = (local["routing"] * slow if "routing" in local else
                  formulas.router_flops(tokens=t, hidden=h, num_experts=e)
                  / prof.matmul_flop_per_s(n_router) * slow)
@@ -141,11 +141,6 @@ def context(row, prof) -> dict:
     return {**model, "slowdown": slow, "local": local, "alltoall_s": a2a, "counts_s": counts,
             "scheduler_wait_s": wait, "waits": got,
             "waits_s": (n["dispatch"] + n["combine"]) * wait}
-
-
-def _given(row, key: str) -> bool:
-    v = row.get(key) if hasattr(row, "get") else None
-    return v is not None and v == v
 
 
 def _timeline(row):

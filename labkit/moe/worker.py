@@ -219,8 +219,7 @@ def local_phases(rt, cfg: MoEConfig, weights: dict, x, go, cap: int, *,
                 local.step(x, go, sw)
                 samples.append(dict(sw.totals))
             mine = {ph: statistics.median(t.get(ph, 0.0) for t in samples[1:]) for ph in PHASES}
-        if rt.world_size > 1:
-            dist.barrier()
+        dist.barrier()
     return {f"{ph}_local_alone_s": timing.worst_over_ranks(rt, mine[ph]) for ph in PHASES}
 
 

@@ -51,11 +51,7 @@ from labkit.book import laws
 from labkit.collectives import formulas as collectives
 from labkit.errors import UsageError
 from labkit.machine import formulas as machine_formulas
-from labkit.perfmodel.checknotes import (  # noqa: F401 (check_laws: the module's laws)
-    BUBBLE_TOLERANCE_ABS,
-    STEP_TOLERANCE_PCT,
-    check_laws,
-)
+from labkit.perfmodel.checknotes import check_laws  # noqa: F401 (the module's law rows)
 from labkit.pipeline.config import fixed_steps_seconds
 from labkit.pipeline.formulas import bubble_fraction
 from labkit.pipeline.imbalance import bubble_split

@@ -1,14 +1,15 @@
 """What a measured pipeline bubble is made of (pure): the schedule's own fill and drain, what
-unequal blocks add to it, and the spread between steps.
+unequal blocks change in it, what the step's messages and waits change, and the other steps.
 
 The formulas (P−1)/(P−1+M) and (P−1)/M assume every stage's forward (and backward) takes the
 same time. A measured step's blocks do not all take their kind's mean (on the 2-vCPU VM the
 two stages' means differed by up to a quarter, one way or the other from run to run, and
 single blocks, such as stage 1's first forward of a step, ran up to 1.3x their kind's mean),
-and the fill and drain wait on particular blocks, not on the mean. The fill/drain bubble read off the timeline
-(:func:`labkit.pipeline.formulas.timeline_split`) holds every idle stretch the schedule makes a
-rank wait through, so a faster stage waiting for a slower one counts there too.
-:func:`bubble_split` takes a measured bubble apart into three measured terms that sum to it:
+and the fill and drain wait on particular blocks, not on the mean. The fill/drain bubble read
+off the timeline (:func:`labkit.pipeline.formulas.timeline_split`) holds every idle stretch the
+schedule makes a rank wait through, so a faster stage waiting for a slower one counts there
+too. :func:`bubble_split` takes a measured bubble apart into four measured terms that sum to
+it:
 
 * **the schedule, equal blocks**: the ideal replay of the median step's blocks in their
   measured order, messages free, each block at its kind's mean duration over the step;
