@@ -129,7 +129,10 @@ def test_two_rank_sweep_every_op_checked(tmp_path):
         assert r.busbw_gb_per_s == pytest.approx(r.algbw_gb_per_s * formulas.busbw_factor(r.op, 2))
         assert r.time_p10_s <= r.time_p50_s <= r.time_p90_s
     ar = df[df.op == "all_reduce"]
-    assert ar.model_time_s.notna().all() and ar.naive_time_s.notna().all()
+    assert ar.model_time_s.notna().all()
+    # the naive line through every p50 exists unless those p50s slope down (5 calls a size on
+    # 2 busy cores can): then no size has one
+    assert ar.naive_time_s.notna().all() or ar.naive_time_s.isna().all()
     assert set(ar.regime) <= {"latency", "bandwidth"}
     assert set(ar.columns) >= {"model_time_s", "model_error_pct", "crossover_bytes", "oversubscribed"}
     # busy: the all-reduce timed again while the cores computed, and they did compute

@@ -261,7 +261,12 @@ def test_laws_hold_on_exact_counts_and_fail_on_a_miscount():
                                   experts_local_alone_s=9e-3, combine_local_alone_s=1.1e-3), prof)
     assert timed["routing"] == pytest.approx(1e-3 * prof.slowdown)
     assert timed["combine"] - plain["combine"] == pytest.approx(1.1e-3 * prof.slowdown)
-    assert timed["experts"] == plain["experts"]  # still the profile's rate
+    # the experts: their time alone, scaled to the busiest rank's rows in the step
+    kept = _row()["kept_by_rank"]
+    own = max(sum(r) for r in kept)
+    busiest = max(sum(kept[s][e] for s in range(2) for e in es) for es in ((0, 1), (2, 3)))
+    assert timed["experts"] == pytest.approx(9e-3 * busiest / own * prof.slowdown)
+    assert timed["expert_flops_s"] == plain["experts"]  # the profile's rate, kept beside it
     assert "local work alone" in verdicts.laws(_row(routing_local_alone_s=1e-3), prof)[-1]["note"]
     assert "dropped 32 of them" in verdicts.load_sentence(_row())
 

@@ -37,6 +37,8 @@ class CollectivesConfig:
     min_bytes: int | str = option(8, "smallest size, K/M/G suffixes", short="-b", parse=str)
     max_bytes: int | str = option("64M", "largest size", short="-e", parse=str)
     factor: float = option(2.0, "size multiplier", short="-f")
+    dense_top: bool = option(False, "sweep the top factor step at factor 2 (the bandwidth "
+                                    "regime's line on three sizes past the caches)")
     iters: int = option(20, "timed calls per size", short="-n")
     warmup: int = option(5, "untimed calls per size", short="-w")
     dtype: str = option("float32", "float32 float64 int32 int64")
@@ -98,7 +100,7 @@ def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
         for op in config.ops:
             passes = 3 if (config.busy and op == "all_reduce") else 1  # busy: 1 + 2 (slower)
             for size, _ in size_sweep(op, n, config.min_bytes, config.max_bytes, config.factor,
-                                      config.dtype):
+                                      config.dtype, dense_top=config.dense_top):
                 total += passes * calls * over * (CALL_ALPHA_S + size / CALL_BETA_BYTES_PER_S)
     return total
 

@@ -222,23 +222,38 @@ def crossover_bytes(op: str, ranks: int, *, alpha_s: float, beta_bytes_per_s: fl
 
 
 def size_sweep(op: str, world_size: int, min_bytes: int, max_bytes: int, factor: float,
-               dtype: str = "float32") -> list[tuple[int, int]]:
-    """(size_bytes, count) per point, like nccl-tests ``-b -e -f``: S, S·f, S·f², … ≤ max.
+               dtype: str = "float32", *, dense_top: bool = False) -> list[tuple[int, int]]:
+    """(size_bytes, count) per point, like nccl-tests ``-b -e -f``: S, S·f, S·f², … ≤ max;
+    ``dense_top``: also the largest size over 2, 4, … down to the size below it, so the top
+    factor step is swept at factor 2 (a bandwidth regime's α–β line needs three sizes, and
+    with f = 4 the third largest can sit in the latency floor).
 
     count is rounded down to a multiple of N for the ops that split the buffer across ranks
     (at least one element per rank); duplicates after rounding are dropped.
 
     >>> size_sweep("all_gather", 2, 8, 64, 2)
     [(8, 2), (16, 4), (32, 8), (64, 16)]
+    >>> [s for s, _ in size_sweep("all_reduce", 2, 8, 8192, 4, dense_top=True)][-4:]
+    [512, 2048, 4096, 8192]
     """
     n, el = _world(world_size), DTYPE_BYTES[dtype]
     per = n if _op(op) in ("all_gather", "reduce_scatter", "all_to_all") else 1
-    out, size, seen = [], float(min_bytes), set()
+    sizes, size = [], float(min_bytes)
     while size <= max_bytes:
+        sizes.append(size)
+        size *= factor
+    if dense_top and len(sizes) > 1:
+        top, half = sizes[-1], sizes[-1] / 2
+        while half > sizes[-2] * 1.0001:
+            sizes.append(half)
+            half /= 2
+        sizes = sorted(sizes)
+        assert sizes[-1] == top
+    out, seen = [], set()
+    for size in sizes:
         count = max(per, int(size) // el // per * per)
         if count not in seen:
             seen.add(count)
             out.append((count * el, count))
-        size *= factor
     return out
 

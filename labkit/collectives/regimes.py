@@ -10,9 +10,10 @@ both kinds. Even the transfers do not follow one line: large messages follow a l
 slope is the copy bandwidth, while small ones take a time that barely depends on their size.
 One line fitted through both describes neither, so the lab's model is regime-aware:
 
-* the **bandwidth regime** is the longest run of the largest sizes that one α–β line fits
-  within the tolerance (at least :data:`MIN_POINTS` sizes, grown downward one size at a time
-  while every size of the run stays within it); α and β are fitted there only;
+* the **bandwidth regime** is the :data:`MIN_POINTS` largest sizes, grown downward one size
+  at a time while one α–β line fits every size of the run within the tolerance; α and β are
+  fitted there only. The three largest are kept whether or not their own line fits each of
+  them (the line law at the largest size says whether it does): with fewer no line is tested;
 * the **latency regime** is every smaller size: its model is the **floor**, the median of
   their times, reported with its spread (the lowest and highest among them);
 * the **naive** law is the single line fitted through every size's p50, kept to show its

@@ -138,7 +138,7 @@ def on_rank(rt: runtime.Runtime, cfg: CollectivesConfig) -> dict:
     rows = []
     for op in cfg.ops:
         for size, count in size_sweep(op, rt.world_size, cfg.min_bytes, cfg.max_bytes,
-                                      cfg.factor, cfg.dtype):
+                                      cfg.factor, cfg.dtype, dense_top=cfg.dense_top):
             runtime.reset_device_peak(rt.device)
             inp, out = buffers(op, count, rt.world_size, dtype, rt.device)
             steps, timeline = timed_calls(op, inp, out, cfg, rt, origin)

@@ -2,18 +2,20 @@
 profile (pure: no torch).
 
 The step model (:func:`context`) prices each phase from the machine profile
-(:mod:`labkit.machine`), nothing from the launch's own timings:
+(:mod:`labkit.machine`) and, where the launch timed them, the phases' local work alone (a
+separate pass after the timed steps), never from the timed steps themselves:
 
-* **expert compute**: the FLOPs of the busiest rank's experts (12 rows h f) at the rate of the
-  profile's miniature training step, measured alone (a two-layer MLP forward and backward: its
-  matrix products with the elementwise work and autograd's traffic around them, which is what
-  an expert does; the bare n x n product rate leaves those out), times the profile's co-run
-  slowdown of that miniature step (every lab's step model takes it so): the step waits for
-  the rank with the most rows;
-* **routing**: where the launch timed each phase's local work on each rank alone
-  (``{phase}_local_alone_s``: the all-to-alls the identity, the ranks in turn), the routing's
-  time alone times the same slowdown: a router of a few MFLOP is a dozen small torch calls
-  (softmax, top-k, the capacity mask, the gathers) whose cost its FLOPs do not show; else the
+* **expert compute**: where the launch timed each phase's local work on each rank alone
+  (``{phase}_local_alone_s``: the all-to-alls the identity, the ranks in turn), the experts'
+  time alone, scaled from the rows each rank routed itself to the rows the busiest rank
+  computes in the step, times the profile's co-run slowdown of its miniature training step
+  (every lab's step model takes it so); else the FLOPs of the busiest rank's experts (12 rows
+  h f) at the rate of that miniature step measured alone (a two-layer MLP forward and
+  backward: matrix products with the elementwise work and autograd's traffic around them),
+  times the same slowdown (on the 2-vCPU VM the experts alone took 15-20 % longer than their
+  FLOPs at that rate: the step law's note prints both);
+* **routing**: where timed alone, the routing's time alone times the same slowdown: a router
+  of a few MFLOP is a dozen small torch calls (softmax, top-k, the capacity mask, the gathers) whose cost its FLOPs do not show; else the
   router's FLOPs (6 T h E) at the profile's n x n product rate at its size, times the slowdown;
 * **the permutations**: the dispatch's and the combine's local work alone (the split sizes'
   bookkeeping; the gate-weighted sum and its backward), times the slowdown, where timed;
@@ -103,6 +105,14 @@ def context(row, prof) -> dict:
     >>> ctx = context({**row, "a2a_timeline_s": tl}, FakeProfile())
     >>> ctx["waits"]["count"], round(ctx["waits_s"] * 1e3, 1), round(ctx["step"] * 1e3, 2)
     (1, 3.6, 21.01)
+
+    With the experts timed alone (20 ms for the 470 rows the busier rank routed itself), the
+    busiest rank's 500 rows in the step take 20 x 500 / 470 x 1.25 = 26.60 ms; their FLOPs at
+    the profile's rate would say 16.38.
+
+    >>> ctx = context({**row, "experts_local_alone_s": 0.02}, FakeProfile())
+    >>> round(ctx["experts"] * 1e3, 2), round(ctx["expert_flops_s"] * 1e3, 2)
+    (26.6, 16.38)
     """
     p, e = int(row["world_size"]), int(row["num_experts"])
     h, f, t = int(row["hidden"]), int(row["ffn"]), int(row["tokens_per_rank"])
@@ -111,11 +121,16 @@ def context(row, prof) -> dict:
     rows = max(sum(between[s][d] for s in range(p)) for d in range(p))
     per_expert = max(1, rows // (e // p))
     slow = prof.compute_slowdown(p) if p > 1 else 1.0
-    expert_s = (formulas.expert_flops(rows=rows, hidden=h, ffn=f)
-                / prof.step_flop_per_s(batch=per_expert) * slow)
+    flops_s = (formulas.expert_flops(rows=rows, hidden=h, ffn=f)
+               / prof.step_flop_per_s(batch=per_expert) * slow)
     n_router = formulas.matmul_size(rows=t, hidden=h, ffn=e)
     local = {ph: float(row[f"{ph}_local_alone_s"]) for ph in PHASES
              if given(row.get(f"{ph}_local_alone_s"))}
+    # alone, each rank's experts computed the rows it routed itself; in the step, the busiest
+    # rank computes the rows every rank sent it: the time alone scales by their ratio
+    own = max(sum(r) for r in kept)
+    expert_s = (local["experts"] * rows / own * slow if "experts" in local and own > 0
+                else flops_s)
     routing_s = (local["routing"] * slow if "routing" in local else
                  formulas.router_flops(tokens=t, hidden=h, num_experts=e)
                  / prof.matmul_flop_per_s(n_router) * slow)
@@ -138,7 +153,8 @@ def context(row, prof) -> dict:
         routing_s=routing_s, expert_s=expert_s,
         dispatch_s=2 * a2a + counts + n["dispatch"] * wait + local.get("dispatch", 0.0) * slow,
         combine_s=2 * a2a + n["combine"] * wait + local.get("combine", 0.0) * slow)
-    return {**model, "slowdown": slow, "local": local, "alltoall_s": a2a, "counts_s": counts,
+    return {**model, "slowdown": slow, "local": local, "expert_flops_s": flops_s,
+            "alltoall_s": a2a, "counts_s": counts,
             "scheduler_wait_s": wait, "waits": got,
             "waits_s": (n["dispatch"] + n["combine"]) * wait}
 
@@ -197,16 +213,18 @@ def local_note(ctx: dict) -> str:
     """What the model took for the phases' local work, timed alone (empty where not timed).
 
     >>> local_note({"local": {"routing": 1.0e-3, "dispatch": 0.2e-3, "experts": 9e-3,
-    ...                       "combine": 1.1e-3}, "slowdown": 1.1})
-    'local work alone (the all-to-alls the identity): routing 1.00, dispatch 0.20, combine 1.10 ms, each x the slowdown 1.10'
+    ...                       "combine": 1.1e-3}, "slowdown": 1.1, "expert_flops_s": 8e-3})
+    "local work alone (the all-to-alls the identity): routing 1.00, dispatch 0.20, experts 9.00, combine 1.10 ms, each x the slowdown 1.10 (the experts' FLOPs at the profile's training-step rate, x the slowdown: 8.00 ms)"
     """
     local = ctx.get("local") or {}
     if not local:
         return ""
-    parts = ", ".join(f"{ph} {local[ph] * 1e3:.2f}" for ph in ("routing", "dispatch", "combine")
-                      if ph in local)
+    parts = ", ".join(f"{ph} {local[ph] * 1e3:.2f}" for ph in PHASES if ph in local)
+    flops = ctx.get("expert_flops_s")
     return (f"local work alone (the all-to-alls the identity): {parts} ms, each x the slowdown "
-            f"{ctx['slowdown']:.2f}")
+            f"{ctx['slowdown']:.2f}"
+            + (f" (the experts' FLOPs at the profile's training-step rate, x the slowdown: "
+               f"{flops * 1e3:.2f} ms)" if "experts" in local and flops else ""))
 
 
 def laws(row, prof) -> list[dict]:
