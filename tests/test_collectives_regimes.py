@@ -13,7 +13,7 @@ import pytest
 from labkit import collectives
 from labkit.collectives import config as cconfig
 from labkit.collectives import context, formulas, regimes, verdicts, waits
-from labkit.collectives.regimes import Regimes, find_regimes
+from labkit.collectives.regimes import Regimes, find_regimes, time_at
 from labkit.errors import UsageError
 
 SIZES = [8 * 4**k for k in range(11)]  # 8 B .. 8 MiB, the notebook's sweep
@@ -161,8 +161,10 @@ def test_sweep_laws_kinds_and_the_naive_reason():
 
 
 def test_a_line_with_no_latency_term_has_no_s_star_and_every_size_on_the_plateau():
-    """A bandwidth line fitted with α = 0 (noisy small sizes) puts S* at 0: the sentence says
-    there is none, the time-at-S* law has no mechanism, busbw is judged at its plateau."""
+    """A bandwidth line fitted with α = 0 puts S* at 0: the sentence says there is none,
+    busbw is judged at its plateau, and the crossover law reads the sweep where the line
+    reaches the floor (the regimes' crossover), flipping with the time measured there; with no
+    floor to reach it has no mechanism."""
     r = _reg(floor_then_line())
     flat = Regimes(r.op, 2, r.sizes, r.times, r.bandwidth_from_bytes, 0.0, r.beta_bytes_per_s,
                    r.naive_alpha_s, r.naive_beta_bytes_per_s)
@@ -170,8 +172,27 @@ def test_a_line_with_no_latency_term_has_no_s_star_and_every_size_on_the_plateau
     assert "no latency term" in verdicts.crossover_sentence(flat)
     rows = verdicts.sweep_laws(flat, busbw_gb_per_s=flat.beta_bytes_per_s / 1e9)
     assert rows[1]["holds"] and "no latency term" in rows[1]["note"]
-    assert not rows[2]["holds"] and "mechanism not observed" in rows[2]["note"]
-    assert rows[2]["note"].startswith("no S*: the bandwidth regime's line has no latency term")
+    meet = flat.meeting_bytes
+    assert flat.line_s(meet) == pytest.approx(flat.floor_s)
+    assert "where the line reaches the floor" in rows[2]["note"]
+    assert rows[2]["predicted"] == pytest.approx(flat.time_s(meet) * 1e3)
+    assert rows[2]["measured"] == pytest.approx(
+        time_at(meet, sizes=flat.sizes, times=flat.times) * 1e3)
+    # the sweep measured 3x the floor on both sides of that size: the law flips
+    i = next(k for k, s in enumerate(SIZES) if s > meet)
+    slow = list(flat.times)
+    slow[i - 1] *= 3
+    slow[i] *= 3
+    worse = Regimes(r.op, 2, r.sizes, tuple(slow), r.bandwidth_from_bytes, 0.0,
+                    r.beta_bytes_per_s, r.naive_alpha_s, r.naive_beta_bytes_per_s)
+    moved = verdicts.sweep_laws(worse, busbw_gb_per_s=1.0)[2]
+    assert rows[2]["holds"] and not moved["holds"]
+    # no latency regime: no floor to reach, nothing to read the sweep at
+    none = Regimes(r.op, 2, r.sizes, r.times, r.sizes[0], 0.0, r.beta_bytes_per_s,
+                   r.naive_alpha_s, r.naive_beta_bytes_per_s)
+    row = verdicts.sweep_laws(none, busbw_gb_per_s=1.0)[2]
+    assert not row["holds"] and "mechanism not observed" in row["note"]
+    assert row["note"].startswith("no S*: the bandwidth regime's line has no latency term")
 
 
 def test_time_at_s_star_flips_when_the_measurement_there_moves():

@@ -185,8 +185,9 @@ def test_collectives_takes_trace(labkit_cmd, tmp_path):
 @pytest.mark.slow
 def test_a_two_rank_sweep_writes_the_calls_its_rows_measured(tmp_path):
     """One small launch: one trace file, valid, one slice per timed call of every rank at the
-    row's times, whose slowest-rank durations are the row's percentiles; the sizes one after
-    the other on one clock (each size's calls start after the last rank ended the one before)."""
+    row's times, whose slowest-rank durations are the row's percentiles; the sizes on one
+    clock, in two passes over each op's sizes (a size's second half of calls after the first
+    half of every size of its op)."""
     config = collectives.CollectivesConfig(ops=("all_reduce", "broadcast"), max_bytes="4K",
                                            factor=8, iters=4, warmup=1, check=False, busy=True)
     folder = tmp_path / "traces"
@@ -206,12 +207,26 @@ def test_a_two_rank_sweep_writes_the_calls_its_rows_measured(tmp_path):
                 if r["busy_timeline_s" if b else "timeline_s"]]
     assert list(by_thread) == expected
     assert len(expected) == len(rows) + int((df.op == "all_reduce").sum())
-    ended = 0.0
-    for name in expected:  # the sweep on one clock, size after size
+    for name in expected:
         mine = [e for es in by_thread[name].values() for e in es]
         assert sorted(by_thread[name]) == [0, 1] and len(mine) == 2 * config.iters
-        assert min(e["ts"] for e in mine) >= ended
-        ended = max(e["ts"] + e["dur"] for e in mine)
+    # the sweep on one clock, its sizes in two passes: a rank runs one call at a time
+    for rank in (0, 1):
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for name in expected
+                       for e in by_thread[name][rank])
+        bad = [(a, b) for a, b in zip(spans, spans[1:]) if a[1] > b[0] + 1e-3]
+        assert not bad, bad[:3]
+    # each size's calls in two passes over its op's sizes: an op's second half of calls
+    # starts after the first half of every size of that op ended
+    half = config.iters // 2
+    late = []
+    for op in config.ops:
+        mine = [(int(e["name"][1:]), e) for name in expected if name.startswith(op + " ")
+                for e in by_thread[name][0]]
+        first_pass = max(e["ts"] + e["dur"] for k, e in mine if k <= half)
+        late += [(op, e["ts"], first_pass) for k, e in mine
+                 if k > half and e["ts"] < first_pass - 1e-3]
+    assert not late, late[:3]
     for row in rows:
         for column, prefix in (("timeline_s", "time"), ("busy_timeline_s", "busy_time")):
             if not row[column]:

@@ -66,6 +66,21 @@ class CollectivesConfig:
                            0 if fit_min in (None, 0, "0") else parse_size(fit_min))
 
 
+#: the passes over an op's sizes that share each size's timed calls (:mod:`labkit.collectives.worker` says why)
+PASSES = 2
+
+
+def pass_iters(iters: int, passes: int = PASSES) -> list[int]:
+    """The timed calls of each pass: ``iters`` shared out, the first passes taking the
+    remainder; fewer passes where there are fewer calls than passes.
+
+    >>> pass_iters(8), pass_iters(5), pass_iters(1)
+    ([4, 4], [3, 2], [1])
+    """
+    n = max(1, min(int(passes), int(iters)))
+    return [iters // n + (1 if k < iters % n else 0) for k in range(n)]
+
+
 #: rough costs on a small CPU machine (gloo), for the estimate made before a launch: the
 #: notebook's own start, imports and figure; one launch of 2 ranks (start, import torch,
 #: rendezvous); one collective call's latency and copy bandwidth on a loaded core
@@ -79,16 +94,17 @@ def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
     """Seconds a notebook running this sweep takes, estimated before anything launches.
 
     Per world size: a launch (longer when ranks outnumber cores), then per op and size
-    ``warmup + iters`` calls (one more with ``check``; the all-reduce twice with ``busy``, the
-    busy pass twice as slow), each ``α + S/β``; with more ranks than cores every call takes
-    ranks/cores times longer. The defaults of notebook 06 on 2 cores:
+    ``iters`` calls and ``warmup`` more in each pass (:func:`pass_iters`; one more with
+    ``check``; the all-reduce twice with ``busy``, the busy pass twice as slow), each
+    ``α + S/β``; with more ranks than cores every call takes ranks/cores times longer. The
+    defaults of notebook 06 on 2 cores:
 
     >>> from labkit.collectives.formulas import OPS
-    >>> round(estimate_s(CollectivesConfig(ops=OPS, max_bytes="8M", factor=4, iters=8, warmup=2,
-    ...                                    busy=True), [2], cores=2), 1)
-    9.8
+    >>> round(estimate_s(CollectivesConfig(ops=OPS, max_bytes="8M", factor=4, dense_top=True,
+    ...                                    iters=8, warmup=2, busy=True), [2], cores=2), 1)
+    10.4
     >>> round(estimate_s(CollectivesConfig(max_bytes="8M", factor=4), [2, 4], cores=2), 1)
-    23.8
+    24.1
     """
     from labkit.collectives.formulas import size_sweep
 
@@ -96,7 +112,8 @@ def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
     for n in world_sizes:
         over = max(1.0, n / max(1, cores))
         total += LAUNCH_S * max(1.0, n / 2) * over
-        calls = config.warmup + config.iters + (1 if config.check else 0)
+        calls = (config.warmup * len(pass_iters(config.iters)) + config.iters
+                 + (1 if config.check else 0))
         for op in config.ops:
             passes = 3 if (config.busy and op == "all_reduce") else 1  # busy: 1 + 2 (slower)
             for size, _ in size_sweep(op, n, config.min_bytes, config.max_bytes, config.factor,
@@ -112,7 +129,7 @@ def check_budget(config: CollectivesConfig, world_sizes, *, budget_s: float, cor
     >>> check_budget(CollectivesConfig(max_bytes="64M"), [2, 4], budget_s=10, cores=2)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: this sweep is estimated at 34 s on 2 cores, over this notebook's budget of 10 s: sweep world size 2 only (4 ranks share 2 cores: run `labkit collectives --nproc 2 4` in a terminal) and lower max_bytes (64M) or iters (20), raise factor (2)
+    labkit.errors.UsageError: this sweep is estimated at 36 s on 2 cores, over this notebook's budget of 10 s: sweep world size 2 only (4 ranks share 2 cores: run `labkit collectives --nproc 2 4` in a terminal) and lower max_bytes (64M) or iters (20), raise factor (2)
     """
     est = estimate_s(config, world_sizes, cores=cores)
     if est <= budget_s:

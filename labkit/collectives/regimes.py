@@ -162,6 +162,24 @@ class Regimes:
                                beta_bytes_per_s=self.beta_bytes_per_s)
 
     @property
+    def meeting_bytes(self) -> float:
+        """Where the bandwidth regime's line reaches the latency floor: the crossover of the
+        regime-aware model where its line has no latency term (α fitted at 0, so S* = 0);
+        nan without a floor, a line, or a floor above the line's α.
+
+        >>> r = Regimes("all_reduce", 2, (8, 64, 1 << 20, 2 << 20, 4 << 20),
+        ...             (3e-4, 3e-4, 5e-4, 1e-3, 2e-3), 1 << 20, 0.0, 2 ** 21 / 1e-3,
+        ...             0.0, 1e9)
+        >>> r.meeting_bytes == 0.6 * (1 << 20)  # the line 1 ms per 2 MiB reaches 0.3 ms there
+        True
+        """
+        floor, alpha = self.floor_s, self.alpha_s
+        if not (self.has_bandwidth and floor == floor and floor > alpha):
+            return math.nan
+        per_byte = (self.line_s(1 << 20) - alpha) / (1 << 20)
+        return (floor - alpha) / per_byte if per_byte > 0 else math.nan
+
+    @property
     def top_beta_bytes_per_s(self) -> float:
         """β of the sweep's top segment: each byte's marginal cost between its two largest
         sizes, ``busbw factor x (S2 - S1) / (t2 - t1)`` (nan: no bandwidth regime, or the

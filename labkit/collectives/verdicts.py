@@ -106,14 +106,21 @@ def crossover_sentence(reg: Regimes) -> str:
     >>> r3 = Regimes("all_reduce", 2, (8, 64 << 10, 1 << 20), (4e-4, 6e-4, 1.2e-3), 64 << 10,
     ...              0.0, 1.2e9, 2.5e-4, 1.2e9)
     >>> print(crossover_sentence(r3))
-    the bandwidth regime's line has no latency term (α = 0 µs), so no S* to place.
+    the bandwidth regime's line has no latency term (α = 0 µs), so no S* to place; the line reaches the latency floor at 469 KiB, the regimes' crossover: the model gives 0.4 ms there, the sweep measured 0.987 ms.
     """
     if not reg.has_bandwidth:
         return "no bandwidth regime, so no S* to place."
     s_star = reg.crossover_bytes
     if not s_star > 0:  # the bandwidth regime's line met the axis at or below zero
-        return (f"the bandwidth regime's line has no latency term (α = "
-                f"{reg.alpha_s * 1e6:.3g} µs), so no S* to place.")
+        head = (f"the bandwidth regime's line has no latency term (α = "
+                f"{reg.alpha_s * 1e6:.3g} µs), so no S* to place")
+        meet = reg.meeting_bytes
+        there = time_at(meet, sizes=reg.sizes, times=reg.times) if meet == meet else math.nan
+        if math.isnan(there):
+            return head + "."
+        return (head + f"; the line reaches the latency floor at {size_text(meet)}, the "
+                f"regimes' crossover: the model gives {_ms(reg.time_s(meet))} there, the "
+                f"sweep measured {_ms(there)}.")
     lo, hi = reg.sizes[0], reg.sizes[-1]
     head = f"S* = N α β = {size_text(s_star)} lies "
     tail = f"; the largest size is {hi / s_star:.2g} S*."
@@ -226,16 +233,23 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
         note=(betas_note(reg) + "; " + (f"S = {ratio:.2g} S*" if math.isfinite(ratio) or math.isnan(ratio)
                         else "S* = 0: the line has no latency term")
               + ("; busbw of the transfer" if reg.statistic == "transfer" else ""))))
-    at_star = time_at(s_star, sizes=reg.sizes, times=reg.times) if has_star else math.nan
-    where = (f"S* = {size_text(s_star)}; " if has_star else
-             "no S*: the bandwidth regime's line has no latency term (alpha fitted at 0), "
-             "nothing to read the sweep at; " if reg.has_bandwidth else "")
+    # without a latency term the model's crossover is where its line reaches the floor
+    cross = s_star if has_star else reg.meeting_bytes
+    has_cross = cross == cross and cross > 0
+    at_cross = time_at(cross, sizes=reg.sizes, times=reg.times) if has_cross else math.nan
+    where = (f"S* = N alpha beta = {size_text(s_star)}; " if has_star else
+             f"the bandwidth regime's line has no latency term (alpha fitted at 0), so S* = 0; "
+             f"its crossover is where the line reaches the floor, {size_text(cross)}; "
+             if has_cross else
+             "no S*: the bandwidth regime's line has no latency term (alpha fitted at 0) and "
+             "no floor to reach, nothing to read the sweep at; " if reg.has_bandwidth else "")
     rows.append(laws.check(
-        f"time at the predicted S* = N alpha beta (N = {reg.ranks})",
-        predicted=reg.time_s(s_star) * 1e3 if has_star else math.nan,
-        measured=at_star * 1e3, unit="ms", tolerance_pct=25,
-        mechanism_observed=not math.isnan(at_star), mechanism="S* inside the sweep",
-        split=reg.split(s_star, at_star) if has_star else None, note=where + "measured: the sweep read at S* between its two neighbouring sizes "
+        f"time at the predicted crossover (N = {reg.ranks})",
+        predicted=reg.time_s(cross) * 1e3 if has_cross else math.nan,
+        measured=at_cross * 1e3, unit="ms", tolerance_pct=25,
+        mechanism_observed=not math.isnan(at_cross), mechanism="the crossover inside the sweep",
+        split=reg.split(cross, at_cross) if has_cross else None,
+        note=where + "measured: the sweep read there between its two neighbouring sizes "
                      "(log-log)"))
     if reg.latency_sizes and profile_floor_s is not None:
         lo, hi = reg.floor_range_s
