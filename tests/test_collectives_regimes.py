@@ -52,7 +52,13 @@ def test_regimes_recover_the_line_and_the_floor():
 def test_a_clean_line_is_one_bandwidth_regime():
     r = find_regimes("all_reduce", 2, sizes=SIZES, times=line())
     assert r.latency_sizes == [] and r.bandwidth_from_bytes == SIZES[0]
-    assert math.isnan(r.floor_s)
+    # its floor: the sizes the latency term decides (bandwidth term under a tenth), 2 α there
+    fixed = r.line_s(0)
+    assert r.floor_sizes and all(r.line_s(s) - fixed <= 0.1 * r.line_s(s) for s in r.floor_sizes)
+    assert r.line_s(r.sizes[len(r.floor_sizes)]) - fixed > 0.1 * r.line_s(r.sizes[len(r.floor_sizes)])
+    assert r.floor_s == pytest.approx(2 * r.alpha_s, rel=0.1)
+    law = verdicts.sweep_laws(r, profile_floor_s=r.floor_s)[3]
+    assert law["holds"] and "one line through the whole sweep" in law["note"]
     assert r.naive_alpha_s == pytest.approx(r.alpha_s, rel=1e-6)
 
 

@@ -113,7 +113,7 @@ class Regimes:
         regime of its sizes' p10s (or fastest calls, where the times are the transfers), and
         the rest up to the floor. None without those times or a latency regime."""
         low = self.fastests if self.statistic == "transfer" else self.p10s
-        lows = [t for s, t in zip(self.sizes, low) if self.regime(s) == "latency"]
+        lows = self._floor_times(low) if low else []
         if not lows:
             return None
         name = "fastest call" if self.statistic == "transfer" else "p10"
@@ -142,15 +142,37 @@ class Regimes:
         return self._part("bandwidth")[0]
 
     @property
+    def floor_sizes(self) -> list:
+        """The sizes of the latency floor: the latency regime's; where one line runs through
+        the whole sweep (no latency regime, as on a fabric), the sizes its latency term decides
+        (the bandwidth term under a tenth of the line's time there).
+
+        >>> r = Regimes("all_reduce", 2, (8, 1024, 1 << 20, 8 << 20), (3e-4, 3e-4, 1e-3, 6e-3),
+        ...             8, 1.5e-4, 1.4e9, 1.5e-4, 1.4e9)
+        >>> r.latency_sizes, r.floor_sizes
+        ([], [8, 1024])
+        """
+        lat = self.latency_sizes
+        if lat or not self.has_bandwidth:
+            return lat
+        fixed = self.line_s(0)
+        return [s for s in self.sizes if self.line_s(s) - fixed <= 0.1 * self.line_s(s)]
+
+    def _floor_times(self, times=None) -> list:
+        keep = set(self.floor_sizes)
+        return [t for s, t in zip(self.sizes, self.times if times is None else times)
+                if s in keep]
+
+    @property
     def floor_s(self) -> float:
-        """The latency regime's model: the median p50 of its sizes (nan: no such size)."""
-        t = self._part("latency")[1]
+        """The latency floor: the median time over :attr:`floor_sizes` (nan: none)."""
+        t = self._floor_times()
         return float(np.median(t)) if t else math.nan
 
     @property
     def floor_range_s(self) -> tuple[float, float]:
-        """The lowest and highest p50 in the latency regime (its spread across sizes)."""
-        t = self._part("latency")[1]
+        """The lowest and highest time over :attr:`floor_sizes` (its spread across sizes)."""
+        t = self._floor_times()
         return (min(t), max(t)) if t else (math.nan, math.nan)
 
     @property

@@ -43,7 +43,8 @@ COLUMNS = (
     Column("regime", "", "bandwidth (on the α–β line) or latency (below it: the floor)"),
     Column("alpha_s", "s", "per-message latency α fitted to the op's bandwidth regime"),
     Column("beta_gb_per_s", "GB/s", "link bandwidth β fitted to the op's bandwidth regime"),
-    Column("floor_s", "s", "the latency regime's model: the median p50 of its sizes"),
+    Column("floor_s", "s", "the latency floor: the median time over its sizes (the latency "
+           "regime's; with one line through the whole sweep, those its latency term decides)"),
     Column("model_time_s", "s", "the regime-aware model: the α–β line, or the floor below it"),
     Column("model_busbw_gb_per_s", "GB/s", "the model's busbw at this size"),
     Column("model_error_pct", "%", "100 (model_time_s - time_p50_s) / time_p50_s"),

@@ -251,17 +251,20 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
         split=reg.split(cross, at_cross) if has_cross else None,
         note=where + "measured: the sweep read there between its two neighbouring sizes "
                      "(log-log)"))
-    if reg.latency_sizes and profile_floor_s is not None:
+    sizes = reg.floor_sizes
+    if sizes and profile_floor_s is not None:
         lo, hi = reg.floor_range_s
         floor_split = reg.floor_split()
         what = "transfer" if reg.statistic == "transfer" else "p50"
+        which = ("regime" if reg.latency_sizes else
+                 "one line through the whole sweep: the sizes its latency term decides,")
         rows.append(laws.check(
             f"latency-regime floor (N = {reg.ranks}), from the machine profile",
             predicted=profile_floor_s * 1e3, measured=reg.floor_s * 1e3, unit="ms",
             tolerance_pct=25, split=floor_split,
-            note=f"regime {size_text(reg.latency_sizes[0])} to "
-                 f"{size_text(reg.latency_sizes[-1])}, {what} {lo * 1e3:.3g}-{hi * 1e3:.3g} ms "
-                 "across it" + (f"; {profile_note}" if profile_note else "")))
+            note=f"{which} {size_text(sizes[0])} to {size_text(sizes[-1])}, {what} "
+                 f"{lo * 1e3:.3g}-{hi * 1e3:.3g} ms across it"
+                 + (f"; {profile_note}" if profile_note else "")))
     s_min = reg.sizes[0]
     rows.append(laws.check(
         f"one alpha-beta line through every size, smallest size ({size_text(s_min)}, "
