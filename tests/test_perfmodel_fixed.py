@@ -27,7 +27,8 @@ def _fixed_row(m: int = 4, *, fixed_s: float = FIXED_S) -> dict:
     extra = (prof.transfer_s(4 * 128 // m * 512, measurement="message", busy=True)
              - prof.transfer_s(4 * 128 // m * 16, measurement="message", busy=True))
     stage = m * (BLOCK_S - SMALL_BLOCK_S) * CO_RUN
-    return {**row, "step_time_s": stage * (1 + 1 / m) + FIXED_S + 2 * m * extra}
+    waits = modelcheck.message_waits(prof, row)["waited"] * prof.scheduler_wait_s
+    return {**row, "step_time_s": stage * (1 + 1 / m) + FIXED_S + 2 * m * extra + waits}
 
 
 def test_fixed_width_is_validated_and_has_its_flag():
@@ -41,14 +42,15 @@ def test_fixed_width_is_validated_and_has_its_flag():
     assert args.fixed_width == 16
 
 
-def test_terms_carry_the_fixed_step_instead_of_the_counted_waits():
+def test_terms_carry_the_fixed_step_and_the_counted_waits():
     row = dict(layers=8, hidden=256, batch=64, num_stages=2, num_microbatches=4)
     kw = dict(compute_slowdown=1.25, transfer_s=1e-4, waited=2, scheduler_wait_s=3.6e-3)
     plain = modelcheck.pipeline_terms(row, block_s=1e-3, **kw)
     fixed = modelcheck.pipeline_terms(row, block_s=1e-3, fixed_s=9e-3, fixed_transfer_s=4e-5,
                                       **kw)
     assert plain["scheduler waits"] == pytest.approx(7.2e-3) and "fixed costs" not in plain
-    assert "scheduler waits" not in fixed and fixed["fixed costs"] == 9e-3
+    # the fixed step's hops find the peer idle: the real step's counted waits are priced too
+    assert fixed["scheduler waits"] == pytest.approx(7.2e-3) and fixed["fixed costs"] == 9e-3
     assert fixed["transfers"] == pytest.approx(8 * 6e-5)
     assert fixed["compute"] == pytest.approx(4 * 1e-3 * 1.25)
     assert fixed["step"] == pytest.approx(sum(v for k, v in fixed.items() if k != "step"))
@@ -69,7 +71,8 @@ def test_step_law_holds_with_its_parts_and_flips_without_the_fixed_costs():
     law = [r for r in modelcheck.check_laws(check) if "step_time_s" in r["law"]][0]
     assert law["holds"] and law["kind"] == "model"
     assert law["note"].startswith("a microbatch's arithmetic on a rank 5.30 ms alone")
-    assert "fixed costs 9.0 ms" in law["note"] and "not priced apart" in law["note"]
+    assert "fixed costs 9.0 ms" in law["note"] and "beyond the fixed costs" in law["note"]
+    assert modelcheck.message_waits(prof, row)["waited"] == 1  # and priced in the model
     # the same measured step, the fixed step timed 30 ms slower: the model misses, too slow
     slow = {**row, "fixed_step_s": FIXED_S + 30e-3}
     miss = [r for r in modelcheck.check_laws(modelcheck.model_check(None, [slow], profile=prof))

@@ -78,8 +78,8 @@ def fixed_note(r: dict) -> str:
     >>> print(fixed_note({"fixed_width": 16, "model_fixed_s": 1.2e-2, "messages": 8,
     ...                   "transfer_s": 2.1e-4, "fixed_transfer_s": 1.1e-4, "messages_waited": 3,
     ...                   "waits_counted": True, "block_s": 6.1e-3, "profile_block_s": 4.0e-3,
-    ...                   "compute_slowdown": 1.16}))
-    a microbatch's arithmetic on a rank 6.10 ms alone (its blocks timed apart, less their overhead at width 16; the profile's training step would give 4.00 ms) x the co-run slowdown 1.16; fixed costs 12.0 ms: the same step at width 16, where the arithmetic is almost nothing, timed right after it (each block's overhead, each hop, the scheduler's turns); transfers 8 x 0.10 ms beyond that width's (the profile's 0.21 against 0.11 ms, cores busy); 3 of 8 messages of the median step waited for the scheduler (counted from its timeline), not priced apart: the fixed step's hops hold such waits
+    ...                   "compute_slowdown": 1.16, "scheduler_wait_s": 3.6e-3}))
+    a microbatch's arithmetic on a rank 6.10 ms alone (its blocks timed apart, less their overhead at width 16; the profile's training step would give 4.00 ms) x the co-run slowdown 1.16; fixed costs 12.0 ms: the same step at width 16, where the arithmetic is almost nothing, timed right after it (each block's overhead, each hop, the scheduler's turns); transfers 8 x 0.10 ms beyond that width's (the profile's 0.21 against 0.11 ms, cores busy); 3 of 8 messages of the median step waited for the scheduler (counted from its timeline), each priced at the profile's 3.6 ms beyond the fixed costs
     """
     extra = max(0.0, r["transfer_s"] - r["fixed_transfer_s"])
     text = ""
@@ -96,8 +96,8 @@ def fixed_note(r: dict) -> str:
              "busy)")
     if given(r.get("waits_counted")) and bool(r["waits_counted"]):
         text += (f"; {int(r['messages_waited'])} of {int(r['messages'])} messages of the "
-                 "median step waited for the scheduler (counted from its timeline), not priced "
-                 "apart: the fixed step's hops hold such waits")
+                 "median step waited for the scheduler (counted from its timeline), each priced "
+                 f"at the profile's {r['scheduler_wait_s'] * 1e3:.1f} ms beyond the fixed costs")
     return text
 
 
