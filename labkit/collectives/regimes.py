@@ -202,21 +202,38 @@ class Regimes:
         return (floor - alpha) / per_byte if per_byte > 0 else math.nan
 
     @property
+    def top_segment(self) -> tuple[int, int]:
+        """The indices (i, j) of the sweep's top segment: the largest size j and the largest
+        size of the bandwidth regime at most a quarter of it (else the size below it). A
+        segment a factor 4 long keeps the noise of one size's time from deciding its slope
+        (with ``dense_top`` the size below the largest is only half of it)."""
+        j = len(self.sizes) - 1
+        band = set(self.bandwidth_sizes)
+        quarter = [i for i in range(j) if self.sizes[i] in band
+                   and self.sizes[i] <= self.sizes[j] / 4]
+        return (quarter[-1] if quarter else j - 1), j
+
+    @property
     def top_beta_bytes_per_s(self) -> float:
-        """β of the sweep's top segment: each byte's marginal cost between its two largest
-        sizes, ``busbw factor x (S2 - S1) / (t2 - t1)`` (nan: no bandwidth regime, or the
-        larger size not slower). It is what busbw approaches once α is amortised; the
-        regime's fitted β is a compromise over all its sizes (on the 2-vCPU VM the per-byte
-        cost doubled beyond 2 MiB: 8 MiB took 7.5 ms, 2 MiB 1.7 ms, 512 KiB 1.0 ms).
+        """β of the sweep's top segment (:attr:`top_segment`): each byte's marginal cost there,
+        ``busbw factor x (S2 - S1) / (t2 - t1)`` (nan: no bandwidth regime, or the larger size
+        not slower). It is what busbw approaches once α is amortised; the regime's fitted β
+        is a compromise over all its sizes (on the 2-vCPU VM the per-byte cost doubled beyond
+        2 MiB: 8 MiB took 7.5 ms, 2 MiB 1.7 ms, 512 KiB 1.0 ms).
 
         >>> r = Regimes("all_reduce", 2, (1 << 20, 4 << 20), (1.5e-3, 4.5e-3), 1 << 20, 5e-4,
         ...             1.4e9, 5e-4, 1.4e9)
         >>> round(r.top_beta_bytes_per_s / 1e9, 3)  # 3 MiB more in 3 ms more
         1.049
+        >>> r = Regimes("all_reduce", 2, (2 << 20, 4 << 20, 8 << 20), (1e-3, 2.6e-3, 4.4e-3),
+        ...             2 << 20, 0.0, 2e9, 0.0, 2e9)
+        >>> r.top_segment, round(r.top_beta_bytes_per_s / 1e9, 3)  # 2 -> 8 MiB, not 4 -> 8
+        ((0, 2), 1.85)
         """
         if not self.has_bandwidth or len(self.bandwidth_sizes) < 2:
             return math.nan
-        (s1, s2), (t1, t2) = self.sizes[-2:], self.times[-2:]
+        i, j = self.top_segment
+        (s1, s2), (t1, t2) = (self.sizes[i], self.sizes[j]), (self.times[i], self.times[j])
         if t2 <= t1:
             return math.nan
         return busbw_factor(self.op, self.ranks) * (s2 - s1) / (t2 - t1)

@@ -142,13 +142,15 @@ def _residual_note(reg: Regimes) -> str:
 
 
 def betas_note(reg: Regimes) -> str:
-    """The top segment's β (each byte's marginal cost between the two largest sizes) beside the
-    regime's fitted β, or why there is no top segment: the note of the line and busbw laws."""
+    """The top segment's β (each byte's marginal cost over :attr:`Regimes.top_segment`) beside
+    the regime's fitted β, or why there is no top segment: the note of the line and busbw
+    laws."""
     top = reg.top_beta_bytes_per_s
     if top != top:
         return ("no top segment (fewer than 2 sizes in the bandwidth regime, or the largest no "
                 "slower than the one below it)")
-    return (f"beta of the top segment ({size_text(reg.sizes[-2])} -> {size_text(reg.sizes[-1])}: "
+    i, j = reg.top_segment
+    return (f"beta of the top segment ({size_text(reg.sizes[i])} -> {size_text(reg.sizes[j])}: "
             f"each byte's marginal cost there) {top / 1e9:.2f} GB/s, the regime's fitted beta "
             f"{reg.beta_bytes_per_s / 1e9:.2f} GB/s over its {len(reg.bandwidth_sizes)} sizes")
 
@@ -192,7 +194,8 @@ def busbw_split(reg: Regimes) -> dict | None:
     top = reg.top_beta_bytes_per_s
     if top != top:
         return None
-    (s1, s2), (t1, t2) = reg.sizes[-2:], reg.times[-2:]
+    i, j = reg.top_segment
+    (s1, s2), (t1, t2) = (reg.sizes[i], reg.sizes[j]), (reg.times[i], reg.times[j])
     return {"beta of the top segment (GB/s)": top / 1e9, "S / (S - S_below)": s2 / (s2 - s1),
             "(t - t_below) / t": (t2 - t1) / t2}
 
