@@ -178,21 +178,26 @@ def test_a_line_with_no_latency_term_has_no_s_star_and_every_size_on_the_plateau
     assert "no latency term" in verdicts.crossover_sentence(flat)
     rows = verdicts.sweep_laws(flat, busbw_gb_per_s=flat.beta_bytes_per_s / 1e9)
     assert rows[1]["holds"] and "no latency term" in rows[1]["note"]
-    meet = flat.meeting_bytes
-    assert flat.line_s(meet) == pytest.approx(flat.floor_s)
-    assert "where the line reaches the floor" in rows[2]["note"]
-    assert rows[2]["predicted"] == pytest.approx(flat.time_s(meet) * 1e3)
-    assert rows[2]["measured"] == pytest.approx(
-        time_at(meet, sizes=flat.sizes, times=flat.times) * 1e3)
-    # the sweep measured 3x the floor on both sides of that size: the law flips
+    # a sweep that is a fixed cost plus its bytes, its line fitted over the largest sizes
+    # through the origin: the line reaches the floor where both terms are equal, and the
+    # time there is their sum, twice the floor
+    summed = tuple(3e-4 + s / 1.2e9 for s in SIZES)
+    band = 2 << 20
+    both = Regimes("all_reduce", 2, tuple(SIZES), summed, band, 0.0, 1.2e9, 3e-4, 1.2e9)
+    meet = both.meeting_bytes
+    assert both.line_s(meet) == pytest.approx(both.floor_s)
+    law = verdicts.sweep_laws(both, busbw_gb_per_s=1.0)[2]
+    assert "where the line reaches the floor" in law["note"]
+    assert law["predicted"] == pytest.approx(2 * both.floor_s * 1e3)
+    assert law["measured"] == pytest.approx(time_at(meet, sizes=SIZES, times=summed) * 1e3)
+    assert law["holds"]
+    # the sweep measured 3x as long on both sides of that size: the law flips
     i = next(k for k, s in enumerate(SIZES) if s > meet)
-    slow = list(flat.times)
+    slow = list(summed)
     slow[i - 1] *= 3
     slow[i] *= 3
-    worse = Regimes(r.op, 2, r.sizes, tuple(slow), r.bandwidth_from_bytes, 0.0,
-                    r.beta_bytes_per_s, r.naive_alpha_s, r.naive_beta_bytes_per_s)
-    moved = verdicts.sweep_laws(worse, busbw_gb_per_s=1.0)[2]
-    assert rows[2]["holds"] and not moved["holds"]
+    worse = Regimes("all_reduce", 2, tuple(SIZES), tuple(slow), band, 0.0, 1.2e9, 3e-4, 1.2e9)
+    assert not verdicts.sweep_laws(worse, busbw_gb_per_s=1.0)[2]["holds"]
     # no latency regime: no floor to reach, nothing to read the sweep at
     none = Regimes(r.op, 2, r.sizes, r.times, r.sizes[0], 0.0, r.beta_bytes_per_s,
                    r.naive_alpha_s, r.naive_beta_bytes_per_s)

@@ -106,7 +106,7 @@ def crossover_sentence(reg: Regimes) -> str:
     >>> r3 = Regimes("all_reduce", 2, (8, 64 << 10, 1 << 20), (4e-4, 6e-4, 1.2e-3), 64 << 10,
     ...              0.0, 1.2e9, 2.5e-4, 1.2e9)
     >>> print(crossover_sentence(r3))
-    the bandwidth regime's line has no latency term (α = 0 µs), so no S* to place; the line reaches the latency floor at 469 KiB, the regimes' crossover: the model gives 0.4 ms there, the sweep measured 0.987 ms.
+    the bandwidth regime's line has no latency term (α = 0 µs), so no S* to place; the line reaches the latency floor at 469 KiB, the regimes' crossover: the model gives 0.8 ms there (the floor and the line, equal), the sweep measured 0.987 ms.
     """
     if not reg.has_bandwidth:
         return "no bandwidth regime, so no S* to place."
@@ -119,8 +119,8 @@ def crossover_sentence(reg: Regimes) -> str:
         if math.isnan(there):
             return head + "."
         return (head + f"; the line reaches the latency floor at {size_text(meet)}, the "
-                f"regimes' crossover: the model gives {_ms(reg.time_s(meet))} there, the "
-                f"sweep measured {_ms(there)}.")
+                f"regimes' crossover: the model gives {_ms(reg.floor_s + reg.line_s(meet))} "
+                f"there (the floor and the line, equal), the sweep measured {_ms(there)}.")
     lo, hi = reg.sizes[0], reg.sizes[-1]
     head = f"S* = N α β = {size_text(s_star)} lies "
     tail = f"; the largest size is {hi / s_star:.2g} S*."
@@ -236,19 +236,23 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
         note=(betas_note(reg) + "; " + (f"S = {ratio:.2g} S*" if math.isfinite(ratio) or math.isnan(ratio)
                         else "S* = 0: the line has no latency term")
               + ("; busbw of the transfer" if reg.statistic == "transfer" else ""))))
-    # without a latency term the model's crossover is where its line reaches the floor
+    # without a latency term the model's crossover is where its line reaches the floor: the
+    # two terms equal there, and the time is their sum, as at S* of one α–β line
     cross = s_star if has_star else reg.meeting_bytes
     has_cross = cross == cross and cross > 0
+    model_cross = (reg.time_s(cross) if has_star else reg.floor_s + reg.line_s(cross)
+                   if has_cross else math.nan)
     at_cross = time_at(cross, sizes=reg.sizes, times=reg.times) if has_cross else math.nan
     where = (f"S* = N alpha beta = {size_text(s_star)}; " if has_star else
              f"the bandwidth regime's line has no latency term (alpha fitted at 0), so S* = 0; "
-             f"its crossover is where the line reaches the floor, {size_text(cross)}; "
+             f"its crossover is where the line reaches the floor, {size_text(cross)}: the floor "
+             f"plus the line there (both terms equal); "
              if has_cross else
              "no S*: the bandwidth regime's line has no latency term (alpha fitted at 0) and "
              "no floor to reach, nothing to read the sweep at; " if reg.has_bandwidth else "")
     rows.append(laws.check(
         f"time at the predicted crossover (N = {reg.ranks})",
-        predicted=reg.time_s(cross) * 1e3 if has_cross else math.nan,
+        predicted=model_cross * 1e3,
         measured=at_cross * 1e3, unit="ms", tolerance_pct=25,
         mechanism_observed=not math.isnan(at_cross), mechanism="the crossover inside the sweep",
         split=reg.split(cross, at_cross) if has_cross else None,
