@@ -193,28 +193,6 @@ def test_a_call_is_its_transfer_plus_its_share_of_scheduler_waits():
     assert old.allreduce_s(1 << 20) == pytest.approx(t)
 
 
-def test_a_wait_is_priced_in_its_context():
-    """A call in a lab's step waits as the profile's idle calls do (a busy thread beside gloo's
-    holds the core longer): scheduler_wait_s is the idle calls' median, busy_scheduler_wait_s
-    the busy calls', and the average call in context takes its own; a profile whose idle calls
-    never waited prices every wait at the median over all of them."""
-    rows = []
-    for r in _two_kinds(synthetic_rows(busy=1.5)):
-        if r.get("wait_excess_s"):
-            r = {**r, "wait_excess_s": [2.5e-3 if r["context"] == "idle" else 5e-3]
-                 * len(r["wait_excess_s"])}
-        rows.append(r)
-    p = Profile.from_rows(rows)
-    assert p.scheduler_wait_s == pytest.approx(2.5e-3)
-    assert p.busy_scheduler_wait_s == pytest.approx(5e-3)
-    t = 2 * 1e-4 + (1 << 20) / 1e9
-    assert p.allreduce_s(1 << 20) == pytest.approx(t + 0.2 * 2.5e-3)
-    assert p.allreduce_s(1 << 20, busy=True) == pytest.approx(1.5 * t + 0.5 * 5e-3)
-    busy_only = Profile.from_rows([{**r, "wait_excess_s": []} if r.get("context") == "idle"
-                                   else r for r in rows])
-    assert busy_only.scheduler_wait_s == pytest.approx(5e-3)
-
-
 def test_waits_split_calls_into_their_two_kinds():
     w = formulas.waits([0.3e-3] * 7 + [4.0e-3, 3.9e-3, 0.35e-3])
     assert w["transfer_s"] == pytest.approx(0.3e-3)

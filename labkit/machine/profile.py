@@ -198,34 +198,14 @@ class Profile:
         return allreduce_time(size_bytes=size_bytes, ranks=ranks, alpha_s=alpha,
                               beta_bytes_per_s=beta)
 
-    def _excess(self, context: str | None) -> list:
-        return [x for r in self.rows if r.get("measurement") in ("allreduce", "message")
-                and (context is None or r.get("context") == context)
-                for x in (r.get("wait_excess_s") or [])]
-
     @property
     def scheduler_wait_s(self) -> float:
-        """What a call that waited for the scheduler took beyond its transfer, as a call in a
-        lab's step waits: the median over the profile's all-reduces and messages that waited
-        with the peers' cores idle (none computing beside gloo's threads); where none did, over
-        every call that waited; 0 where none waited. Over 25 runs of the lab on the 2-vCPU VM
-        the waits counted in the labs' steps (DDP, pipeline, TP, FSDP, CP, MoE) took
-        1.9-3.3 ms each (medians per law), the profile's idle calls' 2.5-2.6 ms, its busy
-        calls' about 4-5 ms (:meth:`busy_scheduler_wait_s`): a thread that computes beside
-        gloo's holds the core longer."""
-        excess = self._excess("idle") or self._excess(None)
+        """What a call that waited for the scheduler took beyond its transfer: the median over
+        every such call of the profile, all-reduces and messages, idle and busy (0 where none
+        waited). On a machine whose cores are all computing it is about a scheduler tick."""
+        excess = [x for r in self.rows if r.get("measurement") in ("allreduce", "message")
+                  for x in (r.get("wait_excess_s") or [])]
         return formulas.median(excess) if excess else 0.0
-
-    @property
-    def busy_scheduler_wait_s(self) -> float:
-        """The same for the calls that waited while a thread in every rank kept its core
-        computing (the busy context: an all-reduce beside backward); where none did, the
-        median over every call that waited."""
-        excess = self._excess("busy") or self._excess(None)
-        return formulas.median(excess) if excess else 0.0
-
-    def _wait_s(self, busy: bool) -> float:
-        return self.busy_scheduler_wait_s if busy else self.scheduler_wait_s
 
     def wait_share(self, *, busy: bool = False) -> float:
         """The share of the profile's messages and all-reduces that waited for the scheduler,
@@ -241,19 +221,18 @@ class Profile:
                     busy: bool = False) -> float:
         """An all-reduce of ``size_bytes`` in context, what it costs on average: its transfer
         (:meth:`transfer_s`) and, as often as the profile's calls in that context did
-        (:meth:`wait_share`), one scheduler wait of that context (:meth:`scheduler_wait_s`,
-        :meth:`busy_scheduler_wait_s`)."""
+        (:meth:`wait_share`), one scheduler wait (:meth:`scheduler_wait_s`)."""
         if (self.world_size if ranks is None else int(ranks)) < 2:
             return 0.0
         return (self.transfer_s(size_bytes, ranks=ranks, busy=busy)
-                + self.wait_share(busy=busy) * self._wait_s(busy))
+                + self.wait_share(busy=busy) * self.scheduler_wait_s)
 
     def message_s(self, size_bytes: float, *, busy: bool = False) -> float:
         """One point-to-point message of ``size_bytes``, one way (half a ping-pong), what it
         costs on average: its transfer and its share of scheduler waits, as
         :meth:`allreduce_s`."""
         return (self.transfer_s(size_bytes, measurement="message", busy=busy)
-                + self.wait_share(busy=busy) * self._wait_s(busy))
+                + self.wait_share(busy=busy) * self.scheduler_wait_s)
 
     # -- showing it -------------------------------------------------------------------------
     def table(self):

@@ -83,9 +83,7 @@ def call_s(prof, size_bytes: float, *, ranks: int, busy: bool, counted: bool,
     moved = float(factor) * prof.transfer_s(size_bytes, ranks=ranks, busy=busy)
     if counted:
         return moved
-    wait = (getattr(prof, "busy_scheduler_wait_s", prof.scheduler_wait_s) if busy
-            else prof.scheduler_wait_s)
-    return moved + prof.wait_share(busy=busy) * float(wait)
+    return moved + prof.wait_share(busy=busy) * float(prof.scheduler_wait_s)
 
 
 def context(row, prof, *, extra_s: float = 0.0) -> dict:
