@@ -203,8 +203,9 @@ def busbw_split(reg: Regimes) -> dict | None:
 def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
                profile_floor_s: float | None = None, profile_note: str = "") -> list[dict]:
     """The laws of one all-reduce sweep: the regime-aware model (the line at the largest size,
-    busbw → β, the time at S*, the latency floor predicted by the machine profile when
-    ``profile_floor_s`` is given) and the naive single line at the smallest size's p50.
+    busbw → β, the time at the crossover (S*, or where a line without a latency term reaches
+    the floor), the latency floor predicted by the machine profile when ``profile_floor_s`` is
+    given) and the naive single line at the smallest size's p50.
     ``busbw_gb_per_s``: the busbw measured at the largest size; default, that of the sweep's
     time there (its transfer, where the regimes were fitted to the transfers).
 
