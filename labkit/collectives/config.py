@@ -66,7 +66,8 @@ class CollectivesConfig:
                            0 if fit_min in (None, 0, "0") else parse_size(fit_min))
 
 
-#: the passes over an op's sizes that share each size's timed calls (:mod:`labkit.collectives.worker` says why)
+#: the passes over an op's sizes that share each size's timed calls
+#: (:mod:`labkit.collectives.worker` says why)
 PASSES = 2
 
 

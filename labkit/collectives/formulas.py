@@ -243,12 +243,11 @@ def size_sweep(op: str, world_size: int, min_bytes: int, max_bytes: int, factor:
         sizes.append(size)
         size *= factor
     if dense_top and len(sizes) > 1:
-        top, half = sizes[-1], sizes[-1] / 2
+        half = sizes[-1] / 2
         while half > sizes[-2] * 1.0001:
             sizes.append(half)
             half /= 2
-        sizes = sorted(sizes)
-        assert sizes[-1] == top
+        sizes.sort()
     out, seen = [], set()
     for size in sizes:
         count = max(per, int(size) // el // per * per)

@@ -111,7 +111,8 @@ class Regimes:
     def floor_split(self) -> dict | None:
         """The latency floor taken apart as :meth:`split` takes a time: the median over the
         regime of its sizes' p10s (or fastest calls, where the times are the transfers), and
-        the rest up to the floor. None without those times or a latency regime."""
+        the rest up to the floor. None without those times or a floor
+        (:attr:`floor_sizes`)."""
         low = self.fastests if self.statistic == "transfer" else self.p10s
         lows = self._floor_times(low) if low else []
         if not lows:
@@ -187,7 +188,7 @@ class Regimes:
     def meeting_bytes(self) -> float:
         """Where the bandwidth regime's line reaches the latency floor: the crossover of the
         regime-aware model where its line has no latency term (α fitted at 0, so S* = 0);
-        nan without a floor, a line, or a floor above the line's α.
+        nan without a floor, a line, or a floor above the line's fixed part.
 
         >>> r = Regimes("all_reduce", 2, (8, 64, 1 << 20, 2 << 20, 4 << 20),
         ...             (3e-4, 3e-4, 5e-4, 1e-3, 2e-3), 1 << 20, 0.0, 2 ** 21 / 1e-3,
@@ -195,11 +196,13 @@ class Regimes:
         >>> r.meeting_bytes == 0.6 * (1 << 20)  # the line 1 ms per 2 MiB reaches 0.3 ms there
         True
         """
-        floor, alpha = self.floor_s, self.alpha_s
-        if not (self.has_bandwidth and floor == floor and floor > alpha):
+        if not self.has_bandwidth:
             return math.nan
-        per_byte = (self.line_s(1 << 20) - alpha) / (1 << 20)
-        return (floor - alpha) / per_byte if per_byte > 0 else math.nan
+        floor, fixed = self.floor_s, self.line_s(0)
+        if not (floor == floor and floor > fixed):
+            return math.nan
+        per_byte = (self.line_s(1 << 20) - fixed) / (1 << 20)
+        return (floor - fixed) / per_byte if per_byte > 0 else math.nan
 
     @property
     def top_segment(self) -> tuple[int, int]:

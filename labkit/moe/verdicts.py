@@ -15,8 +15,9 @@ separate pass after the timed steps), never from the timed steps themselves:
   times the same slowdown (on the 2-vCPU VM the experts alone took 15-20 % longer than their
   FLOPs at that rate: the step law's note prints both);
 * **routing**: where timed alone, the routing's time alone times the same slowdown: a router
-  of a few MFLOP is a dozen small torch calls (softmax, top-k, the capacity mask, the gathers) whose cost its FLOPs do not show; else the
-  router's FLOPs (6 T h E) at the profile's n x n product rate at its size, times the slowdown;
+  of a few MFLOP is a dozen small torch calls (softmax, top-k, the capacity mask, the
+  gathers) whose cost its FLOPs do not show; else the router's FLOPs (6 T h E) at the
+  profile's n x n product rate at its size, times the slowdown;
 * **the permutations**: the dispatch's and the combine's local work alone (the split sizes'
   bookkeeping; the gate-weighted sum and its backward), times the slowdown, where timed;
 * **all-to-all**: from the profile's **message** sweep (one-way point-to-point, peers idle: in

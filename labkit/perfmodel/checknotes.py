@@ -179,9 +179,9 @@ def check_laws(check) -> list[dict]:
                                                      fastest_s=r.get("fastest_s") or math.nan)))
     for r in check[check.quantity != "time_s"].to_dict("records"):
         name = f"P = {int(r['num_stages'])}, M = {int(r['num_microbatches'])}"
+        split = r.get("split")
+        split = split if isinstance(split, dict) else None
         if r["quantity"] == "bubble_fraction":
-            split = r.get("split")
-            split = split if isinstance(split, dict) else None
             formula = r.get("formula")
             if not laws.given(formula):  # no profile: the formula is the model
                 rows.append(laws.check(f"pipeline bubble fraction, {name}", predicted=r["model"],
@@ -199,9 +199,7 @@ def check_laws(check) -> list[dict]:
                                   "and fixed costs lengthen it, the same fill and drain a "
                                   "smaller share"))
         else:
-            split = r.get("split")
             rows.append(laws.check(
                 f"pipeline step_time_s, {name}", predicted=r["model"], measured=r["measured"],
-                unit="s", tolerance_pct=STEP_TOLERANCE_PCT,
-                split=split if isinstance(split, dict) else None, note=step_note(r)))
+                unit="s", tolerance_pct=STEP_TOLERANCE_PCT, split=split, note=step_note(r)))
     return rows
