@@ -177,6 +177,8 @@ def test_two_ranks_match_one_process_and_count_the_formulas(tmp_path):
         assert r.saved_bytes_one_rank_measured == r.saved_bytes_one_rank_formula
         assert r.step_time_p50_s > 0 and r.message_time_s > 0
         assert len(r.compute_alone_per_rank_s) == 2
+        # every share timed on one core, positive, in rank order
+        assert len(r.share_alone_s) == 2 and min(r.share_alone_s) > 0
         # one block of each kind the variant computes, timed alone; the kinds per rank
         kinds = [formulas.block_kinds(k, 2, r.variant) for k in (0, 1)]
         assert r.block_kinds_per_rank == kinds

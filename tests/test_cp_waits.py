@@ -143,3 +143,23 @@ def test_the_compute_ratio_is_fixed_work_plus_blocks_at_their_kinds_times():
     old = {k: v for k, v in row.items() if k not in ("block_kinds_per_rank",
                                                       "block_time_alone_s")}
     assert "most / fewest blocks" in _ratio_law(old)["law"]
+
+
+def test_the_shares_timed_on_one_core_decide_the_ratio_not_the_cores_speeds():
+    # the full split's equal shares on two cores, one running 1.57x slower than the other: on
+    # their own cores the ratio misses 1.0; timed on one core (every share on each rank in
+    # turn) they are the work's, and the law holds
+    own = [7.7e-3, 12.1e-3]
+    row = {"variant": "full", "world_size": 2, "blocks_per_rank": [2, 2],
+           "block_kinds_per_rank": [formulas.block_kinds(r, 2, "full") for r in range(2)],
+           "block_time_alone_s": {"full": 4.5e-3}, "compute_alone_per_rank_s": own}
+    assert not _ratio_law(row)["holds"]
+    law = _ratio_law({**row, "share_alone_s": [9.8e-3, 9.9e-3]})
+    assert law["holds"] and law["measured"] == pytest.approx(9.9 / 9.8)
+    assert "each rank on its own core: 7.70, 12.10 ms" in law["note"]
+    assert sum(law["split"].values()) == pytest.approx(law["measured"])
+    text = verdicts.balance_sentence({**row, "share_alone_s": [9.8e-3, 9.9e-3]})
+    assert "the cores ran at different speeds" in text and "the slowest share 1.01x" in text
+    # the same ratio on both: the sentence says so
+    same = verdicts.balance_sentence({**row, "share_alone_s": [7.6e-3, 12.0e-3]})
+    assert "the same ratio within 10%" in same

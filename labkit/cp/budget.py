@@ -79,10 +79,10 @@ def pass_seconds(config: CPConfig, world_size: int, variant: str, *, flop_per_s:
     alone: P ring steps of :data:`RING_STEP_S` and its score blocks of c x c scores a head and
     sequence (:func:`score_seconds` each).
 
-    The notebook's default, balanced causal split on 2 ranks (5 blocks of 64 x 64 scores):
+    The notebook's default, balanced causal split on 2 ranks (5 blocks of 128 x 128 scores):
 
     >>> round(pass_seconds(CPConfig(), 2, "causal_balanced", flop_per_s=48e9) * 1e3, 2)
-    2.48
+    7.83
     """
     blocks = max(blocks_per_rank(r, world_size, variant) for r in range(world_size))
     return (world_size * RING_STEP_S
@@ -94,7 +94,7 @@ def block_seconds(config: CPConfig, world_size: int, variant: str, *, flop_per_s
     queries against c keys, for every sequence and head (:func:`score_seconds` a score).
 
     >>> round(block_seconds(CPConfig(), 2, "causal_balanced", flop_per_s=48e9) * 1e6, 1)
-    356.4
+    1425.9
     """
     c = config.seq_len // chunk_count(world_size, variant)
     return (config.batch_size * config.num_heads * c * c
@@ -112,19 +112,20 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
     σ (t64 + f t) + 2(P-1) x, t64 the one-process attention over the whole sequence and f
     :data:`FLOAT64_FACTOR`; (1 + s) r for the counted and the timed passes; s σ t for the
     loopback's; P a (4/3) t for each rank's passes alone (forward + backward, then forward
-    only, the others waiting; a the config's ``alone_warmup + alone_rounds(t)``); P a' k b
+    only, the others waiting; a the config's ``alone_warmup + alone_rounds(t)``); P² a t for
+    every rank's share timed on each rank in turn (at P > 1); P a' k b
     for each rank's blocks alone (a' the same of b), b one block of c x c scores a head and
     sequence and k the kinds of block the variant computes (full, causal); s (1 + 2(P-1)) x
     for the exchanges alone; a third of the pass over the whole sequence on rank 0
     (P = 1) for its saved bytes. Plus :data:`LAUNCH_S`.
 
-    The notebook's defaults (three variants, S = 256) on 2 cores, then S = 2048, whose
+    The notebook's defaults (three variants, S = 512) on 2 cores, then S = 2048, whose
     blocks spill out of the caches:
 
     >>> round(launch_seconds(CPConfig(), 2, flop_per_s=48e9, cores=2), 1)
-    4.9
+    7.9
     >>> round(launch_seconds(CPConfig(seq_len=2048), 2, flop_per_s=48e9, cores=2))
-    51
+    75
     """
     p, s = world_size, config.steps
     slow = compute_slowdown(p, co_run=CO_RUN_SLOWDOWN, measured_ranks=p, cores=cores)
@@ -143,6 +144,7 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
                             exchange_s=x)["step_s"]
         total += slow * (reference + FLOAT64_FACTOR * t) + sends * x  # the check
         total += (1 + s) * ring + s * slow * t + p * a * (4 / 3) * t + s * (1 + sends) * x
+        total += p * p * a * t if p > 1 else 0.0  # the shares, each on every rank
         total += pass_seconds(config, 1, variant, flop_per_s=flop_per_s) / 3
         b = block_seconds(config, p, variant, flop_per_s=flop_per_s)
         total += p * (config.alone_warmup + config.alone_rounds(b)) * len(

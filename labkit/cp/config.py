@@ -46,7 +46,7 @@ class CPConfig:
     variants: tuple = option(VARIANTS, "full (no mask), causal (contiguous split) and/or "
                              "causal_balanced (2P chunks, rank r holds r and 2P-1-r)",
                              flag="--variant", metavar="V")
-    seq_len: int = option(256, "tokens per sequence S (split over the ranks)")
+    seq_len: int = option(512, "tokens per sequence S (split over the ranks)")
     hidden: int = option(64, "hidden size h = heads x head size")
     num_heads: int = option(4, "attention heads (every rank holds all of them)")
     batch_size: int = option(2, "sequences b")

@@ -7,17 +7,18 @@ from labkit.figures import new_figure
 
 
 def rank_compute(df, world_size: int, title: str | None = None):
-    """Per variant at ``world_size`` ranks, one bar per rank: its compute alone (ms), the
-    score blocks it computes written above: the causal split's imbalance, the balanced
-    split's evenness."""
+    """Per variant at ``world_size`` ranks, one bar per rank: its share of the pass alone (ms,
+    :func:`labkit.cp.verdicts.shares`), the score blocks it computes written above: the causal
+    split's imbalance, the balanced split's evenness."""
     from labkit.cp.report import select
+    from labkit.cp.verdicts import shares
 
     rows = select(df, world_size=world_size)
     fig, axes = new_figure(width=max(4.5, 1.4 * len(rows) * world_size / 2 + 1.5))
     ax = axes[0][0]
     ticks = []
     for i, (_, r) in enumerate(rows.iterrows()):
-        for k, (t, n) in enumerate(zip(r["compute_alone_per_rank_s"], r["blocks_per_rank"])):
+        for k, (t, n) in enumerate(zip(shares(r), r["blocks_per_rank"])):
             x = i * (world_size + 1) + k
             ax.bar(x, t * 1e3, color=f"C{k}", label=f"rank {k}" if i == 0 else None)
             ax.text(x, t * 1e3, f"{int(n)}", ha="center", va="bottom", fontsize=7)

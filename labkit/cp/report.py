@@ -62,6 +62,9 @@ COLUMNS = (
                                             "(the others waiting), median, in rank order"),
     Column("compute_alone_s", "s", "the largest of compute_alone_per_rank_s"),
     Column("forward_alone_per_rank_s", "s", "each rank's loopback forward alone, median"),
+    Column("share_alone_s", "s", "every rank's share (loopback forward + backward) timed alone "
+                                 "on each rank in turn, the ranks' median, in rank order: the "
+                                 "work's imbalance on one core"),
     Column("block_time_alone_s", "s", "one score block of each kind the variant computes, "
                                       "{full, causal}: forward + backward of its c x c scores, "
                                       "timed alone on each rank in turn, the ranks' median"),

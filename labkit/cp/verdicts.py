@@ -15,7 +15,9 @@ messages hid behind the compute).
 The compute of each rank (:func:`compute_model`) is fixed work plus its score blocks, each at
 the time one block of its kind takes alone (:func:`labkit.cp.formulas.rank_compute`): a
 causal block (a chunk against itself, the mask written over the whole block) costs more than
-a full one, and the fixed work of a pass does not shrink with the blocks.
+a full one, and the fixed work of a pass does not shrink with the blocks. The ranks' shares
+are compared as timed on one core (:func:`shares`): each rank's compute on its own core also
+carries how fast that core ran, and on a shared VM one core can run slower for seconds.
 """
 
 from __future__ import annotations
@@ -127,15 +129,29 @@ def waits_note(ctx: dict) -> str:
             "sweep (cores busy)")
 
 
+def shares(row) -> list:
+    """Each rank's share of the pass alone, as the imbalance laws compare them: timed on one
+    core (``share_alone_s``: every share on each rank in turn, the ranks' median), or, in a row
+    without them, each rank's compute on its own core (``compute_alone_per_rank_s``).
+
+    >>> shares({"compute_alone_per_rank_s": [7.7e-3, 12.1e-3], "share_alone_s": [9.8e-3, 9.9e-3]})
+    [0.0098, 0.0099]
+    >>> shares({"compute_alone_per_rank_s": [7.7e-3, 12.1e-3]})
+    [0.0077, 0.0121]
+    """
+    got = row.get("share_alone_s")
+    return list(got) if isinstance(got, list) else list(row["compute_alone_per_rank_s"])
+
+
 def compute_model(row) -> dict | None:
     """Each rank's compute alone as fixed work + its blocks at their kinds' times alone
-    (:func:`labkit.cp.formulas.rank_compute` of the row's ``block_kinds_per_rank`` and
-    ``block_time_alone_s``); None for a row that timed no blocks."""
+    (:func:`labkit.cp.formulas.rank_compute` of the row's :func:`shares`,
+    ``block_kinds_per_rank`` and ``block_time_alone_s``); None for a row that timed no
+    blocks."""
     block_s, kinds = row.get("block_time_alone_s"), row.get("block_kinds_per_rank")
     if not isinstance(block_s, dict) or not isinstance(kinds, list):
         return None
-    return rank_compute(alone_per_rank_s=row["compute_alone_per_rank_s"],
-                        kinds_per_rank=kinds, block_s=block_s)
+    return rank_compute(alone_per_rank_s=shares(row), kinds_per_rank=kinds, block_s=block_s)
 
 
 def compute_note(row, model: dict) -> str:
@@ -146,6 +162,12 @@ def compute_note(row, model: dict) -> str:
     ...        "compute_alone_per_rank_s": [1.55e-3, 2.38e-3]}
     >>> print(compute_note(row, compute_model(row)))
     per rank: 0.17 ms of fixed work a pass (the ranks' median of compute alone less its blocks) + its blocks at their time alone, full 0.80 ms, causal 1.40 ms (the mask over a whole block): rank 0 0.17 + 1.40, rank 1 0.17 + 2.20 ms; blocks alone would give 1.57x
+
+    With the shares timed on one core, the ranks' own cores beside them:
+
+    >>> row["share_alone_s"] = [1.6e-3, 2.4e-3]
+    >>> print("; ".join(compute_note(row, compute_model(row)).split("; ")[-2:]))
+    each share timed on one core (every rank's in turn): 1.60, 2.40 ms; each rank on its own core: 1.55, 2.38 ms
     """
     ranks = ", ".join(f"rank {r} {_ms(model['fixed_s']):.2f} + {_ms(b):.2f}"
                       for r, b in enumerate(model["blocks_s"]))
@@ -155,14 +177,20 @@ def compute_note(row, model: dict) -> str:
                                          key=lambda kv: kv[0] != "full"))
     bare = (max(model["blocks_s"]) / min(model["blocks_s"]) if min(model["blocks_s"]) > 0
             else float("nan"))
-    return (f"per rank: {_ms(model['fixed_s']):.2f} ms of fixed work a pass (the ranks' median "
+    text = (f"per rank: {_ms(model['fixed_s']):.2f} ms of fixed work a pass (the ranks' median "
             f"of compute alone less its blocks) + its blocks at their time alone, {kinds}: "
             f"{ranks} ms; blocks alone would give {bare:.2f}x")
+    if isinstance(row.get("share_alone_s"), list):
+        text += ("; each share timed on one core (every rank's in turn): "
+                 + ", ".join(f"{_ms(t):.2f}" for t in row["share_alone_s"])
+                 + " ms; each rank on its own core: "
+                 + ", ".join(f"{_ms(t):.2f}" for t in row["compute_alone_per_rank_s"]) + " ms")
+    return text
 
 
 def compute_split(row, model: dict) -> dict:
-    """The measured ratio slowest / fastest rank's compute alone taken apart into terms that
-    sum to it: 1 (the fastest rank's compute), the slowest rank's extra blocks at their time
+    """The measured ratio slowest / fastest rank's compute alone (:func:`shares`) taken apart
+    into terms that sum to it: 1 (the fastest rank's compute), the slowest rank's extra blocks at their time
     alone, and the rest of the difference (the other work, or blocks that ran at another pace
     inside the pass than alone), each over the fastest rank's compute.
 
@@ -170,7 +198,7 @@ def compute_split(row, model: dict) -> dict:
     >>> {k: round(v, 3) for k, v in compute_split(row, {"blocks_s": [1.4e-3, 2.2e-3]}).items()}
     {"1 (the fastest rank's compute)": 1.0, 'its extra blocks at their time alone': 0.533, 'the rest of the difference': 0.067}
     """
-    alone, blocks = list(row["compute_alone_per_rank_s"]), list(model["blocks_s"])
+    alone, blocks = shares(row), list(model["blocks_s"])
     slow, fast = alone.index(max(alone)), alone.index(min(alone))
     extra = blocks[slow] - blocks[fast]
     return {"1 (the fastest rank's compute)": 1.0,
@@ -194,7 +222,7 @@ def laws(row, prof) -> list[dict]:
                      predicted=row["saved_bytes_formula"], measured=row["saved_bytes_measured"],
                      unit="B", tolerance_pct=0))
     if p > 1:
-        alone = list(row["compute_alone_per_rank_s"])
+        alone = shares(row)
         model = compute_model(row)
         if model is None:  # a row that timed no blocks: the blocks' count alone
             blocks = list(row["blocks_per_rank"])
@@ -256,8 +284,14 @@ def balance_sentence(row) -> str:
     ...     "block_kinds_per_rank": [{"full": 0, "causal": 1}, {"full": 1, "causal": 1}],
     ...     "block_time_alone_s": {"full": 8e-4, "causal": 1.4e-3}}))
     causal on 2 ranks: score blocks per rank 1, 2; compute alone 1.6, 2.4 ms: the slowest rank 1.54x the fastest (blocks: 2.00x; fixed work + blocks at their time alone: 1.51x, a causal block costing 1.75x a full one).
+
+    With each share timed on one core (:func:`shares`), the ranks' own cores named beside:
+
+    >>> print(balance_sentence({"variant": "full", "world_size": 2, "blocks_per_rank": [2, 2],
+    ...     "compute_alone_per_rank_s": [7.7e-3, 12.1e-3], "share_alone_s": [9.8e-3, 9.9e-3]}))
+    full on 2 ranks: score blocks per rank 2, 2; each share alone on one core 9.8, 9.9 ms (on their own cores 7.7, 12.1 ms: the cores ran at different speeds): the slowest share 1.01x the fastest (blocks: 1.00x).
     """
-    blocks, alone = list(row["blocks_per_rank"]), list(row["compute_alone_per_rank_s"])
+    blocks, alone = list(row["blocks_per_rank"]), shares(row)
     model = compute_model(row)
     why = ""
     if model is not None:
@@ -265,9 +299,20 @@ def balance_sentence(row) -> str:
         why = f"; fixed work + blocks at their time alone: {model['ratio']:.2f}x"
         if kinds.get("full") and kinds.get("causal"):
             why += f", a causal block costing {kinds['causal'] / kinds['full']:.2f}x a full one"
+    def listed(xs):
+        return ", ".join(f"{_ms(t):.1f}" for t in xs)
+
+    if isinstance(row.get("share_alone_s"), list):
+        own = list(row["compute_alone_per_rank_s"])
+        spread = max(own) / min(own) / (max(alone) / min(alone))
+        cores = ("the cores ran at different speeds" if not 1 / 1.1 <= spread <= 1.1
+                 else "the same ratio within 10%")
+        what = (f"each share alone on one core {listed(alone)} ms (on their own cores "
+                f"{listed(own)} ms: {cores}): the slowest share")
+    else:
+        what = f"compute alone {listed(alone)} ms: the slowest rank"
     return (f"{row['variant']} on {int(row['world_size'])} ranks: score blocks per rank "
-            f"{', '.join(str(int(b)) for b in blocks)}; compute alone "
-            f"{', '.join(f'{_ms(t):.1f}' for t in alone)} ms: the slowest rank "
+            f"{', '.join(str(int(b)) for b in blocks)}; {what} "
             f"{max(alone) / min(alone):.2f}x the fastest (blocks: "
             f"{max(blocks) / min(blocks):.2f}x{why}).")
 

@@ -20,7 +20,8 @@ Per variant, every rank on the same seeded Q, K, V (b, H, S, d) and output gradi
    the messages replaced by a loopback (the compute, ranks together); each rank's compute
    **alone** (the ranks taking turns: the work of each rank, forward + backward and forward
    only), and one score block of each kind the variant computes, forward + backward, alone
-   (what a rank's compute is made of: :func:`labkit.cp.formulas.rank_compute`); one K/V
+   (what a rank's compute is made of: :func:`labkit.cp.formulas.rank_compute`), and every
+   rank's share timed on each rank in turn (the work's imbalance on one core); one K/V
    exchange alone, and the 2(P-1) exchanges of a pass alone (the messages).
 
 Everything lives on the rank's device.
@@ -93,16 +94,56 @@ def _every_rank(value: float) -> list[float]:
     return [float(x) for x in timing.gather_samples([value])[:, 0]]
 
 
-def _pass(rt, cfg, variant, leaves, go, exchange, *, backward: bool = True, clock=None):
+def _pass(rt, cfg, variant, leaves, go, exchange, *, backward: bool = True, clock=None,
+          share: int | None = None):
+    """One forward (+ backward) of the ring on ``leaves``: this rank's chunks, or those of rank
+    ``share`` (with a loopback: that rank's arithmetic on this core)."""
     ql, kl, vl = leaves
     if clock is not None:
         clock.start()
-    out = ring_attention(ql, kl, vl, rank=rt.rank, world_size=rt.world_size, variant=variant,
-                         exchange=exchange, clock=clock or NO_CLOCK)
+    out = ring_attention(ql, kl, vl, rank=rt.rank if share is None else share,
+                         world_size=rt.world_size, variant=variant, exchange=exchange,
+                         clock=clock or NO_CLOCK)
     if backward:
         out.backward(go)
         for t in leaves:
             t.grad = None
+
+
+def _rounds(rt, k: int, fns) -> list[list[float]]:
+    """``k`` rounds in which each rank in turn times every one of ``fns`` once (the others
+    waiting), each round starting at the next function (the first call after the barrier ran
+    about 10% slower here: no function takes that place every round): this rank's samples,
+    per function."""
+    got = [[] for _ in fns]
+    for j in range(k):
+        for turn in range(rt.world_size):
+            if turn == rt.rank:
+                for i in (*range(j % len(fns), len(fns)), *range(j % len(fns))):
+                    got[i] += timing.repeat_timed(fns[i], warmup=0, repeat=1, device=rt.device,
+                                                  barrier=False)
+            if rt.world_size > 1:
+                dist.barrier()
+    return got
+
+
+def _shares_alone(rt, cfg, variant, whole) -> list[float]:
+    """Every rank's share of the pass (forward + backward, loopback) timed alone on *each* rank
+    in turn, the shares interleaved within a turn: per share, the ranks' median, in rank
+    order. A ratio of these is the work's: the same core times every share (on this shared VM
+    one vCPU ran 1.3-1.4x slower than the other through a whole launch, which a ratio of
+    each rank's compute on its own core takes for imbalance). Collective."""
+    p = rt.world_size
+    fns = []
+    for r in range(p):
+        leaves = [local_chunks(t, r, p, variant).detach().requires_grad_() for t in whole[:3]]
+        gol = local_chunks(whole[3], r, p, variant)
+        fns.append(lambda lv=leaves, g=gol, r=r: _pass(rt, cfg, variant, lv, g, loopback,
+                                                      share=r))
+    warm = timing.worst_over_ranks(rt, max(max(x) for x in _rounds(rt, cfg.alone_warmup, fns)))
+    mine = [statistics.median(x) for x in _rounds(rt, cfg.alone_rounds(warm), fns)]
+    per_rank = timing.gather_samples(mine)  # (ranks, shares)
+    return [float(statistics.median(per_rank[:, r])) for r in range(p)]
 
 
 def _alone(rt, cfg, fn) -> list[float]:
@@ -111,19 +152,8 @@ def _alone(rt, cfg, fn) -> list[float]:
     :meth:`~labkit.cp.config.CPConfig.alone_rounds` of the slowest rank's warm-up call): the
     ranks' times are compared with each other, and a burst of the machine's noise then falls on
     every rank's samples alike, not on one rank's whole turn."""
-    def rounds(k: int) -> list[float]:
-        got = []
-        for _ in range(k):
-            for turn in range(rt.world_size):
-                if turn == rt.rank:
-                    got += timing.repeat_timed(fn, warmup=0, repeat=1, device=rt.device,
-                                               barrier=False)
-                if rt.world_size > 1:
-                    dist.barrier()
-        return got
-
-    warm = timing.worst_over_ranks(rt, max(rounds(cfg.alone_warmup)))
-    return _every_rank(statistics.median(rounds(cfg.alone_rounds(warm))))
+    warm = timing.worst_over_ranks(rt, max(_rounds(rt, cfg.alone_warmup, [fn])[0]))
+    return _every_rank(statistics.median(_rounds(rt, cfg.alone_rounds(warm), [fn])[0]))
 
 
 def _block_times(rt, cfg: CPConfig, variant: str) -> dict:
@@ -221,6 +251,7 @@ def measure(rt, cfg: CPConfig, variant: str) -> dict:
     alone = _alone(rt, cfg, lambda: _pass(rt, cfg, variant, leaves, gol, loopback))
     forward = _alone(rt, cfg, lambda: _pass(rt, cfg, variant, leaves, gol, loopback,
                                             backward=False))
+    shares = _shares_alone(rt, cfg, variant, (q, k, v, go)) if p > 1 else alone
     block_s = _block_times(rt, cfg, variant)
     kb, vb = (local_chunks(t, rt.rank, p, variant) for t in (k, v))
     if p > 1:
@@ -239,6 +270,7 @@ def measure(rt, cfg: CPConfig, variant: str) -> dict:
             "saved_bytes_measured": max(saved), "saved_bytes_one_rank_measured": one_rank,
             **steps, **compute, "compute_alone_per_rank_s": alone,
             "compute_alone_s": max(alone), "forward_alone_per_rank_s": forward,
+            "share_alone_s": shares,
             "block_time_alone_s": block_s,
             "exchange_time_s": one, "message_time_s": msgs}
 
