@@ -70,11 +70,6 @@ class CollectivesConfig:
 #: (:mod:`labkit.collectives.worker` says why)
 PASSES = 2
 
-#: a busy all-reduce's timed calls per pass, over the idle ones: with every core computing, the
-#: median of one pass's 4 calls at 8 MiB differed from the next pass's (0.7 s later) by 1.4-2x
-#: in 11 of 18 runs of notebook 06, so its p50 takes more calls than the idle one
-BUSY_CALLS = 2
-
 
 def pass_iters(iters: int, passes: int = PASSES) -> list[int]:
     """The timed calls of each pass: ``iters`` shared out, the first passes taking the
@@ -101,15 +96,14 @@ def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
 
     Per world size: a launch (longer when ranks outnumber cores), then per op and size
     ``iters`` calls and ``warmup`` more in each pass (:func:`pass_iters`; one more with
-    ``check``; with ``busy`` the all-reduce's :data:`BUSY_CALLS` times as many calls again,
-    twice as slow), each
+    ``check``; the all-reduce twice with ``busy``, the busy pass twice as slow), each
     ``α + S/β``; with more ranks than cores every call takes ranks/cores times longer. The
     defaults of notebook 06 on 2 cores:
 
     >>> from labkit.collectives.formulas import OPS
     >>> round(estimate_s(CollectivesConfig(ops=OPS, max_bytes="8M", factor=4, dense_top=True,
     ...                                    iters=8, warmup=2, busy=True), [2], cores=2), 1)
-    11.0
+    10.4
     >>> round(estimate_s(CollectivesConfig(max_bytes="8M", factor=4), [2, 4], cores=2), 1)
     24.1
     """
@@ -122,8 +116,7 @@ def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
         calls = (config.warmup * len(pass_iters(config.iters)) + config.iters
                  + (1 if config.check else 0))
         for op in config.ops:
-            # busy: BUSY_CALLS times the calls, each twice as slow
-            passes = 1 + 2 * BUSY_CALLS if (config.busy and op == "all_reduce") else 1
+            passes = 3 if (config.busy and op == "all_reduce") else 1  # busy: 1 + 2 (slower)
             for size, _ in size_sweep(op, n, config.min_bytes, config.max_bytes, config.factor,
                                       config.dtype, dense_top=config.dense_top):
                 total += passes * calls * over * (CALL_ALPHA_S + size / CALL_BETA_BYTES_PER_S)
