@@ -327,9 +327,9 @@ def test_in_context_judges_at_the_largest_size_both_swept_and_its_laws():
 # -- notebook 06's documented parameter values: run within its budget, or refused -------------
 
 NOTEBOOK = dict(ops=("all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all"),
-                min_bytes="8", max_bytes="8M", factor=4, dense_top=True, iters=8, warmup=2,
+                min_bytes="8", max_bytes="8M", factor=4, dense_top=True, iters=16, warmup=2,
                 check=True, busy=True)
-BUDGET_S = 12.0
+BUDGET_S = 14.0
 
 
 def _estimate(world_sizes=(2,), **change):
