@@ -160,6 +160,10 @@ def test_the_shares_timed_on_one_core_decide_the_ratio_not_the_cores_speeds():
     assert sum(law["split"].values()) == pytest.approx(law["measured"])
     text = verdicts.balance_sentence({**row, "share_alone_s": [9.8e-3, 9.9e-3]})
     assert "the cores ran at different speeds" in text and "the slowest share 1.01x" in text
-    # the same ratio on both: the sentence says so
+    # each core ran its rank's share at the pace one core ran it: the sentence says so
     same = verdicts.balance_sentence({**row, "share_alone_s": [7.6e-3, 12.0e-3]})
     assert "the same ratio within 10%" in same
+    # the same spread the other way round is two cores' speeds, not the same ratio
+    swapped = verdicts.balance_sentence({**row, "compute_alone_per_rank_s": [1.2e-3, 1.0e-3],
+                                         "share_alone_s": [1.0e-3, 1.2e-3]})
+    assert "the cores ran at different speeds" in swapped

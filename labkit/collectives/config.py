@@ -102,8 +102,8 @@ def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
 
     >>> from labkit.collectives.formulas import OPS
     >>> round(estimate_s(CollectivesConfig(ops=OPS, max_bytes="8M", factor=4, dense_top=True,
-    ...                                    iters=8, warmup=2, busy=True), [2], cores=2), 1)
-    10.4
+    ...                                    iters=16, warmup=2, busy=True), [2], cores=2), 1)
+    11.6
     >>> round(estimate_s(CollectivesConfig(max_bytes="8M", factor=4), [2, 4], cores=2), 1)
     24.1
     """

@@ -3,9 +3,9 @@
 The estimate counts what a launch of :mod:`labkit.cp.worker` does, variant by variant: the
 float64 check (the one-process attention over the whole sequence, and the ring), the counted
 pass, the timed passes with the ring and with a loopback (the ranks at once), each rank's
-passes alone (forward and backward, then forward only, the ranks taking turns), the exchanges
-alone, each rank's blocks of each kind alone, and rank 0's forward over the whole sequence. A
-pass of the busiest rank costs its ring
+passes alone (forward and backward, then forward only, the ranks taking turns), every rank's
+share timed on each rank in turn, the exchanges alone, each rank's blocks of each kind alone,
+and rank 0's forward over the whole sequence. A pass of the busiest rank costs its ring
 steps (:data:`RING_STEP_S`) and its score blocks (:func:`score_seconds`: the softmax's
 elementwise work and the two products of depth d, at the machine's matrix-product rate, more
 where a block spills out of the caches). With more ranks than cores every rank runs that much
@@ -34,7 +34,7 @@ from labkit.machine.formulas import compute_slowdown
 
 #: seconds a launch costs besides its passes: torchrun, importing torch, gloo's rendezvous,
 #: the placement table and the row (whole launches on 2 ranks: 3.6 to 3.9 s at S = 64,
-#: h = 32; 1.7 to 6.1 s at the defaults, the longer ones with other programs on the cores)
+#: h = 32; 1.7 to 6.1 s at S = 256, the longer ones with other programs on the cores)
 LAUNCH_S = 4.0
 #: seconds per ring step of a pass, forward + backward: the loop, the chunks, autograd's nodes
 #: (S = 64, h = 32 on 2 ranks: 0.78 ms a pass of 2 ring steps, nearly all of it this)

@@ -24,9 +24,9 @@ def rank_compute(df, world_size: int, title: str | None = None):
             ax.text(x, t * 1e3, f"{int(n)}", ha="center", va="bottom", fontsize=7)
         ticks.append((i * (world_size + 1) + (world_size - 1) / 2, r["variant"]))
     ax.set_xticks([p for p, _ in ticks], [t for _, t in ticks])
-    ax.set_ylabel("ms, forward + backward alone (median)")
+    ax.set_ylabel("ms, forward + backward alone on one core (ranks' median)")
     ax.legend(fontsize=7)
-    ax.set_title(title or f"each rank's compute at P = {world_size} (score blocks above)")
+    ax.set_title(title or f"each rank's share at P = {world_size} (score blocks above)")
     return fig
 
 

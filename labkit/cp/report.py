@@ -64,7 +64,8 @@ COLUMNS = (
     Column("forward_alone_per_rank_s", "s", "each rank's loopback forward alone, median"),
     Column("share_alone_s", "s", "every rank's share (loopback forward + backward) timed alone "
                                  "on each rank in turn, the ranks' median, in rank order: the "
-                                 "work's imbalance on one core"),
+                                 "work's imbalance on one core (P = 1: "
+                                 "compute_alone_per_rank_s)"),
     Column("block_time_alone_s", "s", "one score block of each kind the variant computes, "
                                       "{full, causal}: forward + backward of its c x c scores, "
                                       "timed alone on each rank in turn, the ranks' median"),

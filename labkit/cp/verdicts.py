@@ -48,6 +48,10 @@ def _ms(x) -> float:
     return float(x) * 1e3
 
 
+def _listed(xs) -> str:
+    return ", ".join(f"{_ms(t):.1f}" for t in xs)
+
+
 def _timeline(row):
     """The row's timeline (a list), or None (none, or NaN in a DataFrame)."""
     tl = row.get("timeline_s") if hasattr(row, "get") else None
@@ -161,7 +165,7 @@ def compute_note(row, model: dict) -> str:
     ...        "block_time_alone_s": {"full": 8e-4, "causal": 1.4e-3},
     ...        "compute_alone_per_rank_s": [1.55e-3, 2.38e-3]}
     >>> print(compute_note(row, compute_model(row)))
-    per rank: 0.17 ms of fixed work a pass (the ranks' median of compute alone less its blocks) + its blocks at their time alone, full 0.80 ms, causal 1.40 ms (the mask over a whole block): rank 0 0.17 + 1.40, rank 1 0.17 + 2.20 ms; blocks alone would give 1.57x
+    per rank: 0.17 ms of fixed work a pass (the ranks' median of their share alone less its blocks) + its blocks at their time alone, full 0.80 ms, causal 1.40 ms (the mask over a whole block): rank 0 0.17 + 1.40, rank 1 0.17 + 2.20 ms; blocks alone would give 1.57x
 
     With the shares timed on one core, the ranks' own cores beside them:
 
@@ -178,7 +182,7 @@ def compute_note(row, model: dict) -> str:
     bare = (max(model["blocks_s"]) / min(model["blocks_s"]) if min(model["blocks_s"]) > 0
             else float("nan"))
     text = (f"per rank: {_ms(model['fixed_s']):.2f} ms of fixed work a pass (the ranks' median "
-            f"of compute alone less its blocks) + its blocks at their time alone, {kinds}: "
+            f"of their share alone less its blocks) + its blocks at their time alone, {kinds}: "
             f"{ranks} ms; blocks alone would give {bare:.2f}x")
     if isinstance(row.get("share_alone_s"), list):
         text += ("; each share timed on one core (every rank's in turn): "
@@ -190,9 +194,9 @@ def compute_note(row, model: dict) -> str:
 
 def compute_split(row, model: dict) -> dict:
     """The measured ratio slowest / fastest rank's compute alone (:func:`shares`) taken apart
-    into terms that sum to it: 1 (the fastest rank's compute), the slowest rank's extra blocks at their time
-    alone, and the rest of the difference (the other work, or blocks that ran at another pace
-    inside the pass than alone), each over the fastest rank's compute.
+    into terms that sum to it: 1 (the fastest rank's compute), the slowest rank's extra blocks
+    at their time alone, and the rest of the difference (the other work, or blocks that ran at
+    another pace inside the pass than alone), each over the fastest rank's compute.
 
     >>> row = {"compute_alone_per_rank_s": [1.5e-3, 2.4e-3]}
     >>> {k: round(v, 3) for k, v in compute_split(row, {"blocks_s": [1.4e-3, 2.2e-3]}).items()}
@@ -299,18 +303,16 @@ def balance_sentence(row) -> str:
         why = f"; fixed work + blocks at their time alone: {model['ratio']:.2f}x"
         if kinds.get("full") and kinds.get("causal"):
             why += f", a causal block costing {kinds['causal'] / kinds['full']:.2f}x a full one"
-    def listed(xs):
-        return ", ".join(f"{_ms(t):.1f}" for t in xs)
-
     if isinstance(row.get("share_alone_s"), list):
         own = list(row["compute_alone_per_rank_s"])
-        spread = max(own) / min(own) / (max(alone) / min(alone))
-        cores = ("the cores ran at different speeds" if not 1 / 1.1 <= spread <= 1.1
+        # each core's pace: its rank's compute on it over the same share timed on one core
+        pace = [o / a for o, a in zip(own, alone)]
+        cores = ("the cores ran at different speeds" if max(pace) / min(pace) > 1.1
                  else "the same ratio within 10%")
-        what = (f"each share alone on one core {listed(alone)} ms (on their own cores "
-                f"{listed(own)} ms: {cores}): the slowest share")
+        what = (f"each share alone on one core {_listed(alone)} ms (on their own cores "
+                f"{_listed(own)} ms: {cores}): the slowest share")
     else:
-        what = f"compute alone {listed(alone)} ms: the slowest rank"
+        what = f"compute alone {_listed(alone)} ms: the slowest rank"
     return (f"{row['variant']} on {int(row['world_size'])} ranks: score blocks per rank "
             f"{', '.join(str(int(b)) for b in blocks)}; {what} "
             f"{max(alone) / min(alone):.2f}x the fastest (blocks: "

@@ -131,7 +131,7 @@ def _shares_alone(rt, cfg, variant, whole) -> list[float]:
     """Every rank's share of the pass (forward + backward, loopback) timed alone on *each* rank
     in turn, the shares interleaved within a turn: per share, the ranks' median, in rank
     order. A ratio of these is the work's: the same core times every share (on this shared VM
-    one vCPU ran 1.3-1.4x slower than the other through a whole launch, which a ratio of
+    one vCPU ran 1.3-1.8x slower than the other through a whole launch, which a ratio of
     each rank's compute on its own core takes for imbalance). Collective."""
     p = rt.world_size
     fns = []
