@@ -54,9 +54,10 @@ def _inputs(cfg: CPConfig, dtype, device):
             for _ in range(4)]
 
 
-def _local(rt, cfg, variant, tensors):
-    """This rank's chunks of each tensor, as leaves that take gradients."""
-    return [local_chunks(t, rt.rank, rt.world_size, variant).detach().requires_grad_()
+def _local(rt, cfg, variant, tensors, rank: int | None = None):
+    """This rank's chunks of each tensor (or rank ``rank``'s), as leaves that take gradients."""
+    r = rt.rank if rank is None else rank
+    return [local_chunks(t, r, rt.world_size, variant).detach().requires_grad_()
             for t in tensors]
 
 
@@ -127,6 +128,14 @@ def _rounds(rt, k: int, fns) -> list[list[float]]:
     return got
 
 
+def _medians_alone(rt, cfg, fns) -> list[float]:
+    """This rank's median of each of ``fns`` over :func:`_rounds`: ``cfg.alone_warmup`` rounds
+    untimed, then :meth:`~labkit.cp.config.CPConfig.alone_rounds` of the slowest call of any
+    rank's warm-up. Collective."""
+    warm = timing.worst_over_ranks(rt, max(max(x) for x in _rounds(rt, cfg.alone_warmup, fns)))
+    return [statistics.median(x) for x in _rounds(rt, cfg.alone_rounds(warm), fns)]
+
+
 def _shares_alone(rt, cfg, variant, whole) -> list[float]:
     """Every rank's share of the pass (forward + backward, loopback) timed alone on *each* rank
     in turn, the shares interleaved within a turn: per share, the ranks' median, in rank
@@ -136,13 +145,11 @@ def _shares_alone(rt, cfg, variant, whole) -> list[float]:
     p = rt.world_size
     fns = []
     for r in range(p):
-        leaves = [local_chunks(t, r, p, variant).detach().requires_grad_() for t in whole[:3]]
+        leaves = _local(rt, cfg, variant, whole[:3], rank=r)
         gol = local_chunks(whole[3], r, p, variant)
         fns.append(lambda lv=leaves, g=gol, r=r: _pass(rt, cfg, variant, lv, g, loopback,
                                                       share=r))
-    warm = timing.worst_over_ranks(rt, max(max(x) for x in _rounds(rt, cfg.alone_warmup, fns)))
-    mine = [statistics.median(x) for x in _rounds(rt, cfg.alone_rounds(warm), fns)]
-    per_rank = timing.gather_samples(mine)  # (ranks, shares)
+    per_rank = timing.gather_samples(_medians_alone(rt, cfg, fns))  # (ranks, shares)
     return [float(statistics.median(per_rank[:, r])) for r in range(p)]
 
 
@@ -152,8 +159,7 @@ def _alone(rt, cfg, fn) -> list[float]:
     :meth:`~labkit.cp.config.CPConfig.alone_rounds` of the slowest rank's warm-up call): the
     ranks' times are compared with each other, and a burst of the machine's noise then falls on
     every rank's samples alike, not on one rank's whole turn."""
-    warm = timing.worst_over_ranks(rt, max(_rounds(rt, cfg.alone_warmup, [fn])[0]))
-    return _every_rank(statistics.median(_rounds(rt, cfg.alone_rounds(warm), [fn])[0]))
+    return _every_rank(_medians_alone(rt, cfg, [fn])[0])
 
 
 def _block_times(rt, cfg: CPConfig, variant: str) -> dict:
