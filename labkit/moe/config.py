@@ -50,7 +50,8 @@ class MoEConfig:
                                     "tokens from each rank; the rest are dropped and counted")
     renormalize: bool = option(True, "renormalise the k chosen gates to sum to 1 "
                                "(--no-renormalize: the softmax probabilities as they are)")
-    steps: int = option(6, "steps (forward + backward of the layer), warm-up included")
+    # 5 timed, an odd count: the p50 is one timed step, the one whose timeline the split reads
+    steps: int = option(7, "steps (forward + backward of the layer), warm-up included")
     warmup: int = option(2, "untimed first steps")
     seed: int = option(0, "weights and tokens")
     tolerance: float = option(1e-5, "largest |EP - one process| / max|one process| (float64) "
