@@ -290,3 +290,19 @@ def test_waits_sentence_flips_with_what_the_waits_hold(alone, words):
            "message_time_alone_s": alone, "compute_imbalance": 1.01, "spmv_time_s": 0.1,
            "vector_time_s": 0.04, "time_per_iteration_s": 1.6e-3}
     assert words in verdicts.waits_sentence(row)
+
+
+def test_the_fitted_iteration_exponent_splits_into_each_sizes_pull():
+    """The exponent's split (each size's pull on the least-squares slope) sums to it, and the
+    size off the line carries the difference from the theory."""
+    from labkit.solve.report import iteration_exponent, iteration_exponent_split
+
+    dofs = [2_000, 10_000, 20_000, 40_000, 80_000]
+    rows = pd.DataFrame({"dof_global": dofs, "iterations": [round(d ** 0.5) for d in dofs]})
+    rows.loc[0, "iterations"] = 80  # the smallest size takes more than its square root's 45
+    split = iteration_exponent_split(rows)
+    assert sum(split.values()) == pytest.approx(iteration_exponent(rows))
+    assert list(split)[0].startswith("2,000 DOF (80 iterations)")
+    law = laws.check("exponent", predicted=0.5, measured=iteration_exponent(rows),
+                     tolerance_pct=15, split=split)
+    assert not law["holds"] and laws.split_sums(law)
