@@ -19,6 +19,8 @@ small, and carries s.
 
 from __future__ import annotations
 
+import math
+
 from labkit.errors import UsageError
 from labkit.results import select_rows
 from labkit.solve import memory, verdicts
@@ -50,7 +52,7 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
     (:func:`~labkit.solve.formulas.crossover_dof`), ``measured_crossover_dof``
     (:func:`~labkit.solve.formulas.measured_crossover`, None when no size of the sweep loses or
     none wins), ``speedup_at_predicted_crossover`` and ``speedup_at_naive_crossover`` (the
-    measured speedup at each model's N*, :func:`~labkit.solve.formulas.speedup_at`: 1 where the
+    measured speedup at each model's N*, :func:`speedup_at`: 1 where the
     model is right; None where N* lies outside the sweep).
 
     s: with a machine ``profile``, read at each size N off its copies at the size of each
@@ -69,7 +71,6 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
         fixed_cost_at,
         measured_crossover,
         predicted_speedup,
-        speedup_at,
     )
 
     sel = select_rows(passed(df), mode="strong", method=method, partitioner=partitioner)
@@ -149,6 +150,41 @@ def crossover(df, *, message_s: float, ranks: int = 2, method: str = "cg",
     return table, summary
 
 
+def speedup_at_split(dofs, speedups, dof: float) -> dict | None:
+    """The measured speedup at the size ``dof``, interpolated linearly in log(DOF) between the
+    two sizes of the sweep around it, taken apart into those two sizes' speedups, each weighted
+    by how close ``dof`` lies to it (the law's split; :func:`speedup_at` is their sum). None
+    outside the sweep: no measurement to judge there.
+
+    0.6 at 10k, 1.2 at 40k: at 20k, half way in log, 0.3 + 0.6 = 0.9.
+
+    >>> speedup_at_split([10_000, 40_000, 160_000], [0.6, 1.2, 1.7], 20_000)
+    {'0.5 x the speedup at 10,000 DOF': 0.3, '0.5 x the speedup at 40,000 DOF': 0.6}
+    >>> speedup_at_split([10_000, 40_000], [0.6, 1.2], 80_000) is None
+    True
+    """
+    pts = sorted(zip(dofs, speedups))
+    if not (math.isfinite(dof) and pts[0][0] <= dof <= pts[-1][0]):
+        return None
+    (n0, s0), (n1, s1) = next(((a, b) for a, b in zip(pts, pts[1:]) if a[0] <= dof <= b[0]),
+                              (pts[0], pts[0]))
+    if n1 == n0:
+        return {f"the speedup at {n0:,.0f} DOF": float(s0)}
+    f = (math.log(dof) - math.log(n0)) / (math.log(n1) - math.log(n0))
+    return {f"{1 - f:.2g} x the speedup at {n0:,.0f} DOF": round((1 - f) * s0, 12),
+            f"{f:.2g} x the speedup at {n1:,.0f} DOF": round(f * s1, 12)}
+
+
+def speedup_at(dofs, speedups, dof: float) -> float | None:
+    """:func:`speedup_at_split` summed: the measured speedup at the size ``dof``.
+
+    >>> round(speedup_at([10_000, 40_000, 160_000], [0.6, 1.2, 1.7], 20_000), 3)
+    0.9
+    """
+    parts = speedup_at_split(dofs, speedups, dof)
+    return None if parts is None else float(sum(parts.values()))
+
+
 def _finite_or_none(v) -> float | None:
     return float(v) if v is not None and v == v and abs(v) != float("inf") else None
 
@@ -163,7 +199,8 @@ def crossover_laws(table, summary) -> list[dict]:
     >>> import pandas as pd
     >>> t = pd.DataFrame({"dof_global": [2_000, 50_000], "calibration": [True, False],
     ...                   "model_tp_per_iteration_s": [150e-6, 300e-6],
-    ...                   "tp_per_iteration_s": [150e-6, 330e-6], "split_us": [None, None]})
+    ...                   "tp_per_iteration_s": [150e-6, 330e-6], "split_us": [None, None],
+    ...                   "speedup_per_iteration": [0.6, 1.09]})
     >>> s = {"ranks": 2, "predicted_crossover_dof": 20_000.0, "naive_crossover_dof": 5_000.0,
     ...      "speedup_at_predicted_crossover": 0.95, "speedup_at_naive_crossover": 0.5,
     ...      "other_s": 60e-6, "slowdown": 1.3}
@@ -172,6 +209,11 @@ def crossover_laws(table, summary) -> list[dict]:
     [("2 ranks' iteration at 50,000 DOF", 'model', 330.0),
      ('speedup at the predicted crossover N*', 'model', 0.95),
      ('speedup at the naive crossover N*', 'naive', 0.5)]
+
+    The speedup at N* is read between the two measured sizes around it, its split:
+
+    >>> {k: round(v, 3) for k, v in crossover_laws(t, s)[1]["split"].items()}
+    {'0.28 x the speedup at 2,000 DOF': 0.171, '0.72 x the speedup at 50,000 DOF': 0.78}
     """
     p = int(summary["ranks"])
     out = []
@@ -183,6 +225,7 @@ def crossover_laws(table, summary) -> list[dict]:
                     "predicted": r.model_tp_per_iteration_s * 1e6,
                     "measured": r.tp_per_iteration_s * 1e6, "unit": "us", "tolerance_pct": 25,
                     "split": split})
+    sizes, speedups = list(table["dof_global"]), list(table["speedup_per_iteration"])
     why = f"{p} ranks pay {summary['other_s'] * 1e6:.0f} us per iteration besides the messages"
     if summary.get("measured_slowdown") is not None:
         why += (f", and at the largest size each computed its share "
@@ -195,6 +238,7 @@ def crossover_laws(table, summary) -> list[dict]:
         at = f"N* = {n_star:,.0f} DOF" if n_star != float("inf") else "N* = never"
         out.append({"law": f"speedup at the {label} crossover N*", "kind": kind,
                     "predicted": 1.0, "measured": measured if observed else float("nan"),
+                    "split": speedup_at_split(sizes, speedups, n_star) if observed else None,
                     "tolerance_pct": 25, "mechanism_observed": observed if not observed else None,
                     "mechanism": "a crossover within the sizes the sweep measured",
                     "note": f"{at}; {why}" if kind == "naive" else at})

@@ -450,29 +450,6 @@ def crossover_dof(*, seconds_per_dof_iteration: float, ranks: int, added_s: floa
     return float("inf")
 
 
-def speedup_at(dofs, speedups, dof: float) -> float | None:
-    """The measured speedup at the size ``dof``, interpolated linearly in log(DOF) between the
-    two sizes of the sweep around it (None outside the sweep: no measurement to judge there).
-
-    0.6 at 10k, 1.2 at 40k: at 20k (half way in log) 0.9.
-
-    >>> round(speedup_at([10_000, 40_000, 160_000], [0.6, 1.2, 1.7], 20_000), 3)
-    0.9
-    >>> speedup_at([10_000, 40_000], [0.6, 1.2], 80_000) is None
-    True
-    """
-    import math
-
-    pts = sorted(zip(dofs, speedups))
-    if not (math.isfinite(dof) and pts[0][0] <= dof <= pts[-1][0]):
-        return None
-    for (n0, s0), (n1, s1) in zip(pts, pts[1:]):
-        if n0 <= dof <= n1:
-            f = 0.0 if n1 == n0 else (math.log(dof) - math.log(n0)) / (math.log(n1) - math.log(n0))
-            return float(s0 + f * (s1 - s0))
-    return float(pts[0][1])
-
-
 def measured_crossover(dofs, speedups) -> float | None:
     """The size from which on more ranks pay: between the largest size that loses and the next
     one (which wins), where the speedup crosses 1, interpolated linearly in log(DOF); None when
