@@ -19,7 +19,7 @@ row holds no timeline, and its collectives are priced at the profile's average i
 (transfer + its share of waits), which its law's note says. FSDP2's row adds its own work,
 measured in the launch with its collectives made local (:func:`own_work_s`). ``prof`` is a
 :class:`labkit.machine.Profile` or anything with its ``compute_slowdown``, ``transfer_s``,
-``wait_share`` and ``scheduler_wait_s`` (:class:`labkit.tp.verdicts.FakeProfile`).
+``wait_share`` and ``scheduler_wait_s`` (:class:`labkit.tp.fakeprofile.FakeProfile`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def comm_parts(row, prof) -> dict:
     operation's transfer; None without one), ``scheduler_wait_s`` (one wait, the profile's),
     ``waits_s`` (the counted waits priced so), ``comm_s`` (the two) and ``calls``.
 
-    >>> from labkit.tp.verdicts import FakeProfile
+    >>> from labkit.tp.fakeprofile import FakeProfile
     >>> row = {"stage": "zero3", "world_size": 2, "hidden": 64, "num_layers": 2}
     >>> c = comm_parts(row, FakeProfile(allreduce_s=1e-3))
     >>> c["calls"], round(c["comm_s"] * 1e3, 1), c["waits"]
@@ -122,7 +122,7 @@ def comm_in_context(row, prof) -> float:
     all-reduces of 1 ms; on a GPU they move beside the compute (busy, twice as long); a
     profile that timed neither prices them as a ring's, half an all-reduce:
 
-    >>> from labkit.tp.verdicts import FakeProfile
+    >>> from labkit.tp.fakeprofile import FakeProfile
     >>> row = {"stage": "zero3", "world_size": 2, "hidden": 64, "num_layers": 2}
     >>> round(comm_in_context(row, FakeProfile(allreduce_s=1e-3, busy_factor=2)) * 1e3, 1)
     8.0
@@ -178,7 +178,7 @@ def context(row, prof) -> dict:
     in context, with :func:`comm_parts`' ``transfers_s``, ``waits``, ``scheduler_wait_s`` and
     ``waits_s``.
 
-    >>> from labkit.tp.verdicts import FakeProfile
+    >>> from labkit.tp.fakeprofile import FakeProfile
     >>> row = {"stage": "ddp", "world_size": 2, "hidden": 64, "num_layers": 2,
     ...        "predicted_compute_s": 0.06}
     >>> ctx = context(row, FakeProfile())

@@ -6,7 +6,7 @@ the profile's co-run slowdown at N ranks, plus the variant's collectives, each p
 transfer plus, for each one of the row's median step that waited for the scheduler (counted
 from its timeline), the profile's scheduler wait; DDP's, run inside its C++ reducer and never
 stamped, at the profile's average in context. ``prof`` is a :class:`labkit.machine.Profile` or
-:class:`labkit.tp.verdicts.FakeProfile`.
+:class:`labkit.tp.fakeprofile.FakeProfile`.
 """
 
 from __future__ import annotations

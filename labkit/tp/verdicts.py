@@ -13,8 +13,9 @@ collective at the profile's average in context instead, transfer + its share of 
 (:meth:`labkit.machine.Profile.allreduce_s`), and its laws say so. ``prof`` below is a
 :class:`labkit.machine.Profile` or anything with its ``compute_slowdown(ranks)``,
 ``transfer_s(size_bytes, ranks=..., busy=...)``, ``allreduce_s(size_bytes, ranks=...,
-busy=...)``, ``wait_share(busy=...)`` and ``scheduler_wait_s`` (:class:`FakeProfile`). A
-step-time law that misses prints its measured split: the time outside the all-reduces, the
+busy=...)``, ``wait_share(busy=...)`` and ``scheduler_wait_s``
+(:class:`labkit.tp.fakeprofile.FakeProfile`). A step-time law that misses prints its measured
+split: the time outside the all-reduces, the
 messages, what the counted scheduler waits took of them, and the wait for the later rank
 (:mod:`labkit.tp.timeline`); those add up to the step.
 """
@@ -26,6 +27,7 @@ import math
 from labkit.book.laws import check, symmetric_error_pct
 from labkit.metrics import ratio_split, slowdown_split
 from labkit.tp import waits
+from labkit.tp.fakeprofile import FakeProfile  # noqa: F401 - the examples' stand-in
 from labkit.tp.formulas import step_in_context
 
 #: the relative tolerance of every time and ratio law of the lab
@@ -139,45 +141,6 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
             **step_in_context(compute_alone_s=row["predicted_compute_s"], slowdown=slow,
                               allreduces=n_ar, allreduce_s=ar, gathers=gathers, gather_s=gs,
                               waits=got["count"] if got else 0, wait_s=wait, extra_s=extra_s)}
-
-
-class FakeProfile:
-    """A stand-in machine profile for examples and tests: co-run slowdown ``slowdown`` at two
-    ranks or more, every all-reduce's transfer ``allreduce_s`` (busy: ``busy_factor`` times
-    that; a reduce-scatter or an all-gather in ``ops``: its factor times that), a scheduler
-    wait ``wait_s``, which ``wait_share`` of the calls also take (so an all-reduce in context
-    costs ``allreduce_s`` + ``wait_share`` x ``wait_s``)."""
-
-    world_size = 2
-
-    def __init__(self, slowdown: float = 1.25, allreduce_s: float = 8e-4,
-                 busy_factor: float = 1.5, wait_s: float = 3.6e-3, wait_share: float = 0.0,
-                 ops: dict | None = None):
-        self.slowdown, self.ar, self.busy_factor = slowdown, allreduce_s, busy_factor
-        self.scheduler_wait_s, self.share = wait_s, wait_share
-        # the reduce-scatter and the all-gather it timed, each x an all-reduce of the buffer:
-        # about what gloo does here ({}: timed none)
-        self.ops = {"all_gather": 1.0, "reduce_scatter": 2.0} if ops is None else dict(ops)
-
-    def measured(self, measurement):
-        return measurement in self.ops
-
-    def compute_slowdown(self, ranks, *, n=None):
-        return 1.0 if ranks == 1 else self.slowdown
-
-    def transfer_s(self, size_bytes, *, measurement="allreduce", ranks=None, busy=False):
-        return self.ar * (self.busy_factor if busy else 1.0) * self.ops.get(measurement, 1.0)
-
-    def wait_share(self, *, busy=False):
-        return self.share
-
-    def allreduce_s(self, size_bytes, *, ranks=None, busy=False):
-        return (self.transfer_s(size_bytes, ranks=ranks, busy=busy)
-                + self.share * self.scheduler_wait_s)
-
-    def matmul_flop_per_s(self, n, *, together=False):
-        """n x n products at 40 GFLOP/s x n / (n + 64), ``slowdown`` slower together."""
-        return 40e9 * n / (n + 64) / (self.slowdown if together else 1.0)
 
 
 def _ms(x: float) -> float:
