@@ -48,8 +48,8 @@ def _ms(x) -> float:
     return float(x) * 1e3
 
 
-def _listed(xs) -> str:
-    return ", ".join(f"{_ms(t):.1f}" for t in xs)
+def _listed(xs, digits: int = 1) -> str:
+    return ", ".join(f"{_ms(t):.{digits}f}" for t in xs)
 
 
 def _timeline(row):
@@ -185,10 +185,9 @@ def compute_note(row, model: dict) -> str:
             f"of their share alone less its blocks) + its blocks at their time alone, {kinds}: "
             f"{ranks} ms; blocks alone would give {bare:.2f}x")
     if isinstance(row.get("share_alone_s"), list):
-        text += ("; each share timed on one core (every rank's in turn): "
-                 + ", ".join(f"{_ms(t):.2f}" for t in row["share_alone_s"])
-                 + " ms; each rank on its own core: "
-                 + ", ".join(f"{_ms(t):.2f}" for t in row["compute_alone_per_rank_s"]) + " ms")
+        text += (f"; each share timed on one core (every rank's in turn): "
+                 f"{_listed(row['share_alone_s'], 2)} ms; each rank on its own core: "
+                 f"{_listed(row['compute_alone_per_rank_s'], 2)} ms")
     return text
 
 

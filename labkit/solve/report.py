@@ -214,11 +214,17 @@ def iteration_exponent(df) -> float:
     """
     import numpy as np
 
-    sizes = passed(df).drop_duplicates("dof_global")
-    if len(sizes) < 2:
-        raise UsageError("the iteration growth needs at least two sizes")
+    sizes = _growth_sizes(df)
     return float(np.polyfit(np.log(sizes["dof_global"].astype(float)),
                             np.log(sizes["iterations"].astype(float)), 1)[0])
+
+
+def _growth_sizes(df):
+    """The rows the iteration growth is read off: passed, one per size, smallest first."""
+    sizes = passed(df).drop_duplicates("dof_global").sort_values("dof_global")
+    if len(sizes) < 2:
+        raise UsageError("the iteration growth needs at least two sizes")
+    return sizes
 
 
 def iteration_exponent_split(df) -> dict:
@@ -240,9 +246,7 @@ def iteration_exponent_split(df) -> dict:
     """
     import numpy as np
 
-    sizes = passed(df).drop_duplicates("dof_global").sort_values("dof_global")
-    if len(sizes) < 2:
-        raise UsageError("the iteration growth needs at least two sizes")
+    sizes = _growth_sizes(df)
     x = np.log(sizes["dof_global"].astype(float).to_numpy())
     y = np.log(sizes["iterations"].astype(float).to_numpy())
     w = (x - x.mean()) / float(((x - x.mean()) ** 2).sum())
