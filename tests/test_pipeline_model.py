@@ -209,7 +209,7 @@ def test_every_law_row_says_its_kind_and_keeps_to_the_caps():
             + report.best_m_laws(df))
     assert rows and all(r["kind"] == "model" for r in rows)
     for r in rows:
-        if r["law"].startswith("bubble"):  # fractions: absolute
+        if r["law"].startswith(("bubble", "fill/drain share")):  # fractions: absolute
             assert r["tolerance_abs"] == verdicts.BUBBLE_TOLERANCE <= laws.MAX_TOLERANCE_ABS
         else:  # times: relative
             assert r["tolerance_pct"] == verdicts.STEP_TOLERANCE_PCT <= laws.MAX_TOLERANCE_PCT

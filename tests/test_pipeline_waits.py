@@ -97,8 +97,9 @@ def test_a_wait_off_the_critical_path_adds_nothing_not_less(monkeypatch):
     """The model's step with the counted waits and without them are two replays: where a wait
     lies off the critical path they sum the same blocks in another order, and their difference
     can read a rounding below zero (-1e-18 s in a launch). The wait term is then 0, not less."""
-    monkeypatch.setattr(schedules, "model_step",
-                        lambda *a, wait_s=None, **kw: 0.3 if wait_s else 0.1 + 0.2)
+    monkeypatch.setattr(schedules, "model_blocks", lambda *a, **kw: [
+        dict(rank=0, stage=0, kind="F", microbatch=0, start_s=0.0, end_s=0.3)])
+    monkeypatch.setattr(schedules, "model_step", lambda *a, **kw: 0.1 + 0.2)
     df = report.add_model(pd.DataFrame([measured_row(1, waited=[("F", 1, 0)])]), wait_profile())
     assert 0.3 - (0.1 + 0.2) < 0 and df.step_waits_model_s.iloc[0] == 0.0
 

@@ -15,8 +15,6 @@ laws and sentence in :mod:`labkit.pipeline.activations`.
 
 from __future__ import annotations
 
-import functools
-
 from labkit.pipeline import verdicts
 from labkit.pipeline.imbalance import bubble_laws, over_ideal_laws  # noqa: F401 (the report's)
 from labkit.pipeline.verdicts import STEP_TOLERANCE_PCT
@@ -110,6 +108,9 @@ COLUMNS = (
                                      "edges"),
     Column("step_model_error_pct", "%", "symmetric error of step_time_model_s against "
                                         "step_time_s (laws.symmetric_error_pct)"),
+    Column("bubble_model", "", "the fill/drain share of the step model's replayed step "
+                               "(report.add_model), read off it as bubble_fill_drain is off "
+                               "the measured one"),
     Column("corun_slowdown", "", "the profile's compute slowdown with P ranks at once"),
     Column("message_transfer_s", "s", "the profile's one-way transfer of one activation (a "
                                       "message that waited for nothing), cores busy"),
@@ -296,14 +297,17 @@ def add_model(df, machine):
     (:func:`labkit.pipeline.schedules.model_step`) with the profile's co-run slowdown and
     transfer, its scheduler wait on each message that waited in the row's median step
     (:func:`labkit.pipeline.messages.row_waits`), and the schedule's own work, the same for
-    every row: a gap between blocks and the step's edges (:mod:`labkit.pipeline.overhead`)."""
+    every row: a gap between blocks and the step's edges (:mod:`labkit.pipeline.overhead`).
+    ``bubble_model``: the fill/drain share of that replayed step, read as a measured one is
+    (:func:`labkit.pipeline.formulas.timeline_split`)."""
     from labkit.book.laws import symmetric_error_pct
-    from labkit.pipeline.formulas import alone_seconds
+    from labkit.pipeline.formulas import alone_seconds, timeline_split
     from labkit.pipeline.messages import row_waits
     from labkit.pipeline.overhead import launch_overhead
-    from labkit.pipeline.schedules import model_step
+    from labkit.pipeline.schedules import model_blocks, model_step
 
-    cols = {k: [] for k in ("step_time_model_s", "step_model_error_pct", "corun_slowdown",
+    cols = {k: [] for k in ("step_time_model_s", "step_model_error_pct", "bubble_model",
+                            "corun_slowdown",
                             "message_transfer_s", "scheduler_wait_s", "messages",
                             "messages_waited", "step_waits_model_s", "step_waits_measured_s",
                             "schedule_gap_s", "step_edges_s")}
@@ -317,15 +321,16 @@ def add_model(df, machine):
         kw = dict(alone=alone_seconds(row["block_times"], slowdown=got["slowdown"][p]),
                   slowdown=got["slowdown"], message_s=got["transfer_s"],
                   virtual_stages=int(row["virtual_stages"]), gap_s=own["gap_s"])
-        step = functools.partial(model_step, row["schedule"], p, int(row["num_microbatches"]),
-                                 **kw)
-        replayed = step(wait_s=at)
+        args = (row["schedule"], p, int(row["num_microbatches"]))
+        blocks = model_blocks(*args, wait_s=at, **kw)
+        replayed = max(b["end_s"] for b in blocks)
         # a wait off the critical path adds nothing, but the two replays add their blocks in
         # another order: their difference can read -1e-18 s
-        added = max(0.0, replayed - step()) if at else 0.0
+        added = max(0.0, replayed - model_step(*args, **kw)) if at else 0.0
         t = replayed + own["edges_s"]
         for k, v in (("step_time_model_s", t),
                      ("step_model_error_pct", symmetric_error_pct(t, row["step_time_s"])),
+                     ("bubble_model", timeline_split(blocks, step_end_s=t)["bubble_share"]),
                      ("corun_slowdown", got["slowdown"][p]),
                      ("message_transfer_s", got["transfer_s"]),
                      ("scheduler_wait_s", got["scheduler_wait_s"]),

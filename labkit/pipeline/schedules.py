@@ -115,14 +115,7 @@ def stage_layers(num_layers: int, num_chunks: int) -> list[range]:
 def model_step(schedule: str, num_stages: int, num_microbatches: int, *, alone: dict,
                slowdown: dict, message_s: float, virtual_stages: int = 1,
                wait_s: dict | None = None, gap_s: float = 0.0) -> float:
-    """The step this machine should take: each rank runs torch's order for the schedule
-    (``_order``), every block its measured alone time (``alone``: {(rank, kind): seconds},
-    :func:`labkit.pipeline.formulas.alone_seconds`), slowed down by ``slowdown[k]`` while k
-    ranks compute at once (the machine profile's co-run slowdown), and every activation or
-    gradient that crosses to another rank ``message_s`` on its way
-    (:func:`labkit.pipeline.formulas.corun_replay`), and the blocks named in ``wait_s``
-    ({(kind, stage, microbatch): seconds}: messages that waited for the scheduler) that much
-    longer once their rank is free and their message has arrived.
+    """The step this machine should take: the end of the last block of :func:`model_blocks`.
 
     With no slowdown and free messages it is the ideal schedule: (M + P − 1)(F + B) for GPipe.
 
@@ -135,6 +128,34 @@ def model_step(schedule: str, num_stages: int, num_microbatches: int, *, alone: 
     ...            wait_s={("B", 0, 3): 0.5})  # the last gradient: on the critical path
     15.5
     """
+    return max(b["end_s"] for b in model_blocks(
+        schedule, num_stages, num_microbatches, alone=alone, slowdown=slowdown,
+        message_s=message_s, virtual_stages=virtual_stages, wait_s=wait_s, gap_s=gap_s))
+
+
+def model_blocks(schedule: str, num_stages: int, num_microbatches: int, *, alone: dict,
+                 slowdown: dict, message_s: float, virtual_stages: int = 1,
+                 wait_s: dict | None = None, gap_s: float = 0.0) -> list[dict]:
+    """The step this machine should take, block by block (dicts as :func:`simulate`'s): each
+    rank runs torch's order for the schedule (``_order``), every block its measured alone time
+    (``alone``: {(rank, kind): seconds}, :func:`labkit.pipeline.formulas.alone_seconds`),
+    slowed down by ``slowdown[k]`` while k ranks compute at once (the machine profile's co-run
+    slowdown), every activation or gradient that crosses to another rank ``message_s`` on its
+    way, the schedule's own work ``gap_s`` between two blocks of a rank
+    (:func:`labkit.pipeline.formulas.corun_replay`), and the blocks named in ``wait_s``
+    ({(kind, stage, microbatch): seconds}: messages that waited for the scheduler) that much
+    longer once their rank is free and their message has arrived. Read by the same
+    :func:`labkit.pipeline.formulas.timeline_split` as a measured step, it is the model's
+    fill/drain share.
+
+    GPipe, P = 2, M = 1, F 1 s and B 2 s: rank 1's forward starts when rank 0's has ended and
+    its message (0.5 s) arrived.
+
+    >>> alone = {(r, k): d for r in (0, 1) for k, d in (("F", 1.0), ("B", 2.0))}
+    >>> [(b["rank"], b["kind"], b["start_s"], b["end_s"]) for b in model_blocks(
+    ...     "gpipe", 2, 1, alone=alone, slowdown={1: 1.0, 2: 1.0}, message_s=0.5)]
+    [(0, 'F', 0.0, 1.0), (0, 'B', 5.0, 7.0), (1, 'F', 1.5, 2.5), (1, 'B', 2.5, 4.5)]
+    """
     p = positive_int("num_stages", num_stages)
     m = positive_int("num_microbatches", num_microbatches)
     v = positive_int("virtual_stages", virtual_stages) if schedule == "interleaved" else 1
@@ -145,4 +166,6 @@ def model_step(schedule: str, num_stages: int, num_microbatches: int, *, alone: 
     placed = corun_replay(orders, last_stage=p * v - 1,
                           rank_of_stage={s: s % p for s in range(p * v)}, slowdown=slowdown,
                           message_s=message_s, wait_s=wait_s, gap_s=gap_s)
-    return max(z for _, z in placed.values())
+    return [{"rank": r, "stage": orders[r][i][1], "kind": orders[r][i][0],
+             "microbatch": orders[r][i][2], "start_s": start, "end_s": end}
+            for (r, i), (start, end) in sorted(placed.items())]

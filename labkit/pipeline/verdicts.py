@@ -127,7 +127,25 @@ def bubble_sentence(df, schedule: str, num_stages: int | None = None,
     ms = ", ".join(str(m) for m in off)
     return (head + f"; the formula does not hold within {tolerance:g} at M = {ms} (worst error "
             f"{err} at M = {ms_worst}, where the rest of the idle time, messages and "
-            f"scheduling, is {part.iloc[worst_i].idle_other:.2f} of the step).")
+            f"scheduling, is {part.iloc[worst_i].idle_other:.2f} of the step)."
+            + _model_clause(part, tolerance))
+
+
+def _model_clause(part, tolerance) -> str:
+    """Where the rows carry the step model's share (``bubble_model``) and the formula missed:
+    whether the model's replayed step, which carries the gaps, messages and waits, holds."""
+    from labkit.book import laws
+
+    if "bubble_model" not in part or part.bubble_model.isna().any():
+        return ""
+    checks = [laws.check("bubble", predicted=r.bubble_model, measured=r.bubble_fill_drain,
+                         tolerance_abs=tolerance) for r in part.itertuples()]
+    off = [str(r.num_microbatches) for r, c in zip(part.itertuples(), checks) if not c["holds"]]
+    if not off:
+        return (" The step model's replayed step, which carries them, holds within "
+                f"{tolerance:g} at every M.")
+    return (" The step model's replayed step, which carries them, does not hold within "
+            f"{tolerance:g} at M = {', '.join(off)} either.")
 
 
 def step_sentence(df, schedule: str, num_stages: int | None = None,
