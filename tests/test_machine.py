@@ -70,6 +70,26 @@ def test_collectives_in_context_from_synthetic_rows():
     assert p.message_s(4096) == pytest.approx(1e-4 + 4096 / 1e9)
 
 
+def test_one_buffer_reads_the_repeated_calls_up_to_their_largest_size():
+    """Notebooks 01 and 06 call one size again and again on one buffer; the profile's sweep
+    calls each size after the others. Up to the repeated calls' largest size a prediction
+    for the first reads them, beyond it (or without them) the sweep."""
+    rows = synthetic_rows()
+    sweep = Profile.from_rows(rows)
+    assert sweep.transfer_s(8, one_buffer=True) == sweep.transfer_s(8)  # an older profile
+    repeated = [{**rows[0], "measurement": "allreduce_repeated", "context": "idle", "n": None,
+                 "size_bytes": s, "time_p50_s": t, "transfer_s": t}
+                for s, t in ((8, 1.5e-4), (4096, 1.8e-4))]
+    p = Profile.from_rows(rows + repeated)
+    assert p.transfer_s(8, one_buffer=True) == pytest.approx(1.5e-4)
+    assert p.transfer_s(8) == pytest.approx(2e-4 + 8 / 1e9)  # the sweep's, sizes in turns
+    assert 1.5e-4 < p.transfer_s(512, one_buffer=True) < 1.8e-4  # log-log between them
+    assert p.transfer_s(1 << 20, one_buffer=True) == p.transfer_s(1 << 20)  # beyond them
+    assert p.transfer_s(8, one_buffer=True, busy=True) == p.transfer_s(8, busy=True)
+    assert p.transfer_s(8, one_buffer=True, ranks=4) == p.transfer_s(8, ranks=4)
+    assert p.scheduler_wait_s == sweep.scheduler_wait_s  # its calls price no wait
+
+
 def test_sentences_flip_with_their_numbers():
     p = Profile.from_rows(synthetic_rows(co_run=1.25, busy=1.5))
     text = report.describe(p)
@@ -151,9 +171,17 @@ def test_calibrate_measures_and_a_notebook_reads_it(tmp_path, monkeypatch, capsy
     assert "alpha-beta fit" in out or "no line with a bandwidth term" in out
     doc = json.loads(path.read_text())
     assert {r["measurement"] for r in doc["rows"]} == {"matmul", "step", "copy", "allreduce",
-                                                       "message"}
+                                                       "message", "allreduce_repeated"}
+    # the small all-reduces once more, one size call after call: notebook 06's floor reads them
+    repeated = [r for r in doc["rows"] if r["measurement"] == "allreduce_repeated"]
+    assert [r["size_bytes"] for r in repeated] == [8, 64, 512, 4096]
+    assert all(r["context"] == "idle" and r["transfer_s"] > 0 for r in repeated)
     p = machine.profile(tmp_path, measure=False)
     assert not p.warnings and p.compute_slowdown(2) > 0 and p.allreduce_s(1024) > 0
+    from labkit.collectives import verdicts
+
+    assert verdicts.floor_rows(p) == repeated
+    assert "call after call on one buffer" in verdicts.floor_note(p)
 
 
 def _two_kinds(rows, *, share_idle=0.2, share_busy=0.5, wait_s=3.6e-3):

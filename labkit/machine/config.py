@@ -10,6 +10,9 @@ from labkit.errors import UsageError
 #: the smallest reduce-scatter and all-gather the profile times: sharded data parallelism's
 #: buffers (a layer's gradients or weights), where the two differ from an all-reduce
 SHARDED_FROM_BYTES = 256 << 10
+#: the largest all-reduce the profile also times call after call on one buffer, as notebook 06
+#: sweeps (``allreduce_repeated``): the latency floor's sizes on the 2-vCPU VM reach 2-32 KiB
+REPEATED_MAX_BYTES = 32 << 10
 
 
 @dataclass(frozen=True)

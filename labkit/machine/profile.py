@@ -181,15 +181,24 @@ class Profile:
         return self._alpha_beta(False)[1]
 
     def transfer_s(self, size_bytes: float, *, measurement: str = "allreduce",
-                   ranks: int | None = None, busy: bool = False) -> float:
+                   ranks: int | None = None, busy: bool = False,
+                   one_buffer: bool = False) -> float:
         """An all-reduce (or a point-to-point ``message``, one way, a ``reduce_scatter`` or an
         ``all_gather`` of ``size_bytes`` in nccl-tests' sense) that waited for nothing: the
         sweep's transfers (:func:`labkit.machine.formulas.transfer_of`) read at that size (log-log between sizes) at the profile's
         world size; an all-reduce at another rank count, the ring α–β line fitted to them.
-        ``busy``: while every rank's core also computes."""
+        ``busy``: while every rank's core also computes. ``one_buffer``: an idle all-reduce
+        called again and again on one buffer (as notebooks 01 and 06 time theirs), read off the
+        profile's ``allreduce_repeated`` calls up to their largest size; beyond it, or in a
+        profile without them, the sweep's (whose sizes take turns, each call on another buffer
+        than the last)."""
         ranks = self.world_size if ranks is None else int(ranks)
         if ranks < 2:
             return 0.0
+        if one_buffer and measurement == "allreduce" and not busy and ranks == self.world_size:
+            sizes, times = self._transfers("allreduce_repeated", False)
+            if sizes and size_bytes <= max(sizes):
+                return formulas.sweep_time(size_bytes, sizes, times)
         if ranks == self.world_size or measurement != "allreduce":
             return formulas.sweep_time(size_bytes, *self._transfers(measurement, busy))
         from labkit.collectives.formulas import allreduce_time

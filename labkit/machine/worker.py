@@ -13,7 +13,10 @@ the messages and half after.
 "alone": rank 0 works while the others wait at a barrier; "together": every rank does the same
 work at once (the co-run slowdown is their ratio); "busy": a thread in every rank keeps that
 rank's core computing matrix products while the collective runs (what backward does to an
-all-reduce it overlaps).
+all-reduce it overlaps). ``allreduce_repeated`` times the small all-reduces once more as
+notebook 06 does, one size at a time and call after call on one buffer: at 8 B-4 KiB a call
+on another buffer than the last (as the interleaved sweep makes every call, and a training
+step most) took 0.1-0.2 ms more on the 2-vCPU VM.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch.distributed as dist
 from labkit import runtime, timing
 from labkit.harness import worker_main
 from labkit.machine import formulas
-from labkit.machine.config import SHARDED_FROM_BYTES, MachineConfig
+from labkit.machine.config import REPEATED_MAX_BYTES, SHARDED_FROM_BYTES, MachineConfig
 from labkit.metrics import slowest_rank
 
 
@@ -164,13 +167,42 @@ def _collective_rows(rt, cfg, context: str) -> list[dict]:
     for (name, s), local in times.items():
         gathered = timing.gather_samples(local)
         samples = gathered[0] if name == "message" else slowest_rank(gathered)
-        t = _p50(samples)
-        w = formulas.waits(samples)
-        rows.append({"measurement": name, "context": context, "size_bytes": s,
-                     "time_p50_s": t, "bytes_per_s": s / t, "transfer_s": w["transfer_s"],
-                     "time_p10_s": formulas.percentile(samples, 10),
-                     "time_p90_s": formulas.percentile(samples, 90),
-                     "wait_share": w["wait_share"], "wait_excess_s": w["wait_excess_s"]})
+        rows.append(_call_row(name, context, s, samples))
+    return rows
+
+
+def _call_row(measurement: str, context: str, size: int, samples) -> dict:
+    """One row of the profile's calls of one size: p50, p10, p90, the transfer and the
+    scheduler waits (:func:`labkit.machine.formulas.waits`)."""
+    t = _p50(samples)
+    w = formulas.waits(samples)
+    return {"measurement": measurement, "context": context, "size_bytes": size,
+            "time_p50_s": t, "bytes_per_s": size / t, "transfer_s": w["transfer_s"],
+            "time_p10_s": formulas.percentile(samples, 10),
+            "time_p90_s": formulas.percentile(samples, 90),
+            "wait_share": w["wait_share"], "wait_excess_s": w["wait_excess_s"]}
+
+
+def _repeated_rows(rt, cfg) -> list[dict]:
+    """The all-reduces up to :data:`~labkit.machine.config.REPEATED_MAX_BYTES` as notebook 06
+    times them: per size, ``warmup`` untimed calls, one barrier, then ``iters`` calls on one
+    buffer back to back, the clock read after each (a call's time: the slowest rank's)."""
+    rows = []
+    for s in [s for s in cfg.sizes() if s <= REPEATED_MAX_BYTES]:
+        buf = torch.ones(max(rt.world_size, s // 4), dtype=torch.float32, device=rt.device)
+        for _ in range(cfg.warmup):
+            dist.all_reduce(buf)
+        runtime.sync(rt.device)
+        dist.barrier()
+        runtime.sync(rt.device)
+        stamps = [time.perf_counter()]
+        for _ in range(cfg.iters):
+            dist.all_reduce(buf)
+            runtime.sync(rt.device)
+            stamps.append(time.perf_counter())
+        local = [b - a for a, b in zip(stamps, stamps[1:])]
+        rows.append(_call_row("allreduce_repeated", "idle", s,
+                              slowest_rank(timing.gather_samples(local))))
     return rows
 
 
@@ -216,6 +248,7 @@ def on_rank(rt: runtime.Runtime, cfg: MachineConfig) -> dict:
                          "time_p50_s": t, "bytes_per_s": 2 * size / t})
     del srcs, pairs  # up to twice the largest copy a rank: not held through the messages
     rows += _collective_rows(rt, cfg, "idle")
+    rows += _repeated_rows(rt, cfg)
     with Busy(cfg.busy_n, rt.device):
         rows += _collective_rows(rt, cfg, "busy")
     compute.rounds(cfg.iters // 2)
