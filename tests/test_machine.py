@@ -71,7 +71,7 @@ def test_collectives_in_context_from_synthetic_rows():
 
 
 def test_one_buffer_reads_the_repeated_calls_up_to_their_largest_size():
-    """Notebooks 01 and 06 call one size again and again on one buffer; the profile's sweep
+    """Notebook 01 calls one size again and again on one buffer; the profile's sweep
     calls each size after the others. Up to the repeated calls' largest size a prediction
     for the first reads them, beyond it (or without them) the sweep."""
     rows = synthetic_rows()
@@ -172,16 +172,13 @@ def test_calibrate_measures_and_a_notebook_reads_it(tmp_path, monkeypatch, capsy
     doc = json.loads(path.read_text())
     assert {r["measurement"] for r in doc["rows"]} == {"matmul", "step", "copy", "allreduce",
                                                        "message", "allreduce_repeated"}
-    # the small all-reduces once more, one size call after call: notebook 06's floor reads them
+    # the small all-reduces once more, one size call after call: notebook 01's 8 B reads them
     repeated = [r for r in doc["rows"] if r["measurement"] == "allreduce_repeated"]
     assert [r["size_bytes"] for r in repeated] == [8, 64, 512, 4096]
     assert all(r["context"] == "idle" and r["transfer_s"] > 0 for r in repeated)
     p = machine.profile(tmp_path, measure=False)
     assert not p.warnings and p.compute_slowdown(2) > 0 and p.allreduce_s(1024) > 0
-    from labkit.collectives import verdicts
-
-    assert verdicts.floor_rows(p) == repeated
-    assert "call after call on one buffer" in verdicts.floor_note(p)
+    assert p.transfer_s(8, one_buffer=True) == pytest.approx(repeated[0]["transfer_s"])
 
 
 def _two_kinds(rows, *, share_idle=0.2, share_busy=0.5, wait_s=3.6e-3):

@@ -284,14 +284,13 @@ def sweep_laws(reg: Regimes, *, busbw_gb_per_s: float | None = None,
 def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
                     statistic: str = "transfer") -> float | None:
     """The machine profile's prediction of the latency floor, in the floor's own statistic
-    (``Regimes.statistic``): the median over the profile's all-reduce sizes inside the
+    (``Regimes.statistic``): the median over the profile's idle all-reduce sizes inside the
     regime's range (a floor does not depend on the size) of their transfers
     (:func:`~labkit.collectives.waits.row_transfer`) or, for a sweep without transfers
-    (``statistic="p50"``), their p50s. It reads the all-reduces the profile timed as this
-    sweep calls them (:func:`floor_rows`); where the profile measured none there, the median
-    of ``prof.transfer_s(size, ranks=ranks)`` over the regime's sizes. None: no latency
-    regime. Why one statistic: a p10 of a few calls lies below the median of the calls that
-    waited for nothing, so a p10 set against the sweep's transfers reads the floor too low.
+    (``statistic="p50"``), their p50s; where the profile measured none there, the median of
+    ``prof.transfer_s(size, ranks=ranks)`` over the regime's sizes. None: no latency regime.
+    Why one statistic: a p10 of a few calls lies below the median of the calls that waited
+    for nothing, so a p10 set against the sweep's transfers reads the floor too low.
 
     >>> class Prof:
     ...     rows = [{"measurement": "allreduce", "context": "idle", "size_bytes": s,
@@ -305,54 +304,19 @@ def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
     600
     >>> round(profile_floor_s([16, 32], Prof(), ranks=2) * 1e6, 3)
     100.024
-    >>> p = Prof()
-    >>> p.rows = p.rows + [{"measurement": "allreduce_repeated", "context": "idle",
-    ...                     "size_bytes": 8, "time_p50_s": 2e-4, "transfer_s": 1.6e-4}]
-    >>> round(profile_floor_s([8, 32, 128, 512], p, ranks=2) * 1e6)  # the repeated calls
-    160
     """
     if statistic not in ("transfer", "p50"):
         raise UsageError(f"statistic must be 'transfer' or 'p50', got {statistic!r}")
     if not latency_sizes:
         return None
     lo, hi = min(latency_sizes), max(latency_sizes)
-    own = [row_transfer(r) if statistic == "transfer" else r["time_p50_s"]
-           for r in floor_rows(prof) if lo <= r["size_bytes"] <= hi]
+    own = [row_transfer(r) if statistic == "transfer" else r["time_p50_s"] for r in prof.rows
+           if r.get("measurement") == "allreduce" and r.get("context") == "idle"
+           and lo <= r["size_bytes"] <= hi]
     own = [t for t in own if t is not None]
     if ranks != getattr(prof, "world_size", ranks) or not own:
         own = [prof.transfer_s(s, ranks=ranks) for s in latency_sizes]
     return float(np.median(own))
-
-
-def floor_rows(prof) -> list[dict]:
-    """The profile's idle all-reduces timed as this notebook's sweep calls them: one size at a
-    time, call after call on one buffer (``allreduce_repeated``); a profile without them (an
-    older one) gives its sweep's, whose sizes take turns, each call on another buffer than the
-    last (at 8 B-4 KiB 0.1-0.2 ms slower on the 2-vCPU VM).
-
-    >>> class Prof:
-    ...     rows = [{"measurement": "allreduce", "context": "idle", "size_bytes": 8}]
-    >>> [r["measurement"] for r in floor_rows(Prof())]
-    ['allreduce']
-    """
-    rows = [r for r in prof.rows if r.get("context") == "idle"]
-    repeated = [r for r in rows if r.get("measurement") == "allreduce_repeated"]
-    return repeated or [r for r in rows if r.get("measurement") == "allreduce"]
-
-
-def floor_note(prof) -> str:
-    """Which of the profile's calls the floor law reads (:func:`floor_rows`), for its note.
-
-    >>> class Prof:
-    ...     rows = [{"measurement": "allreduce_repeated", "context": "idle", "size_bytes": 8}]
-    >>> floor_note(Prof())
-    'predicted by the machine profile (another launch): its all-reduces of one size, call after call on one buffer, as this sweep calls them'
-    """
-    head = "predicted by the machine profile (another launch)"
-    if floor_rows(prof) and floor_rows(prof)[0].get("measurement") == "allreduce_repeated":
-        return (head + ": its all-reduces of one size, call after call on one buffer, as this "
-                "sweep calls them")
-    return head + ": its sweep's all-reduces, the sizes in turns (an older profile)"
 
 
 def _modelled(reg: Regimes, size_bytes: float) -> str:

@@ -10,8 +10,8 @@ from labkit.errors import UsageError
 #: the smallest reduce-scatter and all-gather the profile times: sharded data parallelism's
 #: buffers (a layer's gradients or weights), where the two differ from an all-reduce
 SHARDED_FROM_BYTES = 256 << 10
-#: the largest all-reduce the profile also times call after call on one buffer, as notebook 06
-#: sweeps (``allreduce_repeated``): the latency floor's sizes on the 2-vCPU VM reach 2-32 KiB
+#: the largest all-reduce the profile also times one size at a time on one buffer, as notebook
+#: 01 times its own (``allreduce_repeated``): where a call's fixed cost outweighs its bytes
 REPEATED_MAX_BYTES = 32 << 10
 
 

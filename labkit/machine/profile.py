@@ -188,7 +188,7 @@ class Profile:
         sweep's transfers (:func:`labkit.machine.formulas.transfer_of`) read at that size (log-log between sizes) at the profile's
         world size; an all-reduce at another rank count, the ring α–β line fitted to them.
         ``busy``: while every rank's core also computes. ``one_buffer``: an idle all-reduce
-        called again and again on one buffer (as notebooks 01 and 06 time theirs), read off the
+        called again and again on one buffer (as notebook 01 times its own), read off the
         profile's ``allreduce_repeated`` calls up to their largest size; beyond it, or in a
         profile without them, the sweep's (whose sizes take turns, each call on another buffer
         than the last)."""

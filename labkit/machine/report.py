@@ -14,8 +14,8 @@ COLUMNS = (
     Column("measurement", "", "matmul, step (an MLP's forward and backward), copy, allreduce, "
                               "message (point-to-point, one way), reduce_scatter or "
                               "all_gather (of size_bytes in nccl-tests' sense, from 256 KiB), "
-                              "allreduce_repeated (up to 32 KiB, one size call after call on "
-                              "one buffer, as notebook 06 times them)"),
+                              "allreduce_repeated (up to 32 KiB, one size at a time on one "
+                              "buffer, as notebook 01 times its own)"),
     Column("context", "", "alone (rank 0 only), together (every rank at once), idle or busy "
                           "(every rank's core also computing while the messages move)"),
     Column("n", "", "n of the n x n matrix product; step: the MLP's width"),

@@ -14,9 +14,9 @@ the messages and half after.
 work at once (the co-run slowdown is their ratio); "busy": a thread in every rank keeps that
 rank's core computing matrix products while the collective runs (what backward does to an
 all-reduce it overlaps). ``allreduce_repeated`` times the small all-reduces once more as
-notebook 06 does, one size at a time and call after call on one buffer: at 8 B-4 KiB a call
-on another buffer than the last (as the interleaved sweep makes every call, and a training
-step most) took 0.1-0.2 ms more on the 2-vCPU VM.
+notebook 01 times its own, one size at a time on one buffer: on the 2-vCPU VM the sweep's 8 B
+all-reduce (the sizes in turns, each call on another buffer than the last) read 0.27-0.36 ms,
+these 0.16-0.17 ms, and notebook 01's 0.15-0.24 ms.
 """
 
 from __future__ import annotations
@@ -184,23 +184,15 @@ def _call_row(measurement: str, context: str, size: int, samples) -> dict:
 
 
 def _repeated_rows(rt, cfg) -> list[dict]:
-    """The all-reduces up to :data:`~labkit.machine.config.REPEATED_MAX_BYTES` as notebook 06
-    times them: per size, ``warmup`` untimed calls, one barrier, then ``iters`` calls on one
-    buffer back to back, the clock read after each (a call's time: the slowest rank's)."""
+    """The all-reduces up to :data:`~labkit.machine.config.REPEATED_MAX_BYTES` as notebook 01
+    times its own: per size, ``warmup`` untimed calls, then ``iters`` calls on one buffer, a
+    barrier before each (a call's time: the slowest rank's)."""
     rows = []
     for s in [s for s in cfg.sizes() if s <= REPEATED_MAX_BYTES]:
         buf = torch.ones(max(rt.world_size, s // 4), dtype=torch.float32, device=rt.device)
         for _ in range(cfg.warmup):
             dist.all_reduce(buf)
-        runtime.sync(rt.device)
-        dist.barrier()
-        runtime.sync(rt.device)
-        stamps = [time.perf_counter()]
-        for _ in range(cfg.iters):
-            dist.all_reduce(buf)
-            runtime.sync(rt.device)
-            stamps.append(time.perf_counter())
-        local = [b - a for a, b in zip(stamps, stamps[1:])]
+        local = [_timed(rt, lambda b=buf: dist.all_reduce(b)) for _ in range(cfg.iters)]
         rows.append(_call_row("allreduce_repeated", "idle", s,
                               slowest_rank(timing.gather_samples(local))))
     return rows
