@@ -18,7 +18,9 @@ _KIND_NAME = {"F": "forward", "B": "backward", "W": "weight gradient"}
 
 def bubble_vs_microbatches(df):
     """Left: the fill/drain bubble read off the timeline per schedule vs M, with its formula
-    (dotted) and the rest of the idle time (faint). Middle: the measured step against
+    (dotted), the step model's share (open squares, where
+    :func:`labkit.pipeline.report.add_model` added it) and the rest of the idle time (faint).
+    Middle: the measured step against
     (M + P − 1) × t_slot(M) and the step model (where :func:`labkit.pipeline.report.add_model`
     added it), the shortest measured step starred. Right: the microbatch lever's cost here:
     each stage's compute per step, M × t_slot(M), as microbatches shrink."""
@@ -33,6 +35,9 @@ def bubble_vs_microbatches(df):
         line, = ax_b.plot(m, part.bubble_fill_drain, "o-", label=f"{s} P={p} fill/drain")
         color = line.get_color()
         ax_b.plot(m, part.idle_other, ".:", color=color, alpha=0.5, label=f"{s} P={p} other idle")
+        if "bubble_model" in part and part.bubble_model.notna().all():
+            ax_b.plot(m, part.bubble_model, "s", mfc="none", color=color,
+                      label=f"{s} P={p} step model")
         kind = "zero_bubble" if s == "zero_bubble" else ("interleaved" if s == "interleaved"
                                                          else "gpipe")
         v = int(part.virtual_stages.iloc[0])
