@@ -142,19 +142,17 @@ def bubble_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> list
     for r in select_rows(df, schedule=schedules).itertuples():
         text = bubble_text(r.schedule)
         at = f"{r.schedule} P={r.num_stages} M={r.num_microbatches}"
-        split = _split(r, measured=r.bubble_fill_drain, over="step")
-        if not modelled(r):
-            out.append(laws.check(f"bubble {text}, {at}", predicted=r.bubble_formula,
-                                  measured=r.bubble_fill_drain, kind="model",
-                                  tolerance_abs=tolerance, split=split,
-                                  note="fill/drain share of the step, read off the timeline"))
-            continue
-        out.append(laws.check(
-            f"fill/drain share, the step model's timeline, {at}", predicted=r.bubble_model,
-            measured=r.bubble_fill_drain, kind="model", tolerance_abs=tolerance, split=split,
-            note=f"read off the replayed and the measured timeline alike; the formula {text} "
-                 f"says {r.bubble_formula:.3f} ({r.bubble_formula - r.bubble_fill_drain:+.3f} "
-                 "from the measured share), the replay with equal blocks and free messages"))
+        if modelled(r):
+            name, predicted = f"fill/drain share, the step model's timeline, {at}", r.bubble_model
+            note = (f"read off the replayed and the measured timeline alike; the formula {text} "
+                    f"says {r.bubble_formula:.3f} ({r.bubble_formula - r.bubble_fill_drain:+.3f} "
+                    "from the measured share), the replay with equal blocks and free messages")
+        else:
+            name, predicted = f"bubble {text}, {at}", r.bubble_formula
+            note = "fill/drain share of the step, read off the timeline"
+        out.append(laws.check(name, predicted=predicted, measured=r.bubble_fill_drain,
+                              kind="model", tolerance_abs=tolerance, note=note,
+                              split=_split(r, measured=r.bubble_fill_drain, over="step")))
     return out
 
 

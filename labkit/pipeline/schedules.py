@@ -94,6 +94,12 @@ def simulate(schedule: str, num_stages: int, num_microbatches: int, *, virtual_s
         placed = ideal_replay(orders, last_stage=p * v - 1)
     except UsageError as e:  # an order of ours that deadlocks: a bug here, not bad input
         raise RuntimeError(f"schedule {schedule} P={p} M={m} V={v} deadlocks") from e
+    return _as_blocks(orders, placed)
+
+
+def _as_blocks(orders, placed) -> list[dict]:
+    """A replay's {(rank, position): (start_s, end_s)} as block dicts (rank, stage, kind,
+    microbatch, start_s, end_s), in the replay's order."""
     return [{"rank": r, "stage": orders[r][i][1], "kind": orders[r][i][0],
              "microbatch": orders[r][i][2], "start_s": start, "end_s": end}
             for (r, i), (start, end) in placed.items()]
@@ -154,7 +160,7 @@ def model_blocks(schedule: str, num_stages: int, num_microbatches: int, *, alone
     >>> alone = {(r, k): d for r in (0, 1) for k, d in (("F", 1.0), ("B", 2.0))}
     >>> [(b["rank"], b["kind"], b["start_s"], b["end_s"]) for b in model_blocks(
     ...     "gpipe", 2, 1, alone=alone, slowdown={1: 1.0, 2: 1.0}, message_s=0.5)]
-    [(0, 'F', 0.0, 1.0), (0, 'B', 5.0, 7.0), (1, 'F', 1.5, 2.5), (1, 'B', 2.5, 4.5)]
+    [(0, 'F', 0.0, 1.0), (1, 'F', 1.5, 2.5), (1, 'B', 2.5, 4.5), (0, 'B', 5.0, 7.0)]
     """
     p = positive_int("num_stages", num_stages)
     m = positive_int("num_microbatches", num_microbatches)
@@ -166,6 +172,4 @@ def model_blocks(schedule: str, num_stages: int, num_microbatches: int, *, alone
     placed = corun_replay(orders, last_stage=p * v - 1,
                           rank_of_stage={s: s % p for s in range(p * v)}, slowdown=slowdown,
                           message_s=message_s, wait_s=wait_s, gap_s=gap_s)
-    return [{"rank": r, "stage": orders[r][i][1], "kind": orders[r][i][0],
-             "microbatch": orders[r][i][2], "start_s": start, "end_s": end}
-            for (r, i), (start, end) in sorted(placed.items())]
+    return _as_blocks(orders, placed)

@@ -88,10 +88,11 @@ def _signed(e: float, tolerance: float, holds: bool) -> str:
     return f"{e:+g}"
 
 
-def _bubble_checks(part, tolerance):
+def _bubble_checks(part, tolerance, predicted: str = "bubble_formula"):
+    """Each row's fill/drain share against its ``predicted`` column, as the law rows judge it."""
     from labkit.book import laws
 
-    return [laws.check("bubble", predicted=r.bubble_formula, measured=r.bubble_fill_drain,
+    return [laws.check("bubble", predicted=getattr(r, predicted), measured=r.bubble_fill_drain,
                        tolerance_abs=tolerance) for r in part.itertuples()]
 
 
@@ -134,12 +135,9 @@ def bubble_sentence(df, schedule: str, num_stages: int | None = None,
 def _model_clause(part, tolerance) -> str:
     """Where the rows carry the step model's share (``bubble_model``) and the formula missed:
     whether the model's replayed step, which carries the gaps, messages and waits, holds."""
-    from labkit.book import laws
-
     if "bubble_model" not in part or part.bubble_model.isna().any():
         return ""
-    checks = [laws.check("bubble", predicted=r.bubble_model, measured=r.bubble_fill_drain,
-                         tolerance_abs=tolerance) for r in part.itertuples()]
+    checks = _bubble_checks(part, tolerance, predicted="bubble_model")
     off = [str(r.num_microbatches) for r, c in zip(part.itertuples(), checks) if not c["holds"]]
     if not off:
         return (" The step model's replayed step, which carries them, holds within "
