@@ -15,8 +15,8 @@ work at once (the co-run slowdown is their ratio); "busy": a thread in every ran
 rank's core computing matrix products while the collective runs (what backward does to an
 all-reduce it overlaps). ``allreduce_repeated`` times the small all-reduces once more as
 notebook 01 times its own, one size at a time on one buffer: on the 2-vCPU VM the sweep's 8 B
-all-reduce (the sizes in turns, each call on another buffer than the last) read 0.27-0.36 ms,
-these 0.16-0.17 ms, and notebook 01's 0.15-0.24 ms.
+all-reduce (the sizes in turns, each call on another buffer than the last) read 0.28-0.39 ms,
+these 0.14-0.24 ms, and notebook 01's 0.15-0.24 ms.
 """
 
 from __future__ import annotations
