@@ -25,6 +25,25 @@ import numpy as np
 from labkit.solve.partition import Partition, grid_neighbours
 
 
+def sqrt_condition_number(dims: tuple[int, ...]) -> float:
+    """sqrt(kappa) of this module's matrix on the grid ``dims``, exactly: its eigenvalues are
+    sums over the axes of ``4 sin^2(k pi / (2 (n + 1)))``, ``k = 1..n``, so
+
+        kappa = sum_i 4 sin^2(n_i pi / (2 (n_i + 1))) / sum_i 4 sin^2(pi / (2 (n_i + 1))).
+
+    CG's iteration count grows like sqrt(kappa) (its bound: ``sqrt(kappa) ln(2 / rtol) / 2``),
+    which tends to the grid side, ``DOF^(1/dim)`` up to a constant, as the grid grows; on a small
+    grid the ``n + 1`` and the boundary rows make it grow more slowly than that. A 3 x 3 grid
+    has eigenvalues 4 -+ 2 sqrt(2) at its ends (kappa = 5.83):
+
+    >>> round(sqrt_condition_number((3, 3)) ** 2, 2)
+    5.83
+    """
+    lo = sum(4 * math.sin(math.pi / (2 * (n + 1))) ** 2 for n in dims)
+    hi = sum(4 * math.sin(n * math.pi / (2 * (n + 1))) ** 2 for n in dims)
+    return math.sqrt(hi / lo)
+
+
 def poisson_rows(dims: tuple[int, ...], rows: np.ndarray, col_of):
     """CSR pieces (indptr, global columns mapped by ``col_of``, values) for ``rows`` of A.
 

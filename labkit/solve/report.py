@@ -219,6 +219,26 @@ def iteration_exponent(df) -> float:
                             np.log(sizes["iterations"].astype(float)), 1)[0])
 
 
+def kappa_exponent(df) -> float:
+    """The model's growth of CG's iteration count with the size: the slope of log sqrt(kappa)
+    (:func:`labkit.solve.problems.sqrt_condition_number`, exact for each row's ``grid``)
+    against log(DOF) over the same sizes as :func:`iteration_exponent`. It tends to 1/dim as
+    the grids grow; on 2-D grids of 44 to 284 points a side it is 0.495 already:
+
+    >>> import pandas as pd
+    >>> rows = pd.DataFrame({"dof_global": [1_980, 80_088], "grid": [(44, 45), (282, 284)]})
+    >>> round(kappa_exponent(rows), 3)
+    0.495
+    """
+    import numpy as np
+
+    from labkit.solve.problems import sqrt_condition_number
+
+    sizes = _growth_sizes(df)
+    kappa = [sqrt_condition_number(tuple(int(n) for n in g)) for g in sizes["grid"]]
+    return float(np.polyfit(np.log(sizes["dof_global"].astype(float)), np.log(kappa), 1)[0])
+
+
 def _growth_sizes(df):
     """The rows the iteration growth is read off: passed, one per size, smallest first."""
     sizes = passed(df).drop_duplicates("dof_global").sort_values("dof_global")
