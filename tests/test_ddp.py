@@ -395,6 +395,10 @@ def test_like_for_like_sweep_with_the_model_and_the_whole_machine(tmp_path):
     assert len(two.allreduce_times_s) == ddp.config.ALLREDUCE_CALLS * two.measured_steps
     assert len(two.step_times_s) == two.measured_steps
     assert two.predicted_step_time_s > two.model_compute_s > 0
+    # the model starts from the plain step timed on rank 0 in the DDP launch's rounds
+    assert len(two.alone_step_times_s) == two.measured_steps
+    assert two.model_compute_alone_s == two.alone_step_time_p50_s > 0
+    assert two.model_compute_s == pytest.approx(1.2 * two.alone_step_time_p50_s)
     assert two.replicas_in_sync  # the no_sync steps in between were undone
     frame = report.prediction_frame(df)
     assert list(frame.batch) == [8, 16] and frame.predicted.notna().all()

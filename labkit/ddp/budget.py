@@ -64,14 +64,14 @@ def notebook_s(config: DDPConfig, *, world_sizes, bucket_batch: int | None, flop
                slowdown: float = 1.25, allreduce_bytes_per_s: float = 1e9) -> float:
     """Notebook 05's run, estimated (seconds): the 1-rank launch (no-DDP and DDP runs at every
     batch, the all-cores runs), each launch of more ranks (rounds of a DDP step, a ``no_sync``
-    step, the all-reduces and the copies; ``slowdown``: ranks computing at once) and the
-    bucket A/B's launch at ``bucket_batch`` (None: none), which times run A's steps too. Its
-    defaults: about 31 s.
+    step, the plain step on rank 0 alone, the all-reduces and the copies; ``slowdown``: ranks
+    computing at once) and the bucket A/B's launch at ``bucket_batch`` (None: none), which
+    times run A's steps too. Its defaults: about 32 s.
 
     >>> cfg = DDPConfig(batch_size=(16, 32, 64, 128), steps=5, warmup=1,
     ...                 all_cores_batches=(32, 128))
     >>> round(notebook_s(cfg, world_sizes=[1, 2], bucket_batch=32, flop_per_s=45e9))
-    31
+    32
     """
     rate_steps = config.steps
     rounds = config.measured_steps + 1
@@ -92,7 +92,8 @@ def notebook_s(config: DDPConfig, *, world_sizes, bucket_batch: int | None, flop
                     # every core as a thread, in turn with one thread's steps
                     t += rate_steps * one * (1 + 1 / 1.8)
             else:
-                t += config.warmup * one * slowdown + rounds * (2 * one * slowdown + ar)
+                # a DDP and a no_sync step on every rank, the plain step on rank 0 alone
+                t += config.warmup * one * slowdown + rounds * ((2 * slowdown + 1) * one + ar)
         return t
 
     for n in world_sizes:
@@ -114,7 +115,7 @@ def check(config: DDPConfig, *, world_sizes, bucket_batch: int | None, flop_per_
     ...       flop_per_s=45e9, budget_s=32)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: these settings would run about 348 s here, over this notebook's budget of 32 s: use smaller batches (the largest is 4096), a smaller model or fewer steps, or raise budget_s
+    labkit.errors.UsageError: these settings would run about 410 s here, over this notebook's budget of 32 s: use smaller batches (the largest is 4096), a smaller model or fewer steps, or raise budget_s
     """
     est = notebook_s(config, world_sizes=world_sizes, bucket_batch=bucket_batch,
                      flop_per_s=flop_per_s, slowdown=slowdown)

@@ -5,7 +5,10 @@ A DDP step on N ranks is predicted from what was measured *alone* and what the m
 
     t_DDP(b) = t_alone(b) x s(N) + t_copy + max(0, t_ar,during - t_window) + t_ar,after
 
-* ``t_alone(b)``: the plain model's step at ``b`` samples, one process alone (the no-DDP row);
+* ``t_alone(b)``: the plain model's step at ``b`` samples, one process alone: timed on rank 0
+  in the same rounds as the DDP step, one step after the other parts, as each DDP step runs
+  (``alone_step_time_p50_s``; on this machine a small model's step of a series runs up to
+  twice as fast, its weights still in the caches); a row without it, the no-DDP run's;
 * ``s(N)``: the co-run slowdown, ``profile.compute_slowdown(N)`` (a miniature training step):
   N ranks computing at once each run slower than one alone (shared memory bandwidth, caches,
   turbo);
@@ -156,7 +159,8 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
     baseline of its own). Rows without a no-DDP step of the same model and batch are left as
     they are.
 
-    Adds ``model_compute_s``, ``compute_slowdown``, ``model_copies_s``, ``model_comm_s``
+    Adds ``model_compute_alone_s`` (the plain step the model starts from: the rounds' alone
+    step where the row has it, else the no-DDP step), ``model_compute_s``, ``compute_slowdown``, ``model_copies_s``, ``model_comm_s``
     (every bucket's all-reduce in context: transfers and counted waits),
     ``model_transfers_s``, ``model_scheduler_waits_s``, ``scheduler_wait_s``,
     ``allreduces_counted`` and ``allreduces_waited`` (:func:`labkit.ddp.waits.count`; None
@@ -176,6 +180,14 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
     >>> r = add_prediction_columns(rows, profile=prof)[1]
     >>> round(r["predicted_step_time_s"], 3), round(r["predicted_speedup_vs_no_ddp"], 3)
     (0.124, 1.29)
+
+    The same row with the plain step timed in its rounds (90 ms, one step after the other
+    parts): the model starts from it; the no-DDP process it is compared with stays at 80 ms.
+
+    >>> rows[1]["alone_step_time_p50_s"] = 0.090
+    >>> r = add_prediction_columns(rows, profile=prof)[1]
+    >>> round(r["predicted_step_time_s"], 4), round(r["predicted_speedup_vs_no_ddp"], 3)
+    (0.1365, 1.172)
     """
     rows = [dict(r) for r in rows]
     base = {_alone_key(r): r for r in [*alone, *rows] if r.get("variant") == "no_ddp"}
@@ -187,6 +199,10 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
             continue
         nbytes = row_value(r, "grad_bytes")
         buckets = [b for b in (r.get("bucket_bytes") or []) if isinstance(b, (int, float))]
+        # the plain step as the rounds timed it beside the DDP step, where the row has it: one
+        # step after other work, as each DDP step runs; else the no-DDP run's series
+        alone = row_value(r, "alone_step_time_p50_s")
+        alone = alone if alone > 0 else t0
         slowdown = float(profile.compute_slowdown(n))
         copy_s = copy_bytes(grad_bytes=nbytes, as_view=bool(r.get("gradient_as_bucket_view"))) \
             / float(profile.copy_bytes_per_s(together=True))
@@ -199,12 +215,13 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
         got = waits.count(r, bucket_transfers(sizes, transfer, spare_core=spare),
                           spare_core=spare)
         terms = step_in_context(
-            compute_alone_s=t0, slowdown=slowdown, copy_s=copy_s, bucket_bytes=sizes,
+            compute_alone_s=alone, slowdown=slowdown, copy_s=copy_s, bucket_bytes=sizes,
             spare_core=spare, transfer_s=transfer, waited=got["waited"] if got else (),
             wait_s=wait)
         step, t = terms["step_s"], row_value(r, "step_time_p50_s")
         pred = ddp_speedup(ranks=n, noddp_step_s=t0, ddp_step_s=step)
-        r.update(model_compute_s=terms["compute_s"], compute_slowdown=slowdown,
+        r.update(model_compute_alone_s=alone, model_compute_s=terms["compute_s"],
+                 compute_slowdown=slowdown,
                  model_copies_s=copy_s,
                  model_comm_s=terms["allreduce_during_s"] + terms["allreduce_after_s"],
                  model_transfers_s=terms["transfers_s"],

@@ -75,6 +75,9 @@ COLUMNS = (
     Column("placement_ok", "", "no two ranks of the launch share a GPU"),
     *timed_columns("nosync_step_time", "step under no_sync (compute only)"),
     Column("nosync_step_times_s", "s", "every timed no_sync step's time, slowest rank (a list)"),
+    *timed_columns("alone_step_time", "plain model's step on rank 0 alone, one a round beside "
+                                      "the DDP step (the model's start)"),
+    Column("alone_step_times_s", "s", "every timed alone step's time (a list)"),
     *timed_columns("allreduce_time", "standalone all-reduce of the gradients"),
     Column("allreduce_times_s", "s", "every timed all-reduce's time, slowest rank (a list)"),
     Column("allreduce_bytes", "bytes", "bytes of the standalone all-reduce (the gradient bytes)"),
@@ -98,7 +101,9 @@ COLUMNS = (
     Column("allreduce_alpha_s", "s", "α of the fit: latency of one ring step"),
     Column("allreduce_beta_bytes_per_s", "B/s", "β of the fit: bandwidth"),
     Column("compute_slowdown", "", "the profile's co-run slowdown of N ranks computing at once"),
-    Column("model_compute_s", "s", "the model's compute: the no-DDP step alone x compute_slowdown"),
+    Column("model_compute_alone_s", "s", "the plain step the model starts from: "
+                                         "alone_step_time_p50_s, else the no-DDP step"),
+    Column("model_compute_s", "s", "the model's compute: model_compute_alone_s x compute_slowdown"),
     Column("model_copies_s", "s", "the model's copies: gradient bytes copied at the profile's rate"),
     Column("model_comm_s", "s",
            "the model's all-reduces of one step, in context (busy during backward, idle after): "

@@ -22,7 +22,8 @@ For each batch size of the config, inside this one launch:
    times each step; the step's time is the slowest rank's (:func:`labkit.timing.summarize`).
    Row ``variant: ddp``, with the replicas' parameter drift (0 when DDP kept them in sync).
 3. **where the time goes** (if ``breakdown``, on more than one rank): the same DDP step under ``no_sync()`` (compute
-   without the all-reduce), a standalone all-reduce of all gradient bytes; the DDP row gets
+   without the all-reduce), the plain model's step on rank 0 alone (the step the model
+   starts from, timed as the DDP step is), a standalone all-reduce of all gradient bytes; the DDP row gets
    exposed communication, overlap with backward, algbw and busbw (:mod:`labkit.ddp.formulas`).
    Also: the sizes of DDP's gradient buckets, the time of DDP's copies of the gradients into
    its buckets (scaled by 1/N) and back, and, on more than one rank, all-reduces of a few
@@ -30,7 +31,7 @@ For each batch size of the config, inside this one launch:
    (:func:`labkit.collectives.formulas.fit_alpha_beta`): the measured split of a DDP step
    that the host puts beside its model (:func:`labkit.ddp.predict.measured_split`). These are
    timed in rounds with the DDP steps themselves (:func:`_rounds`: one DDP step, one
-   ``no_sync`` step, the gradients' all-reduce :data:`~labkit.ddp.config.ALLREDUCE_CALLS` times,
+   ``no_sync`` step, one plain step on rank 0 alone, the gradients' all-reduce :data:`~labkit.ddp.config.ALLREDUCE_CALLS` times,
    each smaller all-reduce, the copies, again and again), so that a neighbour's
    load, which comes and goes within seconds, weighs on the step and on its parts alike. The
    ``no_sync`` step's update is undone after it (untimed), so the replicas still take exactly
@@ -317,13 +318,23 @@ def _breakdown_parts(cfg, rt, ddp, opt, batches, timeline=None) -> dict:
     nbytes = grad_bytes(ddp.module)
     flat = torch.zeros(nbytes // 4, dtype=torch.float32, device=rt.device)
     copies = _bucket_copies(ddp.module, rt.world_size, cfg.gradient_as_bucket_view)
+    # the plain model's step on rank 0 alone (the others wait at the next barrier): the step
+    # the model starts from, timed as the DDP step is, one a round after the other parts
+    # (a step of a series runs faster: at hidden 256, 0.8 ms against 1.8 ms here)
+    plain = build_model(cfg, rt.device)
+    alone = make_step(plain, make_optimizer(plain, cfg), batches) if rt.rank == 0 else _nothing
     parts = {"nosync": (nosync, *_undo(ddp.module, opt)),
+             "alone": (alone, None, None),
              "allreduce": (lambda: dist.all_reduce(flat), None, None, ALLREDUCE_CALLS),
              "copies": (copies, None, None)}
     for size in (s for s in FIT_BYTES if s < nbytes):
         buf = torch.zeros(max(1, size // 4), dtype=torch.float32, device=rt.device)
         parts[size] = (lambda buf=buf: dist.all_reduce(buf), None, None)
     return parts
+
+
+def _nothing() -> None:
+    """What a rank other than 0 times of the plain step alone: nothing (it waits)."""
 
 
 def _rounds(cfg: DDPConfig, rt: runtime.Runtime, step, parts: dict) -> dict:
@@ -365,6 +376,7 @@ def _breakdown(cfg, rt, ddp, row: dict, local: dict) -> dict:
     """The DDP row's breakdown columns from the rounds' times: no_sync steps, the standalone
     all-reduce of the gradient bytes, DDP's bucket copies and the α–β fit; derived columns."""
     nosync = _summary(local["nosync"], "nosync_step_time")
+    alone = _summary(local["alone"], "alone_step_time")
     ar = _summary(local["allreduce"], "allreduce_time")
     copies = _summary(local["copies"], "bucket_copy_time")
     nbytes = row["grad_bytes"]
@@ -379,7 +391,7 @@ def _breakdown(cfg, rt, ddp, row: dict, local: dict) -> dict:
     # each size's transfer: the median of its calls that waited for nothing
     transfers = [transfer_of(t) for t in [*slowest, ar["allreduce_times_s"]]]
     return {
-        **nosync, **ar, **copies, **fit, "allreduce_fit_transfers_s": transfers,
+        **nosync, **alone, **ar, **copies, **fit, "allreduce_fit_transfers_s": transfers,
         "bucket_bytes": _bucket_bytes(ddp),
         "allreduce_bytes": nbytes,
         "allreduce_algbw_gb_per_s": algbw,
