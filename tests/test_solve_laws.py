@@ -330,3 +330,24 @@ def test_the_iteration_exponent_model_is_sqrt_kappa_of_the_grids_run():
     big = pd.DataFrame({"dof_global": [g ** 3 for g in (240, 860)],
                         "grid": [(g, g, g) for g in (240, 860)]})
     assert kappa_exponent(big) == pytest.approx(1 / 3, rel=5e-3)
+
+
+def test_a_share_below_the_copys_rate_still_slows_as_its_copies_do():
+    """The co-run slowdown of a share is its footprint's copy's, whatever fraction of the copy's
+    rate the share reached alone (a share at half of it, as the 250,000-DOF shares ran, slowed
+    1.31-1.54x beside copies at 1.18-1.52x); past the cores, times ranks / cores."""
+    from labkit.solve.memory import co_run_reading
+
+    class Prof:  # copies of a 6.5 MB buffer: 80 GB/s alone, 60 GB/s each together (1.33x)
+        cores = 2
+
+        def copy_bytes_per_s(self, *, together=False, size_bytes=None):
+            return 60e9 if together else 80e9
+
+    for share_alone_s in (0.36e-3, 0.72e-3):  # at the copy's rate, and at half of it
+        r = co_run_reading(Prof(), footprint_bytes=26e6, ranks=2, bytes_per_iteration=57.6e6,
+                           share_alone_s=share_alone_s)
+        assert r["slowdown"] == pytest.approx(80 / 60)
+    assert r["bandwidth_fraction"] == pytest.approx(0.5)
+    four = co_run_reading(Prof(), footprint_bytes=26e6, ranks=4)
+    assert four["slowdown"] == pytest.approx(80 / 60 * 2)

@@ -315,35 +315,22 @@ def predicted_speedup(*, seconds_per_iteration_1: float, ranks: int, fixed_s: fl
         fixed_p_s=fixed_p_s, slowdown=slowdown)
 
 
-def fed_slowdown(copy_slowdown: float, *, bandwidth_fraction: float = 1.0) -> float:
-    """How much slower a share computes beside the others than alone. Alone, a fraction φ
-    (``bandwidth_fraction``: its floor, its bytes at the copy's rate alone, over its time) of
-    its time is moving bytes, the rest is index arithmetic and the loop. Beside the others the
-    memory feeds the bytes ``copy_slowdown`` times slower (the machine profile's copy at the
-    share's footprint, alone over together) and the rest runs as before:
-    ``s = 1 + min(1, φ) · (copy_slowdown − 1)``: the copy's own slowdown at φ >= 1. Not the
-    roofline ``max(1, copy_slowdown · φ)`` (bytes hidden behind the rest): shares at φ =
-    0.63-0.65 ran 1.35-1.37x slower together where copies slowed 1.37-1.42x. At φ = 0.5, 0.8:
-
-    >>> fed_slowdown(1.45, bandwidth_fraction=0.5), fed_slowdown(1.5, bandwidth_fraction=0.8)
-    (1.225, 1.4)
-    """
-    return 1.0 + min(1.0, float(bandwidth_fraction)) * (max(1.0, float(copy_slowdown)) - 1.0)
-
-
-def co_run_slowdown(copy_slowdown: float, *, ranks: int, cores: int,
-                    bandwidth_fraction: float = 1.0) -> float:
+def co_run_slowdown(copy_slowdown: float, *, ranks: int, cores: int) -> float:
     """How much slower each of ``ranks`` ranks computes its share beside the others than
-    alone: :func:`fed_slowdown`, times ranks / cores past the cores (ranks take turns on a
-    core); 1 for one rank.
+    alone: as much as the machine profile's copies of the share's footprint slow each other
+    (``copy_slowdown``, alone over together, at least 1), times ranks / cores past the cores
+    (ranks take turns on a core); 1 for one rank. The whole share, not only its bytes at the
+    copy's rate: a share that alone runs below that rate (its SpMV's gathers) waits on the same
+    memory for the rest, and slows as much. In 18 lab runs at 250,000 DOF the shares slowed
+    1.31-1.54x where their copies slowed 1.18-1.52x (14 of them at least as much); scaling the
+    slowdown by the share's fraction of the copy's rate predicted 1.11-1.40x.
 
     >>> [co_run_slowdown(1.25, ranks=n, cores=2) for n in (1, 2, 4)]
     [1.0, 1.25, 2.5]
     """
     if ranks < 2:
         return 1.0
-    return fed_slowdown(copy_slowdown, bandwidth_fraction=bandwidth_fraction) \
-        * max(1.0, ranks / cores)
+    return max(1.0, float(copy_slowdown)) * max(1.0, ranks / cores)
 
 
 def copy_size_bytes(footprint_bytes: float) -> float:

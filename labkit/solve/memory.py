@@ -80,11 +80,11 @@ def co_run_reading(profile, *, footprint_bytes: float, ranks: int,
     share of the footprint: ``footprint_per_rank`` (the iteration's ``footprint_bytes`` over the
     ranks), ``copy_size_bytes`` (the copy whose data take that room), ``alone_bytes_per_s`` and
     ``together_bytes_per_s`` (that copy's rate alone and with every rank copying),
-    ``copy_slowdown`` (their ratio, at least 1), ``bandwidth_fraction`` (φ: a share's floor,
+    ``copy_slowdown`` (their ratio, at least 1), ``bandwidth_fraction`` (a share's floor,
     its part of ``bytes_per_iteration`` at the copy's rate alone, over its compute alone
-    ``share_alone_s``; 1 where either is not given) and ``slowdown``
-    (:func:`~labkit.solve.formulas.co_run_slowdown`: the bytes slowed, the rest not; times
-    ranks / cores past the cores).
+    ``share_alone_s``: how far below the copy's rate it runs; 1 where either is not given)
+    and ``slowdown`` (:func:`~labkit.solve.formulas.co_run_slowdown`: the copy's slowdown,
+    times ranks / cores past the cores).
 
     >>> class Prof:  # copies of 1 and 32 MiB: 100 and 44 GB/s alone, 98 and 24 together
     ...     cores = 2
@@ -98,12 +98,12 @@ def co_run_reading(profile, *, footprint_bytes: float, ranks: int,
     1.83
 
     Each share's 100 MB per iteration at 44 GB/s alone is a floor of 2.27 ms; a share that
-    alone took 3.0 ms ran at 0.76 of the copy's rate: s = 1 + 0.76 x (1.83 - 1) = 1.63.
+    alone took 3.0 ms ran at 0.76 of the copy's rate, and slows as the copies do:
 
     >>> r = co_run_reading(Prof(), footprint_bytes=200e6, ranks=2, bytes_per_iteration=200e6,
     ...                    share_alone_s=3.0e-3)
     >>> round(r["bandwidth_fraction"], 2), round(r["slowdown"], 2)
-    (0.76, 1.63)
+    (0.76, 1.83)
     """
     per_rank = float(footprint_bytes) / ranks
     size = copy_size_bytes(per_rank)
@@ -118,8 +118,7 @@ def co_run_reading(profile, *, footprint_bytes: float, ranks: int,
             "alone_bytes_per_s": alone, "together_bytes_per_s": together, "copy_slowdown": copy,
             "share_floor_s": floor, "share_alone_s": share_alone_s,
             "bandwidth_fraction": fraction,
-            "slowdown": co_run_slowdown(copy, ranks=ranks, cores=profile.cores,
-                                        bandwidth_fraction=fraction)}
+            "slowdown": co_run_slowdown(copy, ranks=ranks, cores=profile.cores)}
 
 
 def point(row, *, profile, message_s: float) -> dict:
@@ -141,8 +140,8 @@ def point(row, *, profile, message_s: float) -> dict:
     Copies of 13 MB per rank run 1.25x slower with both ranks copying. Without its shares timed,
     a share is compute_1 / 2 = 1.7 ms streaming at the copy's rate: s = 1.25 and t_2 = 0.1 +
     1.25 x 1.7 + 0.05 = 2.28 ms. With a share alone timed at 1.6 ms against its floor of 1.0
-    ms (25 MB at 25 GB/s), it ran at 0.63 of the copy's rate, and only that part slows 1.25x:
-    s = 1 + 0.63 x 0.25 = 1.16, t_2 = 0.1 + 1.16 x 1.6 + 0.05 = 2.0 ms.
+    ms (25 MB at 25 GB/s), it ran at 0.63 of the copy's rate and slows as the copies do:
+    t_2 = 0.1 + 1.25 x 1.6 + 0.05 = 2.15 ms.
 
     >>> class Prof:  # 25 GB/s alone at every size, 20 GB/s each with both copying
     ...     cores = 2
@@ -164,9 +163,9 @@ def point(row, *, profile, message_s: float) -> dict:
     ...            "share_together_compute_per_iteration_s": 2.1e-3}, profile=Prof(),
     ...           message_s=50e-6)
     >>> round(m["measured_slowdown"], 3), round(m["share_fraction"], 3), round(m["model_tp_s"] * 1e6)
-    (1.312, 0.941, 2000)
+    (1.312, 0.941, 2150)
     >>> round(m["reading"]["bandwidth_fraction"], 3), m["slowdown"]
-    (0.625, 1.15625)
+    (0.625, 1.25)
     >>> m["split1_ms"] is None  # the baseline's SpMV and vector time not kept apart
     True
     >>> m = point({**row, "baseline_spmv_time_s": 0.25, "baseline_vector_time_s": 0.09},
@@ -424,16 +423,14 @@ def reading_sentence(r: dict, *, cores: int | None = None) -> str:
     >>> reading_sentence({**r, "ranks": 4, "slowdown": 2.7}, cores=2).split("), ")[-1]
     'and 4 ranks take turns on 2 cores, s = 2.70.'
 
-    With a share timed alone (:func:`~labkit.solve.formulas.fed_slowdown`):
+    With a share timed alone (:func:`~labkit.solve.formulas.co_run_slowdown`):
 
     >>> shared = {**r, "share_floor_s": 0.9e-3, "share_alone_s": 1.5e-3,
-    ...           "bandwidth_fraction": 0.6, "slowdown": 1.21}
+    ...           "bandwidth_fraction": 0.6}
     >>> print(reading_sentence(shared).split("bandwidth), ")[1])  # doctest: +NORMALIZE_WHITESPACE
     and a share alone computed 1500 us per iteration against its floor of 900 us at that
-    copy's rate alone (0.60 of it): that part of its time slows as the copies do, the rest does
-    not, s = (1 + 0.60 x (1.35 - 1)) = 1.21.
-    >>> reading_sentence({**shared, "copy_slowdown": 1.0, "slowdown": 1.0}).split(": ")[-1]
-    'that part of its time does not slow as the copies do, the rest does not, s = (1 + 0.60 x (1.00 - 1)) = 1.00.'
+    copy's rate alone (0.60 of it): below the copy's rate, its accesses still wait on the same
+    memory, so the whole share slows as the copies do, s = 1.35.
     """
     p, copy = r["ranks"], r["copy_slowdown"]
     # within 10 % of alone: no memory traffic between the ranks' copies worth the name
@@ -442,15 +439,13 @@ def reading_sentence(r: dict, *, cores: int | None = None) -> str:
     turns = (f", and {p} ranks take turns on {cores} cores" if cores is not None and p > cores
              else "")
     eq = ", s = "
-    if r.get("share_floor_s") is not None:  # the share's bytes slow, the rest of it does not
-        phi = min(1.0, r["bandwidth_fraction"])
+    if r.get("share_floor_s") is not None:  # how far below the copy's rate the share ran
+        below = ("below the copy's rate, its accesses still wait on the same memory, so the "
+                 "whole share slows as the copies do" if r["bandwidth_fraction"] < 1
+                 else "at the copy's rate, it slows as the copies do")
         turns = (f", and a share alone computed {r['share_alone_s'] * 1e6:.0f} us per iteration "
                  f"against its floor of {r['share_floor_s'] * 1e6:.0f} us at that copy's rate "
-                 f"alone ({r['bandwidth_fraction']:.2f} of it): that part of its time "
-                 f"{'slows' if copy > 1 else 'does not slow'} as the copies do, the rest "
-                 f"does not{turns}, s = (1 + {phi:.2f} x ({copy:.2f} - 1))"
-                 + (f" x {p}/{cores}" if turns else ""))
-        eq = " = "
+                 f"alone ({r['bandwidth_fraction']:.2f} of it): {below}{turns}")
     return (f"The model reads the machine profile's copies at "
             f"{r['copy_size_bytes'] / 2 ** 20:.2g} MiB per rank, the copy whose data take the "
             f"{r['footprint_per_rank'] / 1e6:.3g} MB each rank's iteration holds (its matrix and "
