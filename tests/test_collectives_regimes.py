@@ -273,7 +273,7 @@ class _Profile:
             for c, k in (("idle", 1.0), ("busy", 1.5))
             for s, t in ((8, 1e-3), (512, 1.2e-3), (32768, 0.9e-3), (2 << 20, 3e-3))]
 
-    def transfer_s(self, size, *, ranks=2, busy=False):
+    def transfer_s(self, size, *, ranks=2, busy=False, steady=False):
         pts = [(r["size_bytes"], r["time_p10_s"]) for r in self.rows
                if r["context"] == ("busy" if busy else "idle")]
         return float(np.exp(np.interp(np.log(size), *np.log(np.array(pts)).T)))

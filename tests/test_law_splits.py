@@ -76,7 +76,7 @@ def test_the_context_laws_split_the_idle_transfer_and_the_busy_p50():
         rows = [{"measurement": "allreduce", "context": c, "size_bytes": 2 << 20,
                  "time_p50_s": 4e-3, "wait_share": 0.1} for c in ("idle", "busy")]
 
-        def transfer_s(self, size, *, ranks=2, busy=False):
+        def transfer_s(self, size, *, ranks=2, busy=False, steady=False):
             return 5e-3 if busy else 4e-3
 
     ctx = context.in_context(rows, Prof(), ranks=2)

@@ -171,7 +171,8 @@ def test_calibrate_measures_and_a_notebook_reads_it(tmp_path, monkeypatch, capsy
     assert "alpha-beta fit" in out or "no line with a bandwidth term" in out
     doc = json.loads(path.read_text())
     assert {r["measurement"] for r in doc["rows"]} == {"matmul", "step", "copy", "allreduce",
-                                                       "message", "allreduce_repeated"}
+                                                       "message", "allreduce_repeated",
+                                                       "allreduce_steady"}
     # the small all-reduces once more, one size call after call: notebook 01's 8 B reads them
     repeated = [r for r in doc["rows"] if r["measurement"] == "allreduce_repeated"]
     assert [r["size_bytes"] for r in repeated] == [8, 64, 512, 4096]
@@ -179,6 +180,13 @@ def test_calibrate_measures_and_a_notebook_reads_it(tmp_path, monkeypatch, capsy
     p = machine.profile(tmp_path, measure=False)
     assert not p.warnings and p.compute_slowdown(2) > 0 and p.allreduce_s(1024) > 0
     assert p.transfer_s(8, one_buffer=True) == pytest.approx(repeated[0]["transfer_s"])
+    # every size once more, its calls back to back, idle and busy: the collectives lab's way
+    steady = [r for r in doc["rows"] if r["measurement"] == "allreduce_steady"]
+    assert sorted((r["context"], r["size_bytes"]) for r in steady) == sorted(
+        (c, s) for c in ("busy", "idle") for s in (8, 64, 512, 4096))
+    idle = {r["size_bytes"]: r["transfer_s"] for r in steady if r["context"] == "idle"}
+    assert p.transfer_s(512, steady=True) == pytest.approx(idle[512])
+    assert p.transfer_s(512, ranks=4, steady=True) == p.transfer_s(512, ranks=4)  # the α–β line
 
 
 def _two_kinds(rows, *, share_idle=0.2, share_busy=0.5, wait_s=3.6e-3):

@@ -63,8 +63,9 @@ def in_context(rows, prof, *, ranks: int) -> dict:
             "idle_transfer_s": math.nan if idle_t is None else idle_t,
             "busy_transfer_s": math.nan if busy_t is None else busy_t,
             "matmuls": r.get("busy_matmuls"),
-            "predicted_idle_s": prof.transfer_s(s, ranks=ranks),
-            "predicted_busy_s": prof.transfer_s(s, ranks=ranks, busy=True),
+            # the profile's calls back to back, as this lab's were timed
+            "predicted_idle_s": prof.transfer_s(s, ranks=ranks, steady=True),
+            "predicted_busy_s": prof.transfer_s(s, ranks=ranks, busy=True, steady=True),
             **_profile_busy(prof, s),
             "ratio": busy / float(r["time_p50_s"])}
 
@@ -73,9 +74,12 @@ def _profile_busy(prof, size_bytes: float) -> dict:
     """The profile's busy all-reduce at the measured size nearest ``size_bytes``: its p50
     (``predicted_busy_p50_s``, read at ``size_bytes`` off the busy sweep's p50s) and the share
     of its calls that waited (``profile_busy_wait_share``; NaN where not kept)."""
+    rows = getattr(prof, "rows", ())
+    # the calls back to back, as this lab times them, where the profile has them
+    kind = ("allreduce_steady" if any(r.get("measurement") == "allreduce_steady" for r in rows)
+            else "allreduce")
     got = sorted((r["size_bytes"], r["time_p50_s"], r.get("wait_share"))
-                 for r in getattr(prof, "rows", ()) if r.get("measurement") == "allreduce"
-                 and r.get("context") == "busy")
+                 for r in rows if r.get("measurement") == kind and r.get("context") == "busy")
     if not got:
         return {"predicted_busy_p50_s": math.nan, "profile_busy_wait_share": math.nan}
     near = min(got, key=lambda g: abs(math.log(g[0] / size_bytes)))

@@ -287,8 +287,9 @@ def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
     (``Regimes.statistic``): the median over the profile's idle all-reduce sizes inside the
     regime's range (a floor does not depend on the size) of their transfers
     (:func:`~labkit.collectives.waits.row_transfer`) or, for a sweep without transfers
-    (``statistic="p50"``), their p50s; where the profile measured none there, the median of
-    ``prof.transfer_s(size, ranks=ranks)`` over the regime's sizes. None: no latency regime.
+    (``statistic="p50"``), their p50s, of its calls back to back (``allreduce_steady``) where
+    it has them; where the profile measured none there, the median of
+    ``prof.transfer_s(size, ranks=ranks, steady=True)`` over the regime's sizes. None: no latency regime.
     Why one statistic: a p10 of a few calls lies below the median of the calls that waited
     for nothing, so a p10 set against the sweep's transfers reads the floor too low.
 
@@ -296,7 +297,7 @@ def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
     ...     rows = [{"measurement": "allreduce", "context": "idle", "size_bytes": s,
     ...              "time_p50_s": t, "time_p10_s": t / 3, "transfer_s": t / 2}
     ...             for s, t in ((8, 5e-4), (64, 3e-3), (512, 6e-4), (1 << 20, 2e-3))]
-    ...     def transfer_s(self, s, *, ranks, busy=False):
+    ...     def transfer_s(self, s, *, ranks, busy=False, steady=False):
     ...         return 1e-4 + s * 1e-9
     >>> round(profile_floor_s([8, 32, 128, 512], Prof(), ranks=2) * 1e6)
     300
@@ -304,18 +305,30 @@ def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
     600
     >>> round(profile_floor_s([16, 32], Prof(), ranks=2) * 1e6, 3)
     100.024
+
+    With calls back to back as well, the floor is theirs:
+
+    >>> class Steady(Prof):
+    ...     rows = Prof.rows + [{"measurement": "allreduce_steady", "context": "idle",
+    ...                          "size_bytes": s, "time_p50_s": 2e-4, "transfer_s": 1.5e-4}
+    ...                         for s in (8, 512)]
+    >>> round(profile_floor_s([8, 32, 128, 512], Steady(), ranks=2) * 1e6)
+    150
     """
     if statistic not in ("transfer", "p50"):
         raise UsageError(f"statistic must be 'transfer' or 'p50', got {statistic!r}")
     if not latency_sizes:
         return None
     lo, hi = min(latency_sizes), max(latency_sizes)
+    # the calls back to back, as the sweep being judged was timed, where the profile has them
+    kind = ("allreduce_steady" if any(r.get("measurement") == "allreduce_steady"
+                                      for r in prof.rows) else "allreduce")
     own = [row_transfer(r) if statistic == "transfer" else r["time_p50_s"] for r in prof.rows
-           if r.get("measurement") == "allreduce" and r.get("context") == "idle"
+           if r.get("measurement") == kind and r.get("context") == "idle"
            and lo <= r["size_bytes"] <= hi]
     own = [t for t in own if t is not None]
     if ranks != getattr(prof, "world_size", ranks) or not own:
-        own = [prof.transfer_s(s, ranks=ranks) for s in latency_sizes]
+        own = [prof.transfer_s(s, ranks=ranks, steady=True) for s in latency_sizes]
     return float(np.median(own))
 
 

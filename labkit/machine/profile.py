@@ -182,7 +182,7 @@ class Profile:
 
     def transfer_s(self, size_bytes: float, *, measurement: str = "allreduce",
                    ranks: int | None = None, busy: bool = False,
-                   one_buffer: bool = False) -> float:
+                   one_buffer: bool = False, steady: bool = False) -> float:
         """An all-reduce (or a point-to-point ``message``, one way, a ``reduce_scatter`` or an
         ``all_gather`` of ``size_bytes`` in nccl-tests' sense) that waited for nothing: the
         sweep's transfers (:func:`labkit.machine.formulas.transfer_of`) read at that size (log-log between sizes) at the profile's
@@ -191,10 +191,16 @@ class Profile:
         called again and again on one buffer (as notebook 01 times its own), read off the
         profile's ``allreduce_repeated`` calls up to their largest size; beyond it, or in a
         profile without them, the sweep's (whose sizes take turns, each call on another buffer
-        than the last)."""
+        than the last). ``steady``: an all-reduce called back to back, no barrier between
+        calls (as the collectives lab times its own), idle or busy, off the profile's
+        ``allreduce_steady`` calls (a profile without them: the sweep's)."""
         ranks = self.world_size if ranks is None else int(ranks)
         if ranks < 2:
             return 0.0
+        if steady and measurement == "allreduce" and ranks == self.world_size:
+            sizes, times = self._transfers("allreduce_steady", busy)
+            if sizes:
+                return formulas.sweep_time(size_bytes, sizes, times)
         if one_buffer and measurement == "allreduce" and not busy and ranks == self.world_size:
             sizes, times = self._transfers("allreduce_repeated", False)
             if sizes and size_bytes <= max(sizes):

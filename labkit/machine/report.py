@@ -15,7 +15,8 @@ COLUMNS = (
                               "message (point-to-point, one way), reduce_scatter or "
                               "all_gather (of size_bytes in nccl-tests' sense, from 256 KiB), "
                               "allreduce_repeated (up to 32 KiB, one size at a time on one "
-                              "buffer, as notebook 01 times its own)"),
+                              "buffer, as notebook 01 times its own), allreduce_steady "
+                              "(calls back to back, as the collectives lab times its own)"),
     Column("context", "", "alone (rank 0 only), together (every rank at once), idle or busy "
                           "(every rank's core also computing while the messages move)"),
     Column("n", "", "n of the n x n matrix product; step: the MLP's width"),

@@ -16,7 +16,9 @@ rank's core computing matrix products while the collective runs (what backward d
 all-reduce it overlaps). ``allreduce_repeated`` times the small all-reduces once more as
 notebook 01 times its own, one size at a time on one buffer: on the 2-vCPU VM the sweep's 8 B
 all-reduce (the sizes in turns, each call on another buffer than the last) read 0.28-0.39 ms,
-these 0.14-0.24 ms, and notebook 01's 0.15-0.24 ms.
+these 0.14-0.24 ms, and notebook 01's 0.15-0.24 ms. ``allreduce_steady`` times every size
+once more as the collectives lab does (calls back to back, idle and busy), for the laws that
+judge its calls.
 """
 
 from __future__ import annotations
@@ -198,6 +200,49 @@ def _repeated_rows(rt, cfg) -> list[dict]:
     return rows
 
 
+#: the passes over the sizes of the back-to-back all-reduces, as the collectives lab makes
+STEADY_PASSES = 2
+
+
+def _steady_calls(rt, buf, calls: int) -> list[float]:
+    """``calls`` all-reduces back to back after one untimed call and a barrier, this rank's
+    clock read after each (a call: the reading less the one before), as the collectives lab
+    times its own."""
+    dist.all_reduce(buf)
+    dist.barrier()
+    runtime.sync(rt.device)
+    stamps = [time.perf_counter()]
+    for _ in range(calls):
+        dist.all_reduce(buf)
+        runtime.sync(rt.device)
+        stamps.append(time.perf_counter())
+    return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def _steady_rows(rt, cfg) -> list[dict]:
+    """``allreduce_steady``: every size's all-reduce called back to back, idle and then while
+    a thread in every rank computes (``busy``), in :data:`STEADY_PASSES` passes over the sizes
+    (``iters`` calls a size in all), each size on a buffer of its own: the collectives lab's
+    way, steady state, no barrier between calls (a call's time: the slowest rank's). The
+    sweep's calls each follow a barrier and another size's call: where the laws on the
+    collectives lab's calls missed in 16 lab runs on the 2-vCPU VM, the sweep read the latency
+    floor 1.3-2.2x and a 512 KiB all-reduce 1.4-1.7x (5 of 6) what that lab measured."""
+    sizes = cfg.sizes()
+    per_pass = [cfg.iters // STEADY_PASSES + (k < cfg.iters % STEADY_PASSES)
+                for k in range(STEADY_PASSES)]
+    local = {(c, s): [] for c in ("idle", "busy") for s in sizes}
+    for calls in per_pass:
+        for s in sizes:
+            buf = torch.ones(max(rt.world_size, s // 4), dtype=torch.float32, device=rt.device)
+            local[("idle", s)] += _steady_calls(rt, buf, calls)
+            with Busy(cfg.busy_n, rt.device):
+                local[("busy", s)] += _steady_calls(rt, buf, calls)
+            del buf
+        runtime.mark_progress()
+    return [_call_row("allreduce_steady", c, s, slowest_rank(timing.gather_samples(t)))
+            for (c, s), t in local.items()]
+
+
 def _pingpong(rt, buf) -> None:
     """Rank 0 sends to rank 1, which sends it back (one way = half the round trip)."""
     if rt.rank == 0:
@@ -241,6 +286,7 @@ def on_rank(rt: runtime.Runtime, cfg: MachineConfig) -> dict:
     del srcs, pairs  # up to twice the largest copy a rank: not held through the messages
     rows += _collective_rows(rt, cfg, "idle")
     rows += _repeated_rows(rt, cfg)
+    rows += _steady_rows(rt, cfg)
     with Busy(cfg.busy_n, rt.device):
         rows += _collective_rows(rt, cfg, "busy")
     compute.rounds(cfg.iters // 2)

@@ -263,7 +263,9 @@ def _collective_row(r: dict, *, op: str, n: int, ab: float, a: float, b: float,
     if profile is None:
         return {**out, "measured": r["time_p50_s"], "model": ab, "statistic": "p50",
                 "error_pct": laws.symmetric_error_pct(ab, r["time_p50_s"])}
-    model = profile.transfer_s(r["size_bytes"], ranks=n) if op == "all_reduce" else ab
+    # the profile's calls back to back, as the collectives lab timed these
+    model = profile.transfer_s(r["size_bytes"], ranks=n, steady=True) if op == "all_reduce" \
+        else ab
     # the calls' transfer (a row stored before it was kept: its p10), else their p50
     measured, stat = next(((r[k], s) for k, s in (("transfer_s", "transfer"), ("time_p10_s", "p10"))
                            if r.get(k) is not None and r[k] == r[k]), (r["time_p50_s"], "p50"))
