@@ -103,6 +103,18 @@ def test_busy_all_reduces_hide_only_with_a_spare_core():
         report.one(one, "ddp", world_size=2).predicted_step_time_s
 
 
+def test_a_crossover_without_lines_is_read_along_the_models_speedups():
+    """A no-DDP step that does not grow with the batch (two small batches on a busy machine)
+    gives no line to extend: the predicted crossover is then read along the model's speedups,
+    as the measured one is, and the sentence says so; nothing raises."""
+    df = _sweep([8, 16], c=-1e-5)  # the step shrinks from batch 8 to 16: noise, no slope
+    c = report.crossover(df)
+    assert c["predicted_from"] == "sweep" and c["noddp_fit"] is None
+    assert math.isnan(c["predicted"]) or 8 <= c["predicted"] <= 16
+    assert "no line to extend" in verdicts.crossover_sentence(c)
+    assert report.crossover(_sweep([8, 16, 32]))["predicted_from"] == "lines"
+
+
 def test_run_b_takes_its_compute_alone_from_run_a():
     a = _sweep([16])
     b_row = {**report.one(a, "ddp", world_size=2).to_dict(), "bucket_cap_mb": 1.0,

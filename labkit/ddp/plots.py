@@ -108,17 +108,18 @@ def speedup_vs_batch(df, world_size: int | None = None, title: str | None = None
     ax = axes[0][0]
     ax.plot(frame["batch"], frame["measured"], "o-", color="C0", label="measured")
     ax.plot(frame["batch"], frame["predicted"], "s", color="C1", mfc="none",
-            label="model at each batch: N t_no_DDP / (t_no_DDP s + copies + exposed all-reduce)")
+            label="model at each batch: N t_no_DDP / (t_alone s + copies + exposed all-reduce)")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhline(n, color="gray", ls=":", lw=0.8, label=f"ideal: {n}")
     if len(frame) >= 2:
         import numpy as np
 
         c = crossover(df, n)
-        (a0, a1), s = c["noddp_fit"], c["slowdown"]
-        b = np.geomspace(frame["batch"].min(), frame["batch"].max(), 100)
-        ax.plot(b, n * (a0 + a1 * b) / (s * (a0 + a1 * b) + c["added_s"]), "--", color="C1",
-                lw=1, label="model, the no-DDP step fitted as a0 + a1 b")
+        if c["noddp_fit"] is not None:  # the lines the predicted crossover extends
+            (a0, a1), (c0, c1) = c["noddp_fit"], c["compute_fit"]
+            b = np.geomspace(frame["batch"].min(), frame["batch"].max(), 100)
+            ax.plot(b, n * (a0 + a1 * b) / (c0 + c1 * b + c["added_s"]), "--", color="C1",
+                    lw=1, label="model, both steps fitted as lines a + c b")
         for key, color, ls in (("measured", "C0", "-"), ("predicted", "C1", "--")):
             b = c[key]
             if math.isfinite(b) and b > 0:

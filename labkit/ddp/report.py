@@ -361,40 +361,48 @@ def crossover(df, world_size: int | None = None) -> dict:
 
     ``measured``: :func:`labkit.ddp.formulas.crossover_batch` of the measured speedups (NaN
     where the sweep does not bracket it); ``predicted``:
-    :func:`labkit.ddp.formulas.predicted_crossover_batch` from a straight line fitted to the
-    no-DDP step times (:func:`~labkit.ddp.formulas.fit_step_time`), the model's compute (that
-    line x the co-run slowdown) and the median over batches of what DDP adds in the model
-    (copies and exposed all-reduce); ``choice``: the measured throughput of the model's choice
-    (DDP or not) over the better one at the worst batch, ``choice_batch`` that batch (None:
-    the model chose the better everywhere; :func:`labkit.ddp.predict.choice_cost`). Also the fits,
-    that median, the batches and both speedup series."""
+    :func:`labkit.ddp.formulas.predicted_crossover_batch` from straight lines fitted to the
+    no-DDP step times and to the model's compute (:func:`~labkit.ddp.formulas.fit_step_time`)
+    and the median over batches of what DDP adds in the model (copies and exposed
+    all-reduce); where either step does not grow with the batch across the sweep (a few small
+    batches on a busy machine), there is no line to extend, and ``predicted`` is read along the
+    model's own speedups as ``measured`` is (``predicted_from``: ``"lines"`` or ``"sweep"``).
+    ``choice``: the measured throughput of the model's choice (DDP or not) over the better one
+    at the worst batch, ``choice_batch`` that batch (None: the model chose the better
+    everywhere; :func:`labkit.ddp.predict.choice_cost`). Also the fits (None where there are
+    none), that median, the batches and both speedup series."""
     import numpy as np
 
     from labkit.ddp import formulas
     from labkit.ddp.predict import choice_cost
+    from labkit.errors import UsageError
 
     n = top_world_size(df, world_size)
     frame = prediction_frame(df, n).dropna(subset=["no_ddp_ms", "compute_ms", "predicted_ms"])
     if len(frame) < 2:
-        from labkit.errors import UsageError
-
         raise UsageError("a crossover needs a sweep of at least two batch sizes with the "
                          "no-DDP baseline and the model")
     b = frame["batch"].tolist()
-    a0, a1 = formulas.fit_step_time(b, frame["no_ddp_ms"] / 1e3)
     s = float(np.median(frame["slowdown"]))
     added = float(np.median(frame["predicted_ms"] - frame["compute_ms"]) / 1e3)
     choice = choice_cost(frame["predicted"], frame["measured"])
+    try:
+        noddp = formulas.fit_step_time(b, frame["no_ddp_ms"] / 1e3)
+        compute = formulas.fit_step_time(b, frame["compute_ms"] / 1e3)
+        predicted, source = formulas.predicted_crossover_batch(
+            ranks=n, noddp_fixed_s=noddp[0], noddp_per_sample_s=noddp[1],
+            compute_fixed_s=compute[0], compute_per_sample_s=compute[1], comm_s=added), "lines"
+    except UsageError:  # a step that did not grow with the batch: no line to extend
+        noddp = compute = None
+        predicted, source = formulas.crossover_batch(b, frame["predicted"]), "sweep"
     return {"choice_split": _choice_split(frame, choice[1], n),
         "world_size": n, "batches": b,
         "measured_speedups": frame["measured"].tolist(),
         "predicted_speedups": frame["predicted"].tolist(),
         "measured": formulas.crossover_batch(b, frame["measured"]),
-        "predicted": formulas.predicted_crossover_batch(
-            ranks=n, noddp_fixed_s=a0, noddp_per_sample_s=a1, compute_fixed_s=s * a0,
-            compute_per_sample_s=s * a1, comm_s=added),
+        "predicted": predicted, "predicted_from": source,
         "choice": choice[0], "choice_batch": None if choice[1] is None else b[choice[1]],
-        "noddp_fit": (a0, a1), "slowdown": s, "added_s": added,
+        "noddp_fit": noddp, "compute_fit": compute, "slowdown": s, "added_s": added,
     }
 
 

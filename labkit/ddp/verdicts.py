@@ -96,6 +96,9 @@ def crossover_sentence(c: dict) -> str:
     >>> crossover_sentence({"world_size": 2, "measured": float("nan"),
     ...                     "predicted": float("inf"), "batches": [16, 1024]})
     'Crossover at 2 ranks: measured not inside the sweep (16 to 1024 per rank), predicted never (from t_no_DDP, the co-run slowdown and what DDP adds).'
+    >>> crossover_sentence({"world_size": 2, "measured": float("nan"), "predicted": 20.0,
+    ...                     "predicted_from": "sweep", "batches": [8, 32]}).split("(from ")[1]
+    "the model's speedups along the sweep: a step that did not grow with the batch gives no line to extend)."
     """
     def say(x):
         if x != x:
@@ -106,10 +109,13 @@ def crossover_sentence(c: dict) -> str:
             return "at any batch"
         return f"{x:.0f}"
 
+    how = ("from the model's speedups along the sweep: a step that did not grow with the "
+           "batch gives no line to extend" if c.get("predicted_from") == "sweep"
+           else "from t_no_DDP, the co-run slowdown and what DDP adds")
     return (f"Crossover at {c['world_size']} ranks: measured "
             f"{'batch ' if c['measured'] == c['measured'] else ''}{say(c['measured'])}"
             f"{' per rank' if c['measured'] == c['measured'] else ''}, predicted "
-            f"{say(c['predicted'])} (from t_no_DDP, the co-run slowdown and what DDP adds).")
+            f"{say(c['predicted'])} ({how}).")
 
 
 def weak_sentence(*, ranks: int, batch: int, measured: float, predicted: float,
