@@ -53,6 +53,27 @@ def repeat_timed(fn: Callable[[], object], *, warmup: int, repeat: int,
     return samples
 
 
+def back_to_back_stamps(fn: Callable[[], object], *, warmup: int, calls: int,
+                        device: torch.device | None = None) -> list[float]:
+    """This rank's clock readings of ``calls`` calls of ``fn`` back to back: ``warmup``
+    untimed calls, one barrier, a reading at its exit, then one after each call (call k takes
+    reading k - reading k-1; no barrier between calls, so what is timed is ``fn`` in steady
+    state, as in a plain loop). ``device`` is synchronised before every reading."""
+    device = rank_device() if device is None else device
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    if dist.is_initialized():
+        dist.barrier()
+    sync(device)
+    stamps = [time.perf_counter()]
+    for _ in range(calls):
+        fn()
+        sync(device)
+        stamps.append(time.perf_counter())
+    return stamps
+
+
 def gather_samples(local: list[float]) -> np.ndarray:
     """All ranks' samples as a (world_size, n) array, on every rank (n must match).
 

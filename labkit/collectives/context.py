@@ -11,7 +11,7 @@ import math
 from labkit.book import laws
 from labkit.collectives.regimes import p10_split
 from labkit.collectives.verdicts import _ms
-from labkit.collectives.waits import call_times, row_transfer
+from labkit.collectives.waits import call_times, profile_allreduces, row_transfer
 from labkit.machine import formulas as machine_formulas
 from labkit.tables import size_text
 
@@ -74,12 +74,8 @@ def _profile_busy(prof, size_bytes: float) -> dict:
     """The profile's busy all-reduce at the measured size nearest ``size_bytes``: its p50
     (``predicted_busy_p50_s``, read at ``size_bytes`` off the busy sweep's p50s) and the share
     of its calls that waited (``profile_busy_wait_share``; NaN where not kept)."""
-    rows = getattr(prof, "rows", ())
-    # the calls back to back, as this lab times them, where the profile has them
-    kind = ("allreduce_steady" if any(r.get("measurement") == "allreduce_steady" for r in rows)
-            else "allreduce")
     got = sorted((r["size_bytes"], r["time_p50_s"], r.get("wait_share"))
-                 for r in rows if r.get("measurement") == kind and r.get("context") == "busy")
+                 for r in profile_allreduces(prof, "busy"))
     if not got:
         return {"predicted_busy_p50_s": math.nan, "profile_busy_wait_share": math.nan}
     near = min(got, key=lambda g: abs(math.log(g[0] / size_bytes)))

@@ -21,7 +21,7 @@ import numpy as np
 from labkit.book import laws
 from labkit.collectives.formulas import moe_all_to_all_bytes
 from labkit.collectives.regimes import Regimes, time_at
-from labkit.collectives.waits import row_transfer
+from labkit.collectives.waits import profile_allreduces, row_transfer
 from labkit.errors import UsageError
 from labkit.tables import size_text
 
@@ -287,10 +287,10 @@ def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
     (``Regimes.statistic``): the median over the profile's idle all-reduce sizes inside the
     regime's range (a floor does not depend on the size) of their transfers
     (:func:`~labkit.collectives.waits.row_transfer`) or, for a sweep without transfers
-    (``statistic="p50"``), their p50s, of its calls back to back (``allreduce_steady``) where
-    it has them; where the profile measured none there, the median of
-    ``prof.transfer_s(size, ranks=ranks, steady=True)`` over the regime's sizes. None: no latency regime.
-    Why one statistic: a p10 of a few calls lies below the median of the calls that waited
+    (``statistic="p50"``), their p50s, of its calls timed as this sweep's
+    (:func:`~labkit.collectives.waits.profile_allreduces`); where the profile measured none
+    there, the median of ``prof.transfer_s(size, ranks=ranks, steady=True)`` over the regime's
+    sizes. None: no latency regime. Why one statistic: a p10 of a few calls lies below the median of the calls that waited
     for nothing, so a p10 set against the sweep's transfers reads the floor too low.
 
     >>> class Prof:
@@ -320,12 +320,8 @@ def profile_floor_s(latency_sizes: Sequence[float], prof, *, ranks: int,
     if not latency_sizes:
         return None
     lo, hi = min(latency_sizes), max(latency_sizes)
-    # the calls back to back, as the sweep being judged was timed, where the profile has them
-    kind = ("allreduce_steady" if any(r.get("measurement") == "allreduce_steady"
-                                      for r in prof.rows) else "allreduce")
-    own = [row_transfer(r) if statistic == "transfer" else r["time_p50_s"] for r in prof.rows
-           if r.get("measurement") == kind and r.get("context") == "idle"
-           and lo <= r["size_bytes"] <= hi]
+    own = [row_transfer(r) if statistic == "transfer" else r["time_p50_s"]
+           for r in profile_allreduces(prof, "idle") if lo <= r["size_bytes"] <= hi]
     own = [t for t in own if t is not None]
     if ranks != getattr(prof, "world_size", ranks) or not own:
         own = [prof.transfer_s(s, ranks=ranks, steady=True) for s in latency_sizes]

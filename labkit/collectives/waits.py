@@ -56,6 +56,25 @@ def row_transfer(r, prefix: str = "") -> float | None:
     return None
 
 
+def profile_allreduces(prof, context: str) -> list[dict]:
+    """The machine profile's all-reduce rows of ``context`` (``idle`` or ``busy``) timed as this
+    lab times its own: back to back (``allreduce_steady``) where the profile has them, else
+    (an older profile) its sweep's, each call after a barrier and another size's call.
+
+    >>> class Prof:
+    ...     rows = [{"measurement": "allreduce", "context": "idle", "size_bytes": 8},
+    ...             {"measurement": "allreduce_steady", "context": "idle", "size_bytes": 8}]
+    >>> [r["measurement"] for r in profile_allreduces(Prof(), "idle")]
+    ['allreduce_steady']
+    >>> Prof.rows = Prof.rows[:1]
+    >>> [r["measurement"] for r in profile_allreduces(Prof(), "idle")]
+    ['allreduce']
+    """
+    rows = [r for r in getattr(prof, "rows", ()) if r.get("context") == context]
+    steady = [r for r in rows if r.get("measurement") == "allreduce_steady"]
+    return steady or [r for r in rows if r.get("measurement") == "allreduce"]
+
+
 def waits_of(rows) -> dict:
     """The sweep's calls that also waited for the scheduler (:func:`labkit.machine.formulas.waits`,
     each size's calls against that size's transfer): ``calls``, ``waited``, ``share``,

@@ -98,18 +98,9 @@ def count_wrong(op: str, count: int, rt: runtime.Runtime, dtype) -> int:
 def time_op(op: str, inp, out, cfg: CollectivesConfig, device, iters: int) -> list[float]:
     """This rank's clock readings: at the exit of one barrier, then after each of ``iters``
     calls back to back (call k takes reading k - reading k-1), the device synchronised before
-    every clock read (nothing to do on a CPU)."""
-    for _ in range(cfg.warmup):
-        call(op, inp, out)
-    runtime.sync(device)
-    dist.barrier()
-    runtime.sync(device)
-    stamps = [time.perf_counter()]
-    for _ in range(iters):
-        call(op, inp, out)
-        runtime.sync(device)
-        stamps.append(time.perf_counter())
-    return stamps
+    every clock read (nothing to do on a CPU): :func:`labkit.timing.back_to_back_stamps`."""
+    return timing.back_to_back_stamps(lambda: call(op, inp, out), warmup=cfg.warmup,
+                                      calls=iters, device=device)
 
 
 def one_host(rt: runtime.Runtime) -> bool:

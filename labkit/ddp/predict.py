@@ -160,8 +160,9 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
     they are.
 
     Adds ``model_compute_alone_s`` (the plain step the model starts from: the rounds' alone
-    step where the row has it, else the no-DDP step), ``model_compute_s``, ``compute_slowdown``, ``model_copies_s``, ``model_comm_s``
-    (every bucket's all-reduce in context: transfers and counted waits),
+    step where the row has it, else the no-DDP step), ``model_compute_s``,
+    ``compute_slowdown``, ``model_copies_s``, ``model_comm_s`` (every bucket's all-reduce in
+    context: transfers and counted waits),
     ``model_transfers_s``, ``model_scheduler_waits_s``, ``scheduler_wait_s``,
     ``allreduces_counted`` and ``allreduces_waited`` (:func:`labkit.ddp.waits.count`; None
     without a timeline), ``allreduce_waits_measured_s``, ``model_overlap_window_s``,

@@ -21,18 +21,20 @@ For each batch size of the config, inside this one launch:
    gradient_as_bucket_view; ``steps`` optimizer steps, the first ``warmup`` untimed. Every rank
    times each step; the step's time is the slowest rank's (:func:`labkit.timing.summarize`).
    Row ``variant: ddp``, with the replicas' parameter drift (0 when DDP kept them in sync).
-3. **where the time goes** (if ``breakdown``, on more than one rank): the same DDP step under ``no_sync()`` (compute
-   without the all-reduce), the plain model's step on rank 0 alone (the step the model
-   starts from, timed as the DDP step is), a standalone all-reduce of all gradient bytes; the DDP row gets
-   exposed communication, overlap with backward, algbw and busbw (:mod:`labkit.ddp.formulas`).
+3. **where the time goes** (if ``breakdown``, on more than one rank): the same DDP step under
+   ``no_sync()`` (compute without the all-reduce), the plain model's step on rank 0 alone (the
+   step the model starts from, timed as the DDP step is), a standalone all-reduce of all
+   gradient bytes; the DDP row gets exposed communication, overlap with backward, algbw and
+   busbw (:mod:`labkit.ddp.formulas`).
    Also: the sizes of DDP's gradient buckets, the time of DDP's copies of the gradients into
    its buckets (scaled by 1/N) and back, and, on more than one rank, all-reduces of a few
    smaller sizes (:data:`FIT_BYTES`) with the α–β fit of them and the gradient bytes
    (:func:`labkit.collectives.formulas.fit_alpha_beta`): the measured split of a DDP step
    that the host puts beside its model (:func:`labkit.ddp.predict.measured_split`). These are
    timed in rounds with the DDP steps themselves (:func:`_rounds`: one DDP step, one
-   ``no_sync`` step, one plain step on rank 0 alone, the gradients' all-reduce :data:`~labkit.ddp.config.ALLREDUCE_CALLS` times,
-   each smaller all-reduce, the copies, again and again), so that a neighbour's
+   ``no_sync`` step, one plain step on rank 0 alone, the gradients' all-reduce
+   :data:`~labkit.ddp.config.ALLREDUCE_CALLS` times, each smaller all-reduce, the copies,
+   again and again), so that a neighbour's
    load, which comes and goes within seconds, weighs on the step and on its parts alike. The
    ``no_sync`` step's update is undone after it (untimed), so the replicas still take exactly
    ``steps`` DDP steps.
@@ -321,8 +323,10 @@ def _breakdown_parts(cfg, rt, ddp, opt, batches, timeline=None) -> dict:
     # the plain model's step on rank 0 alone (the others wait at the next barrier): the step
     # the model starts from, timed as the DDP step is, one a round after the other parts
     # (a step of a series runs faster: at hidden 256, 0.8 ms against 1.8 ms here)
-    plain = build_model(cfg, rt.device)
-    alone = make_step(plain, make_optimizer(plain, cfg), batches) if rt.rank == 0 else _nothing
+    alone = _nothing
+    if rt.rank == 0:  # the others hold no second model
+        plain = build_model(cfg, rt.device)
+        alone = make_step(plain, make_optimizer(plain, cfg), batches)
     parts = {"nosync": (nosync, *_undo(ddp.module, opt)),
              "alone": (alone, None, None),
              "allreduce": (lambda: dist.all_reduce(flat), None, None, ALLREDUCE_CALLS),

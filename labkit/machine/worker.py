@@ -205,17 +205,11 @@ STEADY_PASSES = 2
 
 
 def _steady_calls(rt, buf, calls: int) -> list[float]:
-    """``calls`` all-reduces back to back after one untimed call and a barrier, this rank's
-    clock read after each (a call: the reading less the one before), as the collectives lab
-    times its own."""
-    dist.all_reduce(buf)
-    dist.barrier()
-    runtime.sync(rt.device)
-    stamps = [time.perf_counter()]
-    for _ in range(calls):
-        dist.all_reduce(buf)
-        runtime.sync(rt.device)
-        stamps.append(time.perf_counter())
+    """``calls`` all-reduces back to back after one untimed call and a barrier, each this
+    rank's reading less the one before, timed as the collectives lab times its own
+    (:func:`labkit.timing.back_to_back_stamps`)."""
+    stamps = timing.back_to_back_stamps(lambda: dist.all_reduce(buf), warmup=1, calls=calls,
+                                        device=rt.device)
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
