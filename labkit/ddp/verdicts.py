@@ -92,10 +92,10 @@ def crossover_sentence(c: dict) -> str:
 
     >>> crossover_sentence({"world_size": 2, "measured": 45.3, "predicted": 42.0,
     ...                     "batches": [16, 1024]})
-    'Crossover at 2 ranks: measured batch 45 per rank, predicted 42 (from t_no_DDP, the co-run slowdown and what DDP adds).'
+    "Crossover at 2 ranks: measured batch 45 per rank, predicted 42 (from the lines of t_no_DDP and of the model's compute t_alone s, and what DDP adds)."
     >>> crossover_sentence({"world_size": 2, "measured": float("nan"),
     ...                     "predicted": float("inf"), "batches": [16, 1024]})
-    'Crossover at 2 ranks: measured not inside the sweep (16 to 1024 per rank), predicted never (from t_no_DDP, the co-run slowdown and what DDP adds).'
+    "Crossover at 2 ranks: measured not inside the sweep (16 to 1024 per rank), predicted never (from the lines of t_no_DDP and of the model's compute t_alone s, and what DDP adds)."
     >>> crossover_sentence({"world_size": 2, "measured": float("nan"), "predicted": 20.0,
     ...                     "predicted_from": "sweep", "batches": [8, 32]}).split("(from ")[1]
     "the model's speedups along the sweep: a step that did not grow with the batch gives no line to extend)."
@@ -111,7 +111,8 @@ def crossover_sentence(c: dict) -> str:
 
     how = ("from the model's speedups along the sweep: a step that did not grow with the "
            "batch gives no line to extend" if c.get("predicted_from") == "sweep"
-           else "from t_no_DDP, the co-run slowdown and what DDP adds")
+           else "from the lines of t_no_DDP and of the model's compute t_alone s, and what DDP "
+           "adds")
     return (f"Crossover at {c['world_size']} ranks: measured "
             f"{'batch ' if c['measured'] == c['measured'] else ''}{say(c['measured'])}"
             f"{' per rank' if c['measured'] == c['measured'] else ''}, predicted "
