@@ -100,6 +100,43 @@ def test_the_waits_sentence_flips_with_the_count():
     assert "no K/V block travels" in verdicts.waits_sentence(_row(world_size=1), PROF)
 
 
+def _late(timeline, late_s: float) -> list[dict]:
+    """``timeline`` with rank 1 leaving the pass's barrier ``late_s`` after rank 0: its slices
+    later, and rank 0 waiting for rank 1's block until just after rank 1 posted it."""
+    out = []
+    for s in timeline:
+        s = dict(s)
+        if s["rank"] == 1 and s["direction"] == "forward":
+            s["start_s"], s["end_s"] = s["start_s"] + late_s, s["end_s"] + late_s
+        elif s["rank"] == 0 and s["name"] == "wait K/V":
+            s["end_s"] = max(s["end_s"], late_s + 1.1e-4)
+        out.append(s)
+    return out
+
+
+def test_a_rank_late_to_the_pass_counts_as_one_wait_and_its_split_term_sums():
+    t = PROF.transfer_s(KV, measurement="message", busy=True)
+    late = _late(_timeline(t), 3e-3)
+    # what the exchange cost leaves out the later rank's posting: the late start is no
+    # exchange's wait, so it is counted once, as the ranks' arrival
+    assert exchanges.count(late, world_size=2, transfer_s=t)["count"] == 0
+    got = exchanges.late_start(late)
+    assert got["late_s"] == pytest.approx(3e-3) and got["waited"]
+    assert not exchanges.late_start(_late(_timeline(t), 1e-3))["waited"]  # within the rule
+    row = _row(timeline_s=late)
+    ctx = verdicts.context(row, PROF)
+    assert ctx["waits_s"] == pytest.approx(PROF.scheduler_wait_s)
+    law = verdicts.laws({**row, "step_time_p50_s": ctx["step_s"]}, PROF)[-1]
+    assert law["holds"] and "started the median pass 3.0 ms after the first" in law["note"]
+    assert law["split"][verdicts.LATE_TERM] == pytest.approx(3.0)
+    assert laws.split_sums(law)
+    # the same pass measured with the ranks together: no late start, the law fails
+    on_time = {**row, "timeline_s": _timeline(t), "step_time_p50_s": ctx["step_s"]}
+    assert not verdicts.laws(on_time, PROF)[-1]["holds"]
+    assert "A rank also started" in verdicts.waits_sentence(row, PROF)
+    assert "A rank also started" not in verdicts.waits_sentence(on_time, PROF)
+
+
 # -- each rank's compute: fixed work + its blocks ---------------------------------------------
 def _causal(alone, block_s=None) -> dict:
     return {"variant": "causal", "world_size": 2, "blocks_per_rank": [1, 2],

@@ -69,6 +69,10 @@ class CollectivesConfig:
 #: the passes over an op's sizes that share each size's timed calls
 #: (:mod:`labkit.collectives.worker` says why)
 PASSES = 2
+#: the busy all-reduce's timed calls per size, as a multiple of ``iters``: a busy call's time
+#: spreads wide (8 MiB on the 2-vCPU VM: p10 7-10 ms, p90 19-33 ms), so its p50 needs more
+#: calls than an idle one for the same spread
+BUSY_CALLS_PER_ITER = 2
 
 
 def pass_iters(iters: int, passes: int = PASSES) -> list[int]:
@@ -96,14 +100,15 @@ def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
 
     Per world size: a launch (longer when ranks outnumber cores), then per op and size
     ``iters`` calls and ``warmup`` more in each pass (:func:`pass_iters`; one more with
-    ``check``; the all-reduce twice with ``busy``, the busy pass twice as slow), each
+    ``check``; with ``busy`` the all-reduce once more, :data:`BUSY_CALLS_PER_ITER` times the
+    calls, each twice as slow), each
     ``α + S/β``; with more ranks than cores every call takes ranks/cores times longer. The
     defaults of notebook 06 on 2 cores:
 
     >>> from labkit.collectives.formulas import OPS
     >>> round(estimate_s(CollectivesConfig(ops=OPS, max_bytes="8M", factor=4, dense_top=True,
     ...                                    iters=16, warmup=2, busy=True), [2], cores=2), 1)
-    11.6
+    12.3
     >>> round(estimate_s(CollectivesConfig(max_bytes="8M", factor=4), [2, 4], cores=2), 1)
     24.1
     """
@@ -113,13 +118,14 @@ def estimate_s(config: CollectivesConfig, world_sizes, *, cores: int) -> float:
     for n in world_sizes:
         over = max(1.0, n / max(1, cores))
         total += LAUNCH_S * max(1.0, n / 2) * over
-        calls = (config.warmup * len(pass_iters(config.iters)) + config.iters
-                 + (1 if config.check else 0))
+        warm = config.warmup * len(pass_iters(config.iters))
+        idle = warm + config.iters + (1 if config.check else 0)
+        busy = 2 * (warm + BUSY_CALLS_PER_ITER * config.iters)  # twice as slow
         for op in config.ops:
-            passes = 3 if (config.busy and op == "all_reduce") else 1  # busy: 1 + 2 (slower)
+            calls = idle + (busy if (config.busy and op == "all_reduce") else 0)
             for size, _ in size_sweep(op, n, config.min_bytes, config.max_bytes, config.factor,
                                       config.dtype, dense_top=config.dense_top):
-                total += passes * calls * over * (CALL_ALPHA_S + size / CALL_BETA_BYTES_PER_S)
+                total += calls * over * (CALL_ALPHA_S + size / CALL_BETA_BYTES_PER_S)
     return total
 
 

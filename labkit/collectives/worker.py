@@ -17,9 +17,10 @@ slowest rank's; rows carry its median and p10/p90, and every rank's first calls 
 readings the times are made of, gathered in place of the times, so no clock read is added.
 ``check`` runs the op once more on known inputs and counts the elements that differ from the
 exact answer, summed over ranks (``wrong``). With ``busy`` every all-reduce size is then timed
-once more in each pass, on the same buffer, while a thread in every rank keeps its core
-computing matrix products (the machine profile's busy context: what backward does to an
-all-reduce it overlaps). Buffers live on the rank's device; each row carries the size's device
+once more in each pass, on the same buffer, with
+:data:`~labkit.collectives.config.BUSY_CALLS_PER_ITER` times the calls, while a thread in every
+rank keeps its core computing matrix products (the machine profile's busy context: what
+backward does to an all-reduce it overlaps). Buffers live on the rank's device; each row carries the size's device
 memory peak (None on a CPU).
 """
 
@@ -32,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from labkit import runtime, timing
-from labkit.collectives.config import CollectivesConfig, pass_iters
+from labkit.collectives.config import BUSY_CALLS_PER_ITER, CollectivesConfig, pass_iters
 from labkit.collectives.formulas import algbw_gb_per_s, busbw_gb_per_s, size_sweep
 from labkit.collectives.trace import TRACED_CALLS, call_timeline, one_clock
 from labkit.harness import worker_main
@@ -160,7 +161,8 @@ def _size_pass(op, size, count, cfg, rt, origin, iters, first: bool) -> dict:
     if cfg.busy and op == "all_reduce":
         with Busy(MachineConfig().busy_n, rt.device) as spin:
             done = spin.count
-            got["busy"] = timed_calls(op, inp, out, cfg, rt, origin, iters)
+            got["busy"] = timed_calls(op, inp, out, cfg, rt, origin,
+                                      BUSY_CALLS_PER_ITER * iters)
             got["matmuls"] = spin.count - done
     del inp, out  # freed before the next size's peak starts
     return got

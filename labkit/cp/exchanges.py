@@ -97,3 +97,30 @@ def count(timeline, *, world_size: int, transfer_s: float) -> dict | None:
     got = counted_waits([x["message_s"] for x in times], [transfer_s] * len(times))
     return {"exchanges": len(times), "count": got["count"], "share": got["share"],
             "excess_s": sum(got["excess_s"])}
+
+
+def late_start(timeline) -> dict | None:
+    """How the ranks arrived at a pass (``timeline``: the row's slices, on one clock):
+    ``late_s``, how much later the last rank's first slice started than the first rank's, and
+    ``waited``, whether that passed the wait rule with nothing to transfer
+    (:func:`labkit.machine.formulas.counted_waits`): every timed pass starts at a barrier's
+    exit, a rank the scheduler keeps off its core leaves it late, and the others wait for it
+    at their first exchange. None without a timeline.
+
+    Rank 1 starts 2.8 ms after rank 0 (past the rule's 1.5 ms): a scheduler wait.
+
+    >>> tl = [{"rank": r, "name": "post K/V", "direction": "forward", "ring_step": 0,
+    ...        "start_s": a, "end_s": a + 2e-4} for r, a in ((0, 0.0), (1, 2.8e-3))]
+    >>> got = late_start(tl)
+    >>> round(got["late_s"] * 1e3, 2), got["waited"]
+    (2.8, True)
+    """
+    firsts: dict[int, float] = {}
+    for s in timeline or []:
+        if s.get("thread", "compute") == "compute":
+            r = int(s["rank"])
+            firsts[r] = min(firsts.get(r, float("inf")), float(s["start_s"]))
+    if len(firsts) < 2:
+        return None
+    late = max(firsts.values()) - min(firsts.values())
+    return {"late_s": late, "waited": bool(counted_waits([late], [0.0])["count"])}

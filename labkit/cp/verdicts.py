@@ -6,11 +6,13 @@ The step model (:func:`context`): the busiest rank's compute measured alone in t
 a K/V block, each at the profile's **transfer** of a point-to-point message of that size (one
 that waited for nothing; the cores busy: the blocks travel while the ranks compute), plus a
 **scheduler wait** (the profile's, about a tick here) for each exchange that waited in the
-row's own median pass, counted from its timeline (:mod:`labkit.cp.exchanges`): how often a
-message waits changes from second to second, how long a wait lasts is the machine's. A step
-law that misses prints its measured split: the compute with a loopback (ranks together), the
-messages alone, what the counted waits took of the pass, and what is left (negative where
-messages hid behind the compute).
+row's own median pass, counted from its timeline (:mod:`labkit.cp.exchanges`), and one more
+where a rank arrived at that pass late by more than the wait rule (the ranks arriving at
+different times): how often the scheduler makes a rank wait changes from second to second, how
+long a wait lasts is the machine's. A step law that misses prints its measured split: the
+compute with a loopback (ranks together), the messages alone, what the counted waits and the
+late start took of the pass, and what is left (negative where messages hid behind the
+compute).
 
 The compute of each rank (:func:`compute_model`) is fixed work plus its score blocks, each at
 the time one block of its kind takes alone (:func:`labkit.cp.formulas.rank_compute`): a
@@ -82,36 +84,51 @@ def context(row, prof) -> dict:
     p = int(row["world_size"])
     slow = prof.compute_slowdown(p) if p > 1 else 1.0
     ex = wait = 0.0
-    got = None
+    got = late = None
     if p > 1:  # the blocks travel while the ranks compute
         ex = prof.transfer_s(float(row["kv_block_bytes"]), measurement="message", busy=True)
         wait = float(prof.scheduler_wait_s)
         got = exchanges.count(_timeline(row), world_size=p, transfer_s=ex)
-    waits_s = (got["count"] if got else 0) * wait
+        late = exchanges.late_start(_timeline(row))
+    waits_s = ((got["count"] if got else 0) + late_counted(late)) * wait
     model = predict_step(compute_alone_s=float(row["compute_alone_s"]), slowdown=slow,
                          exchanges=ring_sends_per_rank(p), exchange_s=ex)
     return {"slowdown": slow, "exchange_s": ex, "scheduler_wait_s": wait, "waits": got,
-            "waits_s": waits_s, **model, "comm_s": model["comm_s"] + waits_s,
+            "late": late, "waits_s": waits_s, **model, "comm_s": model["comm_s"] + waits_s,
             "step_s": model["step_s"] + waits_s}
+
+
+def late_counted(late: dict | None) -> int:
+    """1 where a rank arrived at the median pass late enough to count as a scheduler wait
+    (:func:`labkit.cp.exchanges.late_start`), else 0."""
+    return int(bool(late and late["waited"]))
 
 
 #: the split's term for what the counted scheduler waits took of the measured pass
 WAITS_TERM = "scheduler waits (counted)"
+#: the split's term for a rank's late arrival at the median pass, where it counted as a wait
+LATE_TERM = "a rank's late start (counted)"
 
 
 def step_split(row, ctx: dict | None = None) -> dict:
     """The measured pass (ms) split into measured terms that add up to it; with the model's
     ``ctx`` (:func:`context`) that counted scheduler waits, what those took of the median pass
-    beyond their transfers (:data:`WAITS_TERM`), out of the rest.
+    beyond their transfers (:data:`WAITS_TERM`) and how late a rank arrived where that counted
+    (:data:`LATE_TERM`), out of the rest.
 
     >>> row = {"step_time_p50_s": 0.012, "compute_time_p50_s": 0.006, "message_time_s": 0.001}
     >>> step_split(row, {"waits": {"count": 1, "excess_s": 0.0038}})
     {'compute (loopback, ranks together)': 6.0, 'messages alone': 1.0, 'scheduler waits (counted)': 3.8, 'the rest (negative: hidden by overlap)': 1.2}
+    >>> step_split(row, {"waits": {"count": 0, "excess_s": 0.0},
+    ...                  "late": {"late_s": 0.0031, "waited": True}})
+    {'compute (loopback, ranks together)': 6.0, 'messages alone': 1.0, "a rank's late start (counted)": 3.1, 'the rest (negative: hidden by overlap)': 1.9}
     """
     step, comp, msg = (_ms(row[k]) for k in ("step_time_p50_s", "compute_time_p50_s",
                                              "message_time_s"))
-    got = (ctx or {}).get("waits")
+    got, late = (ctx or {}).get("waits"), (ctx or {}).get("late")
     waits = {WAITS_TERM: _ms(got["excess_s"])} if got and got["count"] else {}
+    if late_counted(late):
+        waits[LATE_TERM] = _ms(late["late_s"])
     return {"compute (loopback, ranks together)": comp, "messages alone": msg, **waits,
             "the rest (negative: hidden by overlap)": round(step - comp - msg
                                                             - sum(waits.values()), 9)}
@@ -122,15 +139,22 @@ def waits_note(ctx: dict) -> str:
 
     >>> waits_note({"waits": {"exchanges": 2, "count": 1}, "scheduler_wait_s": 3.6e-3})
     "1 of 2 K/V exchanges waited for the scheduler in the median pass (counted from its timeline), priced at the profile's 3.6 ms each; transfers from the profile's message sweep (cores busy)"
+    >>> print(waits_note({"waits": {"exchanges": 2, "count": 0}, "scheduler_wait_s": 3.6e-3,
+    ...                   "late": {"late_s": 2.8e-3, "waited": True}}).split("; ")[1])
+    a rank started the median pass 2.8 ms after the first (its barrier's exit waited for the scheduler), priced as one more wait
     """
     got = ctx["waits"]
     if not got:
         return ("no exchange's wait was counted (the row holds no timeline): transfers from "
                 "the profile's message sweep (cores busy) only")
+    late = ctx.get("late")
+    arrival = (f"a rank started the median pass {_ms(late['late_s']):.1f} ms after the first "
+               "(its barrier's exit waited for the scheduler), priced as one more wait; "
+               if late_counted(late) else "")
     return (f"{got['count']} of {got['exchanges']} K/V exchanges waited for the scheduler in the "
             f"median pass (counted from its timeline), priced at the profile's "
-            f"{_ms(ctx['scheduler_wait_s']):.1f} ms each; transfers from the profile's message "
-            "sweep (cores busy)")
+            f"{_ms(ctx['scheduler_wait_s']):.1f} ms each; {arrival}transfers from the profile's "
+            "message sweep (cores busy)")
 
 
 def shares(row) -> list:
@@ -347,6 +371,12 @@ def waits_sentence(row, prof) -> str:
     >>> print(waits_sentence({**row, "timeline_s": [dict(s, end_s=3e-4) for s in tl]},
     ...                      FakeProfile()))
     causal on 2 ranks: none of the median pass's 1 K/V exchanges waited for the scheduler (each cost a rank at most its transfer + max(1.5 ms, transfer / 4), counted from its timeline): the model prices their transfers only.
+
+    Rank 1 leaving the barrier 2.8 ms after rank 0:
+
+    >>> late = [dict(s, start_s=2.8e-3 * s["rank"], end_s=3e-3 + 2.8e-3 * s["rank"]) for s in tl]
+    >>> print(waits_sentence({**row, "timeline_s": late}, FakeProfile()).split(". ")[-1])
+    A rank also started the median pass 2.8 ms after the first (more than the rule allows a call with nothing to transfer): its barrier's exit waited for the scheduler, and the model prices it as one more wait.
     """
     from labkit.machine.formulas import WAIT_RULE
 
@@ -360,14 +390,19 @@ def waits_sentence(row, prof) -> str:
     if not got:
         return head + ("the row holds no timeline, so no wait for the scheduler was counted: "
                        "the model prices the exchanges' transfers only.")
+    late = ctx["late"]
+    arrival = (f" A rank also started the median pass {_ms(late['late_s']):.1f} ms after the "
+               "first (more than the rule allows a call with nothing to transfer): its "
+               "barrier's exit waited for the scheduler, and the model prices it as one more "
+               "wait." if late_counted(late) else "")
     if not got["count"]:
         return head + (f"none of the median pass's {got['exchanges']} K/V exchanges waited for "
                        f"the scheduler (each cost a rank at most {rule}, counted from its "
-                       "timeline): the model prices their transfers only.")
+                       "timeline): the model prices their transfers only." + arrival)
     return head + (f"{got['count']} of the median pass's {got['exchanges']} K/V exchanges "
                    f"waited for the scheduler (counted from its timeline: it cost a rank more "
                    f"than {rule}): a message whose receiver's core is busy waits for the "
                    "scheduler's next turn (the profile's "
                    f"{_ms(ctx['scheduler_wait_s']):.1f} ms a wait). The model adds "
-                   f"{_ms(ctx['waits_s']):.1f} ms; the waits took {_ms(got['excess_s']):.1f} ms "
-                   "of the measured pass beyond their transfers.")
+                   f"{_ms(got['count'] * ctx['scheduler_wait_s']):.1f} ms; the waits took {_ms(got['excess_s']):.1f} ms "
+                   "of the measured pass beyond their transfers." + arrival)

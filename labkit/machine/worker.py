@@ -202,6 +202,10 @@ def _repeated_rows(rt, cfg) -> list[dict]:
 
 #: the passes over the sizes of the back-to-back all-reduces, as the collectives lab makes
 STEADY_PASSES = 2
+#: the back-to-back all-reduces of a size and context, as a multiple of ``iters``: a busy call's
+#: time spreads wide (8 MiB on the 2-vCPU VM: p10 8 ms, p90 21-28 ms), and the p50 of 11 calls
+#: read 8.4-15.5 ms in three back-to-back measurements of one launch; 33 calls halve that spread
+STEADY_CALLS_PER_ITER = 3
 
 
 def _steady_calls(rt, buf, calls: int) -> list[float]:
@@ -216,14 +220,15 @@ def _steady_calls(rt, buf, calls: int) -> list[float]:
 def _steady_rows(rt, cfg) -> list[dict]:
     """``allreduce_steady``: every size's all-reduce called back to back, idle and then while
     a thread in every rank computes (``busy``), in :data:`STEADY_PASSES` passes over the sizes
-    (``iters`` calls a size in all), each size on a buffer of its own: the collectives lab's
-    way, steady state, no barrier between calls (a call's time: the slowest rank's). The
-    sweep's calls each follow a barrier and another size's call: where the laws on the
-    collectives lab's calls missed in 16 lab runs on the 2-vCPU VM, the sweep read the latency
-    floor 1.3-2.2x and a 512 KiB all-reduce 1.4-1.7x (5 of 6) what that lab measured."""
+    (:data:`STEADY_CALLS_PER_ITER` x ``iters`` calls a size in all), each size on a buffer of
+    its own: the collectives lab's way, steady state, no barrier between calls (a call's time:
+    the slowest rank's). The sweep's calls each follow a barrier and another size's call: where
+    the laws on the collectives lab's calls missed in 16 lab runs on the 2-vCPU VM, the sweep
+    read the latency floor 1.3-2.2x and a 512 KiB all-reduce 1.4-1.7x (5 of 6) what that lab
+    measured."""
     sizes = cfg.sizes()
-    per_pass = [cfg.iters // STEADY_PASSES + (k < cfg.iters % STEADY_PASSES)
-                for k in range(STEADY_PASSES)]
+    total = STEADY_CALLS_PER_ITER * cfg.iters
+    per_pass = [total // STEADY_PASSES + (k < total % STEADY_PASSES) for k in range(STEADY_PASSES)]
     local = {(c, s): [] for c in ("idle", "busy") for s in sizes}
     for calls in per_pass:
         for s in sizes:
