@@ -272,7 +272,7 @@ def test_documented_values_fit_the_budget_or_are_refused(over, fits):
         assert config.check_budget(cfg, world, flop_per_s=RATE, cores=CORES) == est
         assert est <= config.NOTEBOOK_BUDGET_S
     else:
-        with pytest.raises(UsageError, match=rf"estimated at {est:.0f} s .* over the 28 s "
+        with pytest.raises(UsageError, match=rf"estimated at {est:.0f} s .* over the 32 s "
                                              r"budget: use fewer"):
             config.check_budget(cfg, world, flop_per_s=RATE, cores=CORES)
 
@@ -339,5 +339,5 @@ def test_a_noisy_profile_does_not_refuse_the_defaults():
     rate = config.best_matmul_flop_per_s(Noisy())
     assert rate == 33.4e9
     assert config.check_budget(cfg, world, flop_per_s=rate, cores=2) <= config.NOTEBOOK_BUDGET_S
-    with pytest.raises(UsageError, match="over the 28 s budget"):
+    with pytest.raises(UsageError, match="over the 32 s budget"):
         config.check_budget(cfg, world, flop_per_s=12.7e9, cores=2)  # 1024, extrapolated

@@ -123,9 +123,9 @@ def launch_seconds(config: CPConfig, world_size: int, *, flop_per_s: float, core
     blocks spill out of the caches:
 
     >>> round(launch_seconds(CPConfig(), 2, flop_per_s=48e9, cores=2), 1)
-    7.9
+    8.1
     >>> round(launch_seconds(CPConfig(seq_len=2048), 2, flop_per_s=48e9, cores=2))
-    75
+    97
     """
     p, s = world_size, config.steps
     slow = compute_slowdown(p, co_run=CO_RUN_SLOWDOWN, measured_ranks=p, cores=cores)

@@ -99,7 +99,7 @@ def notebook_seconds(moe_config: MoEConfig, cp_config: CPConfig, *, moe_ranks: i
     >>> est = notebook_seconds(MoEConfig(), CPConfig(), moe_ranks=2, cp_ranks=2,
     ...                        flop_per_s=48e9, cores=2)
     >>> {k: round(v, 1) for k, v in est.items()}
-    {'moe': 5.9, 'cp': 7.9, 'notebook': 5.0, 'total': 18.8}
+    {'moe': 5.9, 'cp': 8.1, 'notebook': 5.0, 'total': 19.0}
     """
     moe = launch_seconds(moe_config, moe_ranks, flop_per_s=flop_per_s, cores=cores)
     cp = cp_budget.launch_seconds(cp_config, cp_ranks, flop_per_s=flop_per_s, cores=cores)
@@ -118,13 +118,13 @@ def check(moe_config: MoEConfig, cp_config: CPConfig, *, moe_ranks: int, cp_rank
     ...     cores = 2
     ...     rows = ({"measurement": "matmul", "context": "alone", "flop_per_s": 48e9},)
     >>> round(check(MoEConfig(), CPConfig(), moe_ranks=2, cp_ranks=2, machine=Machine(),
-    ...             budget_s=32), 1)
-    18.8
+    ...             budget_s=36), 1)
+    19.0
     >>> check(MoEConfig(tokens=8192), CPConfig(), moe_ranks=2, cp_ranks=2, machine=Machine(),
-    ...       budget_s=32)
+    ...       budget_s=36)
     Traceback (most recent call last):
     ...
-    labkit.errors.UsageError: these parameters would run about 74 s here (the MoE launch 61 s, the CP launch 8 s, the notebook 5 s), over this notebook's budget of 32 s: lower moe_tokens (8192), moe_hidden (256) or moe_experts x moe_top_k, or raise budget_s
+    labkit.errors.UsageError: these parameters would run about 74 s here (the MoE launch 61 s, the CP launch 8 s, the notebook 5 s), over this notebook's budget of 36 s: lower moe_tokens (8192), moe_hidden (256) or moe_experts x moe_top_k, or raise budget_s
     """
     cores = int(machine.cores)
     est = notebook_seconds(moe_config, cp_config, moe_ranks=moe_ranks, cp_ranks=cp_ranks,
