@@ -101,6 +101,38 @@ def test_tp_laws_hold_on_transfers_plus_counted_waits_and_fail_without_them():
     assert tp_verdicts.WAITS_TERM not in inside["split"]
 
 
+def _every_step(waited_per_step) -> list[dict]:
+    """Every timed step's all-reduces (:func:`labkit.tp.timeline.call_messages_s`'s form): step
+    k's calls at their transfer, those in ``waited_per_step[k]`` a scheduler wait longer."""
+    t = PROF.transfer_s(TP_EACH)
+    return [{"cat": "all-reduce", "message_s": t + (WAIT_S if i in waited else 0.0)}
+            for waited in waited_per_step for i in range(8)]
+
+
+def test_tp_time_inside_counts_the_waits_of_every_timed_step_as_it_is_their_mean():
+    # five timed steps: 0, 1, 3, 1 and 1 waits (6 in all, 1.2 a step); the median step's 3
+    steps = [(), (2,), (0, 2, 4), (1,), (5,)]
+    row = _tp_row(timeline_s=_tp_timeline(waited=(0, 2, 4)), collective_calls_s=_every_step(steps),
+                  step_times_s=[0.07] * 5)
+    ctx = tp_verdicts.context(row, PROF)
+    assert ctx["waits"]["count"] == 3  # the median step's, for the step law
+    assert (ctx["every"]["count"], ctx["every"]["per_step"]) == (6, 1.2)
+    assert ctx["inside_s"] == pytest.approx(ctx["transfers_s"] + 1.2 * PROF.scheduler_wait_s)
+    mean = 8 * PROF.transfer_s(TP_EACH) + 1.2 * WAIT_S  # the mean step's time inside
+    inside = next(r for r in tp_verdicts.naive_laws(_tp_measured(row, ctx, messages_s=mean), PROF)
+                  if "time inside" in r["law"])
+    assert inside["holds"] and "6 of the 40 all-reduces of the 5 timed steps" in inside["note"]
+    assert inside["split"][tp_verdicts.WAITS_TERM] == pytest.approx(1.2 * WAIT_S * 1e3)
+    assert laws.split_sums(inside)
+    # against the median step's three waits the same mean would have missed
+    alone = {k: v for k, v in row.items() if k != "collective_calls_s"}
+    miss = next(r for r in tp_verdicts.naive_laws(_tp_measured(alone, ctx, messages_s=mean), PROF)
+                if "time inside" in r["law"])
+    assert not miss["holds"] and "in the median step" in miss["note"]
+    assert "1.2 scheduler waits a step (counted over the 5 timed steps)" in \
+        tp_verdicts.inside_sentence(_tp_measured(row, ctx, messages_s=mean), PROF)
+
+
 def test_tp_speedup_law_carries_the_counted_waits():
     one = _tp_row(world_size=1, allreduce_calls_formula=0, predicted_compute_s=0.09)
     quiet, noisy = (_tp_row(timeline_s=_tp_timeline(waited=w), speedup_vs_1_rank=1.1)

@@ -82,6 +82,10 @@ class Comm:
                     for *_, a, b in self._calls]
         return [(a, b) for *_, a, b in self._calls]
 
+    def ops(self) -> list[str]:
+        """The operation of every collective since :meth:`reset`, in :meth:`timeline`'s order."""
+        return [op for op, *_ in self._calls]
+
     def collective(self, op: str, nbytes: int, run, *, name: str, before: str,
                    phase: str) -> None:
         """Count and time ``run()``, one synchronous collective ``op`` of ``nbytes`` (its

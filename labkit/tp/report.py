@@ -98,6 +98,9 @@ COLUMNS = (
                               "Chrome trace's slices)"),
     Column("timeline_step", "", "which timed step timeline_s shows (1 = the first)"),
     Column("timeline_step_time_s", "s", "that step's time, slowest rank"),
+    Column("collective_calls_s", "s", "naive and sp at P > 1: every timed step's collectives "
+           "in call order, each its cat and message_s (from the last rank's entry to the last "
+           "exit; a list): the time-inside law counts their scheduler waits"),
     Column("own_work_hidden_used", "", "library at P > 1: the small hidden size its own work "
            "was timed at (own_work_hidden rounded up to whole heads)"),
     Column("own_work_naive_step_s", "s", "the teaching version's step at that size (p50 of "

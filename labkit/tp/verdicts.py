@@ -120,8 +120,8 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
     ar_each = _number(row, "allreduce_bytes_formula", n_ar * each) / n_ar if n_ar else each
     n_ag = int(_number(row, "allgather_calls_formula"))
     n_rs = int(_number(row, "reduce_scatter_calls_formula"))
-    got, wait = None, 0.0
-    ar = ag = rs = 0.0
+    got = every = None
+    wait = ar = ag = rs = 0.0
     if p > 1:
         tl = waits.timeline(row)
         kw = dict(ranks=p, busy=False, counted=bool(tl))
@@ -132,15 +132,19 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
                                                  busy=False), **kw) if n_rs else 0.0
         if tl:
             wait = float(prof.scheduler_wait_s)
-            got = waits.count(tl, transfers={"all-reduce": ar, "all-gather": ag,
-                                             "reduce-scatter": rs})
+            kinds = {"all-reduce": ar, "all-gather": ag, "reduce-scatter": rs}
+            got = waits.count(tl, transfers=kinds)
+            every = waits.count_steps(row.get("collective_calls_s"), transfers=kinds,
+                                      steps=len(row.get("step_times_s") or []))
     gathers = n_ag + n_rs
     gs = (n_ag * ag + n_rs * rs) / gathers if gathers else 0.0
+    model = step_in_context(compute_alone_s=row["predicted_compute_s"], slowdown=slow,
+                            allreduces=n_ar, allreduce_s=ar, gathers=gathers, gather_s=gs,
+                            waits=got["count"] if got else 0, wait_s=wait, extra_s=extra_s)
+    # the time inside is a mean over the timed steps: their waits counted in every step
+    inside = model["transfers_s"] + every["per_step"] * wait if every else model["comm_s"]
     return {"slowdown": slow, "allreduce_s": ar, "gather_s": gs, "waits": got,
-            "scheduler_wait_s": wait,
-            **step_in_context(compute_alone_s=row["predicted_compute_s"], slowdown=slow,
-                              allreduces=n_ar, allreduce_s=ar, gathers=gathers, gather_s=gs,
-                              waits=got["count"] if got else 0, wait_s=wait, extra_s=extra_s)}
+            "scheduler_wait_s": wait, "every": every, "inside_s": inside, **model}
 
 
 def _ms(x: float) -> float:
@@ -159,10 +163,12 @@ def inside_split(row, ctx: dict | None = None) -> dict:
     {'messages': 7.3, 'scheduler waits (counted)': 4.7, 'waiting for the later rank': 2.0}
     """
     msg = _ms(row["allreduce_message_in_step_s"])
-    got = (ctx or {}).get("waits")
+    got, every = (ctx or {}).get("waits"), (ctx or {}).get("every")
+    if every:  # counted in every timed step, as the time inside is their mean
+        got = {"count": every["count"], "excess_s": [every["excess_per_step_s"]]}
     if not got or not got["count"]:
         return {"messages": msg, "waiting for the later rank": _ms(row["allreduce_wait_in_step_s"])}
-    part = min(_ms(sum(got["excess_s"])), msg)  # the median step's waits, within the messages
+    part = min(_ms(sum(got["excess_s"])), msg)  # the counted waits, within the messages
     return {"messages": round(msg - part, 9), WAITS_TERM: round(part, 9),
             "waiting for the later rank": _ms(row["allreduce_wait_in_step_s"])}
 
@@ -202,6 +208,22 @@ def wait_note(ctx: dict, *, what: str = "all-reduces") -> str:
                                "inside the library, unstamped): each priced at the profile's "
                                "average in context, transfer + its share of scheduler waits "
                                f"({_ms(ctx['allreduce_s']):.2f} ms)")
+
+
+def inside_note(ctx: dict) -> str:
+    """What the time-inside law counted (:func:`context`'s ``every``; empty without it).
+
+    >>> print(inside_note({"every": {"calls": 40, "count": 6, "steps": 5, "per_step": 1.2},
+    ...                    "scheduler_wait_s": 3.6e-3}))
+    6 of the 40 all-reduces of the 5 timed steps waited for the scheduler (1.2 a step, counted from every step's calls), priced at the profile's 3.6 ms each; transfers the profile's, peers idle
+    """
+    every = ctx.get("every")
+    if not every:
+        return ""
+    return (f"{every['count']} of the {every['calls']} all-reduces of the {every['steps']} "
+            f"timed steps waited for the scheduler ({every['per_step']:.1f} a step, counted from "
+            f"every step's calls), priced at the profile's {_ms(ctx['scheduler_wait_s']):.1f} ms "
+            "each; transfers the profile's, peers idle")
 
 
 def bookkeeping_s(df) -> float:
@@ -266,10 +288,10 @@ def naive_laws(row, prof) -> list[dict]:
                       predicted=row["comm_bytes_formula"], measured=row["comm_bytes_measured"],
                       unit="B", tolerance_pct=0),
                 check(f"{pre}: time inside f's and g's all-reduces from the later rank's "
-                      "entry = 4 L t_ar (in context)", predicted=_ms(ctx["comm_s"]),
+                      "entry = 4 L t_ar (in context)", predicted=_ms(ctx["inside_s"]),
                       measured=_ms(row["allreduce_message_in_step_s"]), unit="ms",
                       tolerance_pct=TOLERANCE_PCT, split=messages_split(row, ctx),
-                      note=f"{note}; before it, the wait for the later rank to enter "
+                      note=f"{inside_note(ctx) or note}; before it, the wait for the later rank to enter "
                            f"({_ms(row['allreduce_wait_in_step_s']):.1f} ms: the ranks' compute "
                            "arriving apart, in the step's split)")]
         split = step_split(row, ctx)
@@ -349,7 +371,8 @@ def _against(measured: float, predicted: float, tolerance_pct: float = TOLERANCE
 
 def inside_sentence(row, prof) -> str:
     """Where the time inside f's and g's all-reduces went, against the model's: the transfers
-    and the scheduler waits counted in the median step (:func:`context`).
+    and the scheduler waits counted in every timed step (or, for a row without their calls,
+    in the median step: :func:`context`).
 
     >>> row = {"world_size": 2, "hidden": 256, "bytes_per_allreduce": 262144,
     ...        "allreduce_calls_formula": 8, "predicted_compute_s": 0.054,
@@ -364,10 +387,13 @@ def inside_sentence(row, prof) -> str:
     """
     msg, wait = _ms(row["allreduce_message_in_step_s"]), _ms(row["allreduce_wait_in_step_s"])
     ctx = context(row, prof)
-    pred = _ms(ctx["comm_s"])
+    pred, every = _ms(ctx["inside_s"]), ctx["every"]
     n = int(row["allreduce_calls_formula"])
     most = "mostly the messages" if msg >= wait else "mostly the wait for the later rank"
-    how = (f": their transfers {_ms(ctx['transfers_s']):.1f} ms and {ctx['waits']['count']} "
+    how = (f": their transfers {_ms(ctx['transfers_s']):.1f} ms and {every['per_step']:.1f} "
+           f"scheduler waits a step (counted over the {every['steps']} timed steps), "
+           f"{pred - _ms(ctx['transfers_s']):.1f} ms" if every else
+           f": their transfers {_ms(ctx['transfers_s']):.1f} ms and {ctx['waits']['count']} "
            f"scheduler waits counted in the median step, {_ms(ctx['waits_s']):.1f} ms"
            if ctx["waits"] else " at the profile's average in context")
     return (f"time inside f's and g's all-reduces: {_ms(row['allreduce_time_in_step_s']):.1f} ms "
