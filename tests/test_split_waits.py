@@ -12,6 +12,7 @@ import pytest
 from labkit.book import laws
 from labkit.fsdp import model as fsdp_model
 from labkit.fsdp import verdicts as fsdp_verdicts
+from labkit.machine import Profile
 from labkit.tp import verdicts as tp_verdicts
 from labkit.tp import waits
 
@@ -131,6 +132,25 @@ def test_tp_time_inside_counts_the_waits_of_every_timed_step_as_it_is_their_mean
     assert not miss["holds"] and "in the median step" in miss["note"]
     assert "1.2 scheduler waits a step (counted over the 5 timed steps)" in \
         tp_verdicts.inside_sentence(_tp_measured(row, ctx, messages_s=mean), PROF)
+
+
+def test_tp_time_inside_prices_its_waits_at_the_profiles_idle_calls():
+    # busy calls that waited twice as long as idle ones: the pooled price lies between
+    busy_longer = [dict(r, wait_excess_s=[2 * WAIT_S] * len(r["wait_excess_s"]))
+                   if r.get("context") == "busy" and r.get("wait_excess_s") else r
+                   for r in PROF.rows]
+    prof = Profile.from_rows(busy_longer, source="synthetic")
+    assert prof.scheduler_wait_in_s(busy=False) == pytest.approx(WAIT_S)
+    assert prof.scheduler_wait_in_s(busy=True) == pytest.approx(2 * WAIT_S)
+    assert prof.scheduler_wait_s == pytest.approx(2 * WAIT_S)  # more busy calls waited
+    row = _tp_row(timeline_s=_tp_timeline(waited=(0, 2, 4)),
+                  collective_calls_s=_every_step([(), (2,), (0, 2, 4), (1,), (5,)]),
+                  step_times_s=[0.07] * 5)
+    ctx = tp_verdicts.context(row, prof)
+    assert ctx["inside_s"] == pytest.approx(ctx["transfers_s"] + 1.2 * WAIT_S)
+    assert ctx["waits_s"] == pytest.approx(3 * 2 * WAIT_S)  # the step law's: pooled
+    assert "priced at 3.6 ms each (the profile's calls that waited with the peers idle)" in \
+        tp_verdicts.inside_note(ctx)
 
 
 def test_tp_speedup_law_carries_the_counted_waits():

@@ -222,6 +222,16 @@ class Profile:
                   for x in (r.get("wait_excess_s") or [])]
         return formulas.median(excess) if excess else 0.0
 
+    def scheduler_wait_in_s(self, *, busy: bool) -> float:
+        """:attr:`scheduler_wait_s` over the calls of one context, the peers idle or busy (the
+        pooled one where that context has none): what a wait costs a collective that every
+        rank has entered while no compute shares their cores is its idle calls' (``busy=False``);
+        the pooled one also holds the busy calls' longer waits."""
+        excess = [x for r in self.rows if r.get("measurement") in ("allreduce", "message")
+                  and r.get("context") == ("busy" if busy else "idle")
+                  for x in (r.get("wait_excess_s") or [])]
+        return formulas.median(excess) if excess else self.scheduler_wait_s
+
     def wait_share(self, *, busy: bool = False) -> float:
         """The share of the profile's messages and all-reduces that waited for the scheduler,
         with the peers idle or busy: the median over its sizes (one size's few calls say

@@ -35,6 +35,9 @@ class FakeProfile:
     def wait_share(self, *, busy=False):
         return self.share
 
+    def scheduler_wait_in_s(self, *, busy):
+        return self.scheduler_wait_s
+
     def allreduce_s(self, size_bytes, *, ranks=None, busy=False):
         return (self.transfer_s(size_bytes, ranks=ranks, busy=busy)
                 + self.share * self.scheduler_wait_s)

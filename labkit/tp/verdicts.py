@@ -141,10 +141,13 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
     model = step_in_context(compute_alone_s=row["predicted_compute_s"], slowdown=slow,
                             allreduces=n_ar, allreduce_s=ar, gathers=gathers, gather_s=gs,
                             waits=got["count"] if got else 0, wait_s=wait, extra_s=extra_s)
-    # the time inside is a mean over the timed steps: their waits counted in every step
-    inside = model["transfers_s"] + every["per_step"] * wait if every else model["comm_s"]
+    # the time inside is a mean over the timed steps: their waits counted in every step, each
+    # at what a wait costs a call every rank has entered, no compute beside it (idle calls')
+    inside_wait = float(prof.scheduler_wait_in_s(busy=False)) if every else wait
+    inside = model["transfers_s"] + every["per_step"] * inside_wait if every else model["comm_s"]
     return {"slowdown": slow, "allreduce_s": ar, "gather_s": gs, "waits": got,
-            "scheduler_wait_s": wait, "every": every, "inside_s": inside, **model}
+            "scheduler_wait_s": wait, "every": every, "inside_s": inside,
+            "inside_wait_s": inside_wait, **model}
 
 
 def _ms(x: float) -> float:
@@ -214,16 +217,16 @@ def inside_note(ctx: dict) -> str:
     """What the time-inside law counted (:func:`context`'s ``every``; empty without it).
 
     >>> print(inside_note({"every": {"calls": 40, "count": 6, "steps": 5, "per_step": 1.2},
-    ...                    "scheduler_wait_s": 3.6e-3}))
-    6 of the 40 all-reduces of the 5 timed steps waited for the scheduler (1.2 a step, counted from every step's calls), priced at the profile's 3.6 ms each; transfers the profile's, peers idle
+    ...                    "inside_wait_s": 2.6e-3}))
+    6 of the 40 all-reduces of the 5 timed steps waited for the scheduler (1.2 a step, counted from every step's calls), priced at 2.6 ms each (the profile's calls that waited with the peers idle); transfers the profile's, peers idle
     """
     every = ctx.get("every")
     if not every:
         return ""
     return (f"{every['count']} of the {every['calls']} all-reduces of the {every['steps']} "
             f"timed steps waited for the scheduler ({every['per_step']:.1f} a step, counted from "
-            f"every step's calls), priced at the profile's {_ms(ctx['scheduler_wait_s']):.1f} ms "
-            "each; transfers the profile's, peers idle")
+            f"every step's calls), priced at {_ms(ctx['inside_wait_s']):.1f} ms each (the "
+            "profile's calls that waited with the peers idle); transfers the profile's, peers idle")
 
 
 def bookkeeping_s(df) -> float:
