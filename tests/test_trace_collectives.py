@@ -11,6 +11,7 @@ import pytest
 
 from labkit import collectives, results, trace
 from labkit.collectives import formulas, report
+from labkit.collectives.config import BUSY_CALLS_PER_ITER
 from labkit.collectives.trace import (
     TRACED_CALLS,
     call_timeline,
@@ -43,7 +44,8 @@ def _row(op: str, size: int, *, ranks: int = 2, iters: int = 8, busy: bool = Fal
            "time_p90_s": float(np.percentile(times, 90)),
            "timeline_s": call_timeline(stamps, origin_s=origin), "busy_timeline_s": None}
     if busy:
-        row["busy_timeline_s"] = call_timeline(_stamps(ranks, iters, seed=seed + 1000,
+        row["busy_timeline_s"] = call_timeline(_stamps(ranks, BUSY_CALLS_PER_ITER * iters,
+                                                       seed=seed + 1000,
                                                        start=origin + 1e-3 * seed + 0.5),
                                                origin_s=origin)
     return row
@@ -128,7 +130,8 @@ def test_the_default_sweeps_file_is_small_and_a_long_one_is_bounded(tmp_path):
     rows = _sweep(ops=formulas.OPS, max_bytes=8 << 20, factor=4, iters=8, ranks=2, busy=True)
     (path,) = trace.write_launches(tmp_path / "a", "collectives", rows, trace_events)
     slices = trace.slices(trace.load(path)["traceEvents"])
-    assert len(slices) == sum(2 * 8 * (1 + bool(r["busy_timeline_s"])) for r in rows)
+    assert len(slices) == sum(2 * 8 * (1 + BUSY_CALLS_PER_ITER * bool(r["busy_timeline_s"]))
+                              for r in rows)
     assert path.stat().st_size < 400_000  # embedded in the page as a download link
     # 1000 calls per size on 4 ranks: the trace keeps the first TRACED_CALLS of each
     rows = _sweep(ops=formulas.OPS, max_bytes=64 << 20, factor=2, iters=1000, ranks=4, busy=True)
@@ -209,7 +212,8 @@ def test_a_two_rank_sweep_writes_the_calls_its_rows_measured(tmp_path):
     assert len(expected) == len(rows) + int((df.op == "all_reduce").sum())
     for name in expected:
         mine = [e for es in by_thread[name].values() for e in es]
-        assert sorted(by_thread[name]) == [0, 1] and len(mine) == 2 * config.iters
+        calls = (BUSY_CALLS_PER_ITER if name.endswith("cores busy") else 1) * config.iters
+        assert sorted(by_thread[name]) == [0, 1] and len(mine) == 2 * calls
     # the sweep on one clock, its sizes in two passes: a rank runs one call at a time
     for rank in (0, 1):
         spans = sorted((e["ts"], e["ts"] + e["dur"]) for name in expected
@@ -218,13 +222,14 @@ def test_a_two_rank_sweep_writes_the_calls_its_rows_measured(tmp_path):
         assert not bad, bad[:3]
     # each size's calls in two passes over its op's sizes: an op's second half of calls
     # starts after the first half of every size of that op ended
-    half = config.iters // 2
     late = []
     for op in config.ops:
-        mine = [(int(e["name"][1:]), e) for name in expected if name.startswith(op + " ")
+        # (the call's number, its half: the busy all-reduce numbers its more calls on alike)
+        mine = [(int(e["name"][1:]), (BUSY_CALLS_PER_ITER if name.endswith("cores busy") else 1)
+                 * (config.iters // 2), e) for name in expected if name.startswith(op + " ")
                 for e in by_thread[name][0]]
-        first_pass = max(e["ts"] + e["dur"] for k, e in mine if k <= half)
-        late += [(op, e["ts"], first_pass) for k, e in mine
+        first_pass = max(e["ts"] + e["dur"] for k, half, e in mine if k <= half)
+        late += [(op, e["ts"], first_pass) for k, half, e in mine
                  if k > half and e["ts"] < first_pass - 1e-3]
     assert not late, late[:3]
     for row in rows:

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from labkit import trace
+from labkit.collectives.config import BUSY_CALLS_PER_ITER
 from labkit.collectives.verdicts import size_text
 
 #: timed calls per size a row keeps in its timeline (the first ones): a bound on the rows and
@@ -76,15 +77,24 @@ def thread_name(row: dict, *, busy: bool = False) -> str:
     for the busy calls, and which calls where the timeline holds fewer than the row timed.
 
     >>> calls = [{"rank": 0, "call": k, "start_s": k, "end_s": k + 1} for k in (1, 2)]
-    >>> thread_name({"op": "all_reduce", "size_bytes": 8 << 20, "iters": 2, "busy_timeline_s": calls},
+    >>> thread_name({"op": "all_reduce", "size_bytes": 8 << 20, "iters": 1, "busy_timeline_s": calls},
     ...             busy=True)
     'all_reduce 8 MiB, cores busy'
     >>> thread_name({"op": "broadcast", "size_bytes": 64, "iters": 100, "timeline_s": calls})
     'broadcast 64 B, calls 1-2 of 100'
+
+    The busy all-reduce times :data:`~labkit.collectives.config.BUSY_CALLS_PER_ITER` times
+    ``iters`` calls:
+
+    >>> thread_name({"op": "all_reduce", "size_bytes": 64, "iters": 2, "busy_timeline_s": calls},
+    ...             busy=True)
+    'all_reduce 64 B, cores busy, calls 1-2 of 4'
     """
     text = f"{row['op']} {size_text(row['size_bytes'])}" + (", cores busy" if busy else "")
     calls = row.get("busy_timeline_s" if busy else "timeline_s")
     iters = row.get("iters")
+    if isinstance(iters, (int, float)) and busy:  # the busy all-reduce times more calls
+        iters = BUSY_CALLS_PER_ITER * iters
     if _timed(calls) and isinstance(iters, (int, float)):
         n = max(int(c["call"]) for c in calls)
         if n < iters:
