@@ -20,8 +20,8 @@ exact answer, summed over ranks (``wrong``). With ``busy`` every all-reduce size
 once more in each pass, on the same buffer, with
 :data:`~labkit.collectives.config.BUSY_CALLS_PER_ITER` times the calls, while a thread in every
 rank keeps its core computing matrix products (the machine profile's busy context: what
-backward does to an all-reduce it overlaps). Buffers live on the rank's device; each row carries the size's device
-memory peak (None on a CPU).
+backward does to an all-reduce it overlaps). Buffers live on the rank's device; each row
+carries the size's device memory peak (None on a CPU).
 """
 
 from __future__ import annotations

@@ -404,5 +404,6 @@ def waits_sentence(row, prof) -> str:
                    f"than {rule}): a message whose receiver's core is busy waits for the "
                    "scheduler's next turn (the profile's "
                    f"{_ms(ctx['scheduler_wait_s']):.1f} ms a wait). The model adds "
-                   f"{_ms(got['count'] * ctx['scheduler_wait_s']):.1f} ms; the waits took {_ms(got['excess_s']):.1f} ms "
-                   "of the measured pass beyond their transfers." + arrival)
+                   f"{_ms(got['count'] * ctx['scheduler_wait_s']):.1f} ms; the waits took "
+                   f"{_ms(got['excess_s']):.1f} ms of the measured pass beyond their "
+                   "transfers." + arrival)

@@ -134,8 +134,9 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
             wait = float(prof.scheduler_wait_s)
             kinds = {"all-reduce": ar, "all-gather": ag, "reduce-scatter": rs}
             got = waits.count(tl, transfers=kinds)
+            timed = row.get("step_times_s")
             every = waits.count_steps(row.get("collective_calls_s"), transfers=kinds,
-                                      steps=len(row.get("step_times_s") or []))
+                                      steps=len(timed) if isinstance(timed, list) else 0)
     gathers = n_ag + n_rs
     gs = (n_ag * ag + n_rs * rs) / gathers if gathers else 0.0
     model = step_in_context(compute_alone_s=row["predicted_compute_s"], slowdown=slow,
@@ -294,9 +295,9 @@ def naive_laws(row, prof) -> list[dict]:
                       "entry = 4 L t_ar (in context)", predicted=_ms(ctx["inside_s"]),
                       measured=_ms(row["allreduce_message_in_step_s"]), unit="ms",
                       tolerance_pct=TOLERANCE_PCT, split=messages_split(row, ctx),
-                      note=f"{inside_note(ctx) or note}; before it, the wait for the later rank to enter "
-                           f"({_ms(row['allreduce_wait_in_step_s']):.1f} ms: the ranks' compute "
-                           "arriving apart, in the step's split)")]
+                      note=f"{inside_note(ctx) or note}; before it, the wait for the later "
+                           f"rank to enter ({_ms(row['allreduce_wait_in_step_s']):.1f} ms: the "
+                           "ranks' compute arriving apart, in the step's split)")]
         split = step_split(row, ctx)
     out.append(check(f"{pre}: step = F/R x slowdown + 4 L t_ar", predicted=_ms(ctx["step_s"]),
                      measured=_ms(row["step_time_p50_s"]), unit="ms",
