@@ -103,7 +103,7 @@ def test_tp_laws_hold_on_transfers_plus_counted_waits_and_fail_without_them():
 
 
 def _every_step(waited_per_step) -> list[dict]:
-    """Every timed step's all-reduces (:func:`labkit.tp.timeline.call_messages_s`'s form): step
+    """Every timed step's all-reduces (:func:`labkit.tp.waits.call_messages_s`'s form): step
     k's calls at their transfer, those in ``waited_per_step[k]`` a scheduler wait longer."""
     t = PROF.transfer_s(TP_EACH)
     return [{"cat": "all-reduce", "message_s": t + (WAIT_S if i in waited else 0.0)}

@@ -218,8 +218,7 @@ class Profile:
         """What a call that waited for the scheduler took beyond its transfer: the median over
         every such call of the profile, all-reduces and messages, idle and busy (0 where none
         waited). On a machine whose cores are all computing it is about a scheduler tick."""
-        excess = [x for r in self.rows if r.get("measurement") in ("allreduce", "message")
-                  for x in (r.get("wait_excess_s") or [])]
+        excess = self._wait_excesses()
         return formulas.median(excess) if excess else 0.0
 
     def scheduler_wait_in_s(self, *, busy: bool) -> float:
@@ -227,10 +226,14 @@ class Profile:
         pooled one where that context has none): what a wait costs a collective that every
         rank has entered while no compute shares their cores is its idle calls' (``busy=False``);
         the pooled one also holds the busy calls' longer waits."""
-        excess = [x for r in self.rows if r.get("measurement") in ("allreduce", "message")
-                  and r.get("context") == ("busy" if busy else "idle")
-                  for x in (r.get("wait_excess_s") or [])]
+        excess = self._wait_excesses("busy" if busy else "idle")
         return formulas.median(excess) if excess else self.scheduler_wait_s
+
+    def _wait_excesses(self, context: str | None = None) -> list[float]:
+        """What each of the profile's all-reduces and messages that waited for the scheduler
+        took beyond its transfer, of one ``context`` (None: both)."""
+        return [x for r in self.rows if r.get("measurement") in ("allreduce", "message")
+                and context in (None, r.get("context")) for x in (r.get("wait_excess_s") or [])]
 
     def wait_share(self, *, busy: bool = False) -> float:
         """The share of the profile's messages and all-reduces that waited for the scheduler,

@@ -65,25 +65,6 @@ def split_waits(timelines, *, shared_clock: bool = True) -> list[dict]:
     return out
 
 
-def call_messages_s(timelines, ops, *, shared_clock: bool = True) -> list[dict]:
-    """Every collective of ``timelines`` (as :func:`split_waits` reads them; ``ops``: each
-    call's operation, :meth:`labkit.tp.comm.Comm.ops`): its category (:data:`OP_CAT`) and
-    ``message_s``, from the last rank's entry to the last rank's exit, what
-    :func:`labkit.tp.waits.call_messages` reads off one step's slices.
-
-    >>> call_messages_s([[(0.000, 0.004)], [(0.003, 0.0045)]], ["all_reduce"])
-    [{'cat': 'all-reduce', 'message_s': 0.0015}]
-    """
-    timelines = [list(tl) for tl in timelines]
-    offsets = [0.0] * len(timelines) if shared_clock else clock_offsets(timelines)
-    out = []
-    for op, calls in zip(ops, zip(*timelines)):
-        last_in = max(a - off for (a, _), off in zip(calls, offsets))
-        last_out = max(b - off for (_, b), off in zip(calls, offsets))
-        out.append({"cat": OP_CAT.get(op, op), "message_s": round(max(0.0, last_out - last_in), 9)})
-    return out
-
-
 def slowest(splits: list[dict]) -> dict:
     """The split of the rank that spent the longest inside its collectives (the one a step
     waits for in the end).

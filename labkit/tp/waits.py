@@ -18,7 +18,7 @@ the profile's :attr:`~labkit.machine.Profile.scheduler_wait_s`.
 from __future__ import annotations
 
 from labkit.machine.formulas import WAIT_THRESHOLD_S, counted_waits
-from labkit.tp.timeline import OP_CAT
+from labkit.tp.timeline import OP_CAT, clock_offsets
 
 #: the categories of a collective's message in the labs' timelines
 COLLECTIVE_CATS = tuple(OP_CAT.values())
@@ -83,6 +83,25 @@ def call_messages(slices) -> list[dict]:
     return out
 
 
+def call_messages_s(timelines, ops, *, shared_clock: bool = True) -> list[dict]:
+    """Every collective of every rank's ``timelines`` (lists of (entry, exit), the same calls
+    in the same order, as :func:`labkit.tp.timeline.split_waits` reads them; ``ops``: each
+    call's operation, :meth:`labkit.tp.comm.Comm.ops`): its category (:data:`OP_CAT`) and
+    :func:`message_s`, read as :func:`call_messages` reads one step's slices.
+    ``shared_clock=False`` aligns the ranks' clocks by their exits
+    (:func:`labkit.tp.timeline.clock_offsets`).
+
+    >>> call_messages_s([[(0.000, 0.004)], [(0.003, 0.0045)]], ["all_reduce"])
+    [{'cat': 'all-reduce', 'message_s': 0.0015}]
+    """
+    timelines = [list(tl) for tl in timelines]
+    offsets = [0.0] * len(timelines) if shared_clock else clock_offsets(timelines)
+    return [{"cat": OP_CAT.get(op, op),
+             "message_s": round(message_s([{"start_s": a - off, "end_s": b - off}
+                                           for (a, b), off in zip(calls, offsets)]), 9)}
+            for op, calls in zip(ops, zip(*timelines))]
+
+
 def count(slices, *, transfers: dict) -> dict | None:
     """Which collectives of a step (``slices``, :func:`call_messages`) waited for the
     scheduler, each against the transfer the profile predicts for its operation
@@ -112,7 +131,7 @@ def count(slices, *, transfers: dict) -> dict | None:
 
 def count_steps(calls, *, transfers: dict, steps: int) -> dict | None:
     """Which of every timed step's collectives (``calls``: dicts of ``cat, message_s``,
-    :func:`labkit.tp.timeline.call_messages_s`) waited for the scheduler, each against its
+    :func:`call_messages_s`) waited for the scheduler, each against its
     operation's transfer as :func:`count` judges one step's: ``calls``, ``count``, ``steps``,
     ``per_step`` (the count over the steps) and ``excess_per_step_s`` (what those took beyond
     their transfers, over the steps): what a law on the mean time a step spends in them

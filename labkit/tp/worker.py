@@ -51,7 +51,7 @@ from labkit import runtime, timing
 from labkit.harness import worker_main
 from labkit.machine.formulas import median_index
 from labkit.memory import SavedActivations
-from labkit.tp import formulas, timeline
+from labkit.tp import formulas, timeline, waits
 from labkit.tp.config import OWN_WORK_STEPS, TPConfig
 from labkit.tp.measure import (
     CommCounter,
@@ -133,13 +133,13 @@ def _inside_and_timeline(rt, comm: Comm, slowest: list) -> tuple[dict, dict]:
     """Seconds per step inside the collectives on the rank that spent the longest there, split
     into the wait for the later rank and the messages (:func:`labkit.tp.timeline.split_waits`),
     and the timed step of median length on one clock (:func:`labkit.tp.timeline.step_slices`),
-    and every timed step's collectives (:func:`labkit.tp.timeline.call_messages_s`), all from
+    and every timed step's collectives (:func:`labkit.tp.waits.call_messages_s`), all from
     every rank's stamps. Collective."""
     k = median_index(slowest)
     every, shared = timing.gather_stamps(rt.device, (comm.timeline(), comm.step_record(k)))
     worst = timeline.slowest(timeline.split_waits([tl for tl, _ in every], shared_clock=shared))
     slices = timeline.step_slices([rec for _, rec in every], shared_clock=shared)
-    calls = timeline.call_messages_s([tl for tl, _ in every], comm.ops(), shared_clock=shared)
+    calls = waits.call_messages_s([tl for tl, _ in every], comm.ops(), shared_clock=shared)
     return ({k2: v / len(slowest) for k2, v in worst.items()},
             {"timeline_s": slices, "timeline_step": k + 1, "timeline_step_time_s": slowest[k],
              "collective_calls_s": calls})
