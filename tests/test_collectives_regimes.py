@@ -418,6 +418,34 @@ def test_the_wait_law_counts_the_calls_that_waited_and_judges_their_wait():
     assert not law["holds"] and "mechanism not observed" in law["note"]
 
 
+def test_the_wait_law_is_priced_at_the_profiles_calls_timed_as_the_sweep_times_its_own():
+    from labkit.machine.profile import Profile
+
+    base = [{"measurement": m, "context": "alone", "size_bytes": 8}
+            for m in ("matmul", "step", "copy")]
+    calls = [{"measurement": "allreduce", "context": "idle", "size_bytes": 8,
+              "wait_excess_s": [2.5e-3] * 3},
+             {"measurement": "allreduce", "context": "busy", "size_bytes": 8,
+              "wait_excess_s": [5.5e-3] * 5},
+             {"measurement": "message", "context": "idle", "size_bytes": 8,
+              "wait_excess_s": [2.5e-3]}]
+    steady = [{"measurement": "allreduce_steady", "context": c, "size_bytes": 8,
+               "wait_excess_s": [x] * 4} for c, x in (("idle", 3.6e-3), ("busy", 4.4e-3))]
+    prof = Profile.from_rows(base + calls + steady)
+    # back to back with the cores idle, as 06 calls its own: 3.6 ms, where the pooled
+    # median is the busy sweep's 5.5 ms and the idle sweep's 2.5 ms
+    assert prof.steady_wait_s() == pytest.approx(3.6e-3)
+    assert prof.steady_wait_s(busy=True) == pytest.approx(4.4e-3)
+    assert prof.scheduler_wait_s == pytest.approx(5.5e-3)
+    assert prof.scheduler_wait_in_s(busy=False) == pytest.approx(2.5e-3)
+    w = {"calls": 40, "waited": 9, "share": 0.225, "excess_s": [3.5e-3] * 9}
+    assert waits.wait_law(w, predicted_s=prof.steady_wait_s(), ranks=2)["holds"]
+    assert not waits.wait_law(w, predicted_s=prof.scheduler_wait_s, ranks=2)["holds"]
+    # an older profile without the back-to-back calls: its idle calls' wait
+    older = Profile.from_rows(base + calls)
+    assert older.steady_wait_s() == pytest.approx(2.5e-3)
+
+
 def test_busy_law_compares_p50s_where_most_of_the_profiles_busy_calls_waited():
     rows = [{"size_bytes": s, "time_p50_s": t, "busy_time_p50_s": 1.4 * t, "busy_matmuls": 9,
              "time_p10_s": t / 2, "busy_time_p10_s": 1.5 * t / 2}

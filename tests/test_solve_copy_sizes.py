@@ -12,7 +12,7 @@ import pytest
 
 from labkit.book import laws
 from labkit.errors import UsageError
-from labkit.solve import crossover, formulas, memory
+from labkit.solve import crossover, formulas, memory, memory_sentences
 from tests._copy_profiles import CACHE_AND_MEMORY, MiB, copy_profile
 
 PROF = copy_profile(CACHE_AND_MEMORY)
@@ -57,13 +57,42 @@ def test_the_profiles_copies_are_read_at_each_ranks_share_of_the_footprint():
     assert not laws.check(**{**law, "predicted": before["slowdown"]})["holds"]
 
 
+def test_the_launchs_own_copies_give_s_where_the_row_has_them():
+    # the profile's copies at a share's footprint slow each other 1.24x; the launch's copies,
+    # timed seconds from the shares, barely did (each rank 20 GB/s alone, 19.6 with both at
+    # it): s is theirs, and the law holds where the shares ran 0.96x their time alone
+    row = {**_row(nbytes=50e6, compute1=1.14e-3, computep=0.57e-3),
+           "copy_bandwidth_alone_gb_per_s": 20.0, "copy_bandwidth_gb_per_s": 39.2,
+           "share_alone_compute_per_iteration_s": 0.5e-3,
+           "share_together_compute_per_iteration_s": 0.48e-3}
+    m = memory.point(row, profile=PROF, message_s=0.0)
+    alone = _loglog(6.5e6, 4 * MiB, 100e9, 16 * MiB, 60e9)
+    together = _loglog(6.5e6, 4 * MiB, 95e9, 16 * MiB, 34e9)
+    assert m["slowdown"] == pytest.approx(20 / 19.6)
+    assert m["profile_slowdown"] == pytest.approx(alone / together)
+    assert m["model_tp_s"] == pytest.approx(20 / 19.6 * 0.5e-3)
+    law = memory.laws(m, dof=250_000)[1]
+    assert laws.check(**law)["holds"] and law["note"].startswith("s: this launch's copies")
+    assert "s = 1.02; the profile's copies, timed before this notebook, read 1.24" in \
+        memory_sentences.launch_sentence(m)
+    # a row without the launch's copies: the profile's s, which misses the same shares
+    old = memory.point({k: v for k, v in row.items() if not k.startswith("copy_bandwidth")},
+                       profile=PROF, message_s=0.0)
+    assert old["launch_reading"] is None and old["slowdown"] == m["profile_slowdown"]
+    assert not laws.check(**memory.laws(old, dof=250_000)[1])["holds"]
+    assert "no copies of its own" in memory_sentences.launch_sentence(old)
+    assert memory_sentences.reading_sentence(old["reading"]).startswith("The model reads")
+    assert memory_sentences.reading_sentence(m["reading"], used=False).startswith(
+        "The machine profile's copies, read at")
+
+
 def test_a_share_within_the_caches_is_barely_slowed():
     # 40,000 DOF: 4 MB of data, 2 MB a rank, the copy of 1 MB, where copies barely slow each
     # other: s is that copy's 1.02
     m = memory.point(_row(nbytes=8e6, compute1=0.136e-3, computep=0.068e-3, footprint=4e6),
                      profile=PROF, message_s=0.0)
     assert m["slowdown"] == pytest.approx(100 / 98)
-    assert "barely slow each other (1.02x" in memory.reading_sentence(m["reading"])
+    assert "barely slow each other (1.02x" in memory_sentences.reading_sentence(m["reading"])
 
 
 def test_a_share_that_streams_from_the_memory_reads_the_largest_copy():
@@ -73,7 +102,7 @@ def test_a_share_that_streams_from_the_memory_reads_the_largest_copy():
                      profile=PROF, message_s=0.0)
     assert m["reading"]["together_bytes_per_s"] == pytest.approx(25e9)
     assert m["slowdown"] == pytest.approx(45 / 25)
-    assert "slow each other 1.80x (they share" in memory.reading_sentence(m["reading"])
+    assert "slow each other 1.80x (they share" in memory_sentences.reading_sentence(m["reading"])
 
 
 def test_the_floor_reads_the_copy_alone_at_the_whole_problems_footprint():
@@ -108,14 +137,14 @@ def test_more_ranks_than_cores_take_turns():
     r = memory.co_run_reading(copy_profile(CACHE_AND_MEMORY, cores=2), footprint_bytes=4e6,
                               ranks=4)
     assert r["slowdown"] == pytest.approx(2.0 * 100 / 98)  # the cache's 1.02, 2 ranks a core
-    assert "4 ranks take turns on 2 cores" in memory.reading_sentence(r, cores=2)
+    assert "4 ranks take turns on 2 cores" in memory_sentences.reading_sentence(r, cores=2)
 
 
 @pytest.mark.parametrize("copy, words", [(1.04, "barely slow each other (1.04x"),
                                          (1.8, "slow each other 1.80x (they share")])
 def test_reading_sentence_names_what_the_copies_did(copy, words):
     r = memory.co_run_reading(PROF, footprint_bytes=8e6, ranks=2)
-    assert words in memory.reading_sentence({**r, "copy_slowdown": copy})
+    assert words in memory_sentences.reading_sentence({**r, "copy_slowdown": copy})
 
 
 # -- notebook 03: the crossover reads s at every size ----------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 from labkit.book import laws
 from labkit.errors import UsageError
-from labkit.solve import budget, crossover, memory, verdicts
+from labkit.solve import budget, crossover, memory, memory_sentences, verdicts
 from labkit.solve.config import SolveConfig
 from tests._copy_profiles import MiB, copy_profile
 
@@ -172,24 +172,24 @@ def test_memory_point_with_its_shares_timed_compares_a_share_with_itself():
     assert m["model_tp_s"] == pytest.approx((3.5e-3 - 3.4e-3) + 1.25 * 1.5e-3 + 50e-6)
     rows = [laws.check(**law) for law in memory.laws(m, dof=250_000)]
     assert rows[1]["holds"] and "a share alone took 0.88" in rows[3]["note"]
-    assert "slower than each share alone" in memory.co_run_sentence(m)
-    assert "faster per byte than the whole problem" in memory.share_sentence(m)
+    assert "slower than each share alone" in memory_sentences.co_run_sentence(m)
+    assert "faster per byte than the whole problem" in memory_sentences.share_sentence(m)
     # the ranks slowed each other 2x: the co-run law misses, the sentence says no slower no more
     slow = memory.point(_memory_row(**{**shares, "share_together_compute_per_iteration_s":
                                        3.0e-3}), profile=FLAT, message_s=50e-6)
     assert not laws.check(**memory.laws(slow, dof=250_000)[1])["holds"]
     same = memory.point(_memory_row(**{**shares, "share_together_compute_per_iteration_s":
                                        1.45e-3}), profile=FLAT, message_s=50e-6)
-    assert "no slower than each share alone" in memory.co_run_sentence(same)
+    assert "no slower than each share alone" in memory_sentences.co_run_sentence(same)
     # a share alone slower than its part of the whole
     big = memory.point(_memory_row(share_alone_compute_per_iteration_s=1.9e-3,
                                    share_together_compute_per_iteration_s=2.2e-3),
                        profile=FLAT, message_s=50e-6)
-    assert "slower than its part of the whole problem" in memory.share_sentence(big)
+    assert "slower than its part of the whole problem" in memory_sentences.share_sentence(big)
     # a row without its shares timed: the whole problem over P, as before
     old = memory.point(_memory_row(), profile=FLAT, message_s=50e-6)
     assert old["share_alone_s"] == pytest.approx(3.4e-3 / 2)
-    assert "No share was timed alone" in memory.share_sentence(old)
+    assert "No share was timed alone" in memory_sentences.share_sentence(old)
 
 
 def test_memory_point_needs_the_inline_baseline():
@@ -206,14 +206,14 @@ def test_memory_point_needs_the_inline_baseline():
                                        (2.6e-3, "no faster than measured")])
 def test_floor_sentence_flips(t1, words):
     m = memory.point(_memory_row(baseline_time_per_iteration_s=t1), profile=FLAT, message_s=0)
-    assert words in memory.floor_sentence(m)
+    assert words in memory_sentences.floor_sentence(m)
 
 
 @pytest.mark.parametrize("spmv, words", [(0.13, "1.29x slower than alone"),
                                          (0.06, "the time alone: faster")])
 def test_co_run_sentence_flips(spmv, words):
     m = memory.point(_memory_row(spmv_time_s=spmv), profile=FLAT, message_s=0)
-    assert words in memory.co_run_sentence(m)
+    assert words in memory_sentences.co_run_sentence(m)
 
 
 # -- the budget: every documented value runs within it or is refused before launch --------------

@@ -17,7 +17,8 @@ Read in this order:
   call;
 * :mod:`~labkit.solve.verdicts` (pure) -- the sentences a sweep's numbers say;
 * :mod:`~labkit.solve.memory` (pure) -- notebook 04: an iteration against the copy bandwidth,
-  alone and with the ranks sharing the memory system;
+  alone and with the ranks sharing the memory system; :mod:`~labkit.solve.memory_sentences`
+  (pure) -- what it says of them;
 * :mod:`~labkit.solve.crossover` (pure) -- notebook 03: from which size more ranks pay;
 * :mod:`~labkit.solve.budget` (pure) -- how long a sweep takes, refused before launch past a
   notebook's budget;
@@ -28,9 +29,19 @@ Read in this order:
 this package imports nothing heavy (no torch).
 """
 
-from labkit.solve import budget, crossover, formulas, memory, plots, report, trace, verdicts
+from labkit.solve import (
+    budget,
+    crossover,
+    formulas,
+    memory,
+    memory_sentences,
+    plots,
+    report,
+    trace,
+    verdicts,
+)
 from labkit.solve.config import SolveConfig
 from labkit.solve.run import run
 
-__all__ = ["SolveConfig", "budget", "crossover", "formulas", "memory", "plots", "report", "run",
-           "trace", "verdicts"]
+__all__ = ["SolveConfig", "budget", "crossover", "formulas", "memory", "memory_sentences", "plots",
+           "report", "run", "trace", "verdicts"]

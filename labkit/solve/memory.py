@@ -10,8 +10,10 @@ footprint, :func:`~labkit.solve.formulas.footprint_bytes`; the copy:
 :func:`~labkit.solve.formulas.copy_size_bytes`): the floor of one rank at the whole problem's
 footprint, the ranks' sharing at each rank's. Copies that fit the shared cache side by side
 barely slow each other; those that stream from the memory share its bandwidth. Each rank's
-share of the work runs ``s`` times slower beside the others than alone, with s that copy's own
-co-run slowdown, its rate alone over its rate with every rank copying (:func:`co_run_reading`).
+share of the work runs ``s`` times slower beside the others than alone, with s a copy's own
+co-run slowdown, its rate alone over its rate with every rank copying: the copies the launch
+timed beside its solves (:func:`launch_copy_reading`), the profile's at each rank's share of
+the footprint beside them (:func:`co_run_reading`; the model's where the launch timed none).
 The model of a P-rank iteration divides only the compute
 (SpMV and vector updates) of one rank's iteration:
 
@@ -33,6 +35,7 @@ from labkit.book.laws import given
 from labkit.errors import UsageError
 from labkit.solve import verdicts
 from labkit.solve.formulas import co_run_slowdown, copy_size_bytes
+from labkit.solve.memory_sentences import parts_note, slowdown_source
 
 
 def row_of(df):
@@ -121,6 +124,37 @@ def co_run_reading(profile, *, footprint_bytes: float, ranks: int,
             "slowdown": co_run_slowdown(copy, ranks=ranks, cores=profile.cores)}
 
 
+def launch_copy_reading(row, *, ranks: int, cores: int) -> dict | None:
+    """s of P ranks sharing the memory system, read off the copies the launch itself timed
+    beside its solves (a buffer of the iteration's bytes per rank over 2, each rank's best
+    copy of those before and after the solves, alone in turn and all at once:
+    ``copy_bandwidth_alone_gb_per_s``, ``copy_bandwidth_gb_per_s`` summed over ranks):
+    ``buffer_bytes``, ``alone_bytes_per_s`` and ``together_bytes_per_s`` (each rank's),
+    ``copy_slowdown`` (their ratio, at least 1) and ``slowdown``
+    (:func:`~labkit.solve.formulas.co_run_slowdown`); None where the row lacks them. Why the
+    launch's: the shared cache and memory of the 2-vCPU VM go between a state where two
+    ranks' traffic barely competes and one where it costs 1.3-1.4x (a neighbour's), and the
+    profile, timed a minute or more before the notebook, was in the other state in 8 of 18
+    lab runs; these copies are timed seconds from the shares.
+
+    >>> r = launch_copy_reading({"copy_bandwidth_alone_gb_per_s": 20.0,
+    ...                          "copy_bandwidth_gb_per_s": 32.0, "bytes_per_iteration": 50e6},
+    ...                         ranks=2, cores=2)
+    >>> r["buffer_bytes"], round(r["copy_slowdown"], 2), round(r["slowdown"], 2)
+    (12500000.0, 1.25, 1.25)
+    >>> launch_copy_reading({"copy_bandwidth_gb_per_s": 32.0}, ranks=2, cores=2) is None
+    True
+    """
+    alone, together = row.get("copy_bandwidth_alone_gb_per_s"), row.get("copy_bandwidth_gb_per_s")
+    if not (given(alone) and given(together)) or float(together) <= 0:
+        return None
+    each = float(together) / ranks
+    copy = max(1.0, float(alone) / each)
+    return {"ranks": int(ranks), "buffer_bytes": float(row["bytes_per_iteration"]) / ranks / 2,
+            "alone_bytes_per_s": float(alone) * 1e9, "together_bytes_per_s": each * 1e9,
+            "copy_slowdown": copy, "slowdown": co_run_slowdown(copy, ranks=ranks, cores=cores)}
+
+
 def point(row, *, profile, message_s: float) -> dict:
     """The numbers of notebook 04 from one P-rank strong row with an inline baseline, per
     iteration: ``t1_s`` and ``compute1_s`` (rank 0 alone), ``tp_s`` and ``computep_s`` (the P
@@ -132,7 +166,10 @@ def point(row, *, profile, message_s: float) -> dict:
     the row has no share timed), ``share_fraction`` (P · c_share / compute_1, nan without),
     ``measured_slowdown`` (the share's compute with every rank at it over the same share alone;
     without a share timed, P · compute_P / compute_1), ``reading`` (:func:`co_run_reading` at
-    each rank's share of the footprint) and its ``slowdown``, ``model_tp_s`` (the model above, with ``message_s``),
+    each rank's share of the footprint) and its ``profile_slowdown``, ``launch_reading``
+    (:func:`launch_copy_reading`, None without the launch's copies), ``slowdown`` (the
+    launch's copies' where the row has them, else the profile's), ``model_tp_s`` (the model
+    above, with ``message_s``),
     ``speedup`` (t1 / tP), ``split_us`` (the P-rank iteration in its measured terms),
     ``split1_ms`` (one rank's iteration alone: SpMV, vector updates and the rest, where the row
     times them apart; else None) and ``ranks``.
@@ -168,6 +205,16 @@ def point(row, *, profile, message_s: float) -> dict:
     (0.625, 1.25)
     >>> m["split1_ms"] is None  # the baseline's SpMV and vector time not kept apart
     True
+
+    Where the launch timed its own copies (each rank 20 GB/s alone, 18 GB/s with both at it),
+    s is theirs, 1.11, the profile's 1.25 kept beside it: t_2 = 0.1 + 1.11 x 1.6 + 0.05 ms:
+
+    >>> m = point({**row, "copy_bandwidth_alone_gb_per_s": 20.0, "copy_bandwidth_gb_per_s": 36.0,
+    ...            "share_alone_compute_per_iteration_s": 1.6e-3,
+    ...            "share_together_compute_per_iteration_s": 2.1e-3}, profile=Prof(),
+    ...           message_s=50e-6)
+    >>> round(m["slowdown"], 3), round(m["profile_slowdown"], 3), round(m["model_tp_s"] * 1e6)
+    (1.111, 1.25, 1928)
     >>> m = point({**row, "baseline_spmv_time_s": 0.25, "baseline_vector_time_s": 0.09},
     ...           profile=Prof(), message_s=50e-6)
     >>> {k: round(v, 2) for k, v in m["split1_ms"].items()}  # sums to t1 = 3.5 ms
@@ -195,7 +242,8 @@ def point(row, *, profile, message_s: float) -> dict:
     reading = co_run_reading(profile, footprint_bytes=footprint, ranks=p,
                              bytes_per_iteration=nbytes if timed else None,
                              share_alone_s=share if timed else None)
-    slowdown = reading["slowdown"]
+    launch = launch_copy_reading(row, ranks=p, cores=profile.cores)
+    slowdown = (launch or reading)["slowdown"]
     model = (t1 - compute1) + slowdown * share + message_s
     # one rank's iteration alone in its parts, where rank 0's solve alone timed them apart
     spmv1, vector1 = row.get("baseline_spmv_time_s"), row.get("baseline_vector_time_s")
@@ -214,8 +262,8 @@ def point(row, *, profile, message_s: float) -> dict:
             "floor_bytes_per_s": bw, "floor1_s": nbytes / bw, "fraction1": nbytes / bw / t1,
             "minimal_floor1_s": minimal_floor,
             "measured_slowdown": float(together) / share if timed else p * computep / compute1,
-            "slowdown": slowdown,
-            "reading": reading, "message_s": message_s, "model_tp_s": model, "speedup": t1 / tp,
+            "slowdown": slowdown, "launch_reading": launch,
+            "profile_slowdown": reading["slowdown"], "reading": reading, "message_s": message_s, "model_tp_s": model, "speedup": t1 / tp,
             "split_us": verdicts.iteration_split_us(row), "split1_ms": split1,
             "parts1": parts1}
 
@@ -267,7 +315,7 @@ def laws(m: dict, *, dof: int) -> list[dict]:
          "note": parts_note(m) or "a floor counts the bytes only, not the work between them"},
         {"law": f"co-run slowdown of {p} ranks computing at once", "kind": "model",
          "predicted": m["slowdown"], "measured": m["measured_slowdown"], "tolerance_pct": 25,
-         "split": m.get("slowdown_split")},
+         "split": m.get("slowdown_split"), "note": slowdown_source(m)},
         {"law": f"{p} ranks' iteration at {dof:,} DOF", "kind": "model",
          "predicted": m["model_tp_s"] * us, "measured": m["tp_s"] * us, "unit": "us",
          "tolerance_pct": 25, "split": m["split_us"]},
@@ -279,176 +327,3 @@ def laws(m: dict, *, dof: int) -> list[dict]:
                      if f is not None and f == f else "")
                   + f", and the messages cost {m['message_s'] * us:.0f} us per iteration")},
     ]
-
-
-def parts_note(m: dict) -> str:
-    """Each part of one rank's iteration alone against its own bytes' floor at the same copy
-    rate (``parts1`` of :func:`point`: (time, floor) per part), and which part runs furthest
-    below the copy's rate; "" where the row does not time them apart.
-
-    >>> print(parts_note({"parts1": {"SpMV": (1.0e-3, 0.4e-3),
-    ...                              "vector updates": (0.3e-3, 0.36e-3)}}))
-    ... # doctest: +NORMALIZE_WHITESPACE
-    SpMV 1.00 ms against its bytes' floor 0.40 ms (0.40 of the copy's rate), vector updates
-    0.30 ms against 0.36 ms (1.20): furthest below the copy's rate: the SpMV
-    >>> parts_note({"parts1": {"SpMV": (0.4e-3, 0.4e-3), "vector updates": (0.3e-3, 0.36e-3)}}
-    ...            ).split(": ")[-1]
-    'each part at least as fast as a copy of its bytes'
-    >>> parts_note({"parts1": None})
-    ''
-    """
-    parts = m.get("parts1")
-    if not parts:
-        return ""
-    frac = {k: floor / t for k, (t, floor) in parts.items() if t > 0}
-    (a, (ta, fa)), (b, (tb, fb)) = list(parts.items())[:2]
-    slowest = min(frac, key=frac.get)
-    which = (f"furthest below the copy's rate: the {slowest}" if frac[slowest] < 1 else
-             "each part at least as fast as a copy of its bytes")
-    return (f"{a} {ta * 1e3:.2f} ms against its bytes' floor {fa * 1e3:.2f} ms ({frac[a]:.2f} "
-            f"of the copy's rate), {b} {tb * 1e3:.2f} ms against {fb * 1e3:.2f} ms "
-            f"({frac[b]:.2f}): {which}")
-
-
-def floor_sentence(m: dict) -> str:
-    """How close one rank runs to the copy bandwidth, computed from :func:`point`'s numbers.
-
-    >>> print(floor_sentence({"fraction1": 0.8, "t1_s": 3e-3, "floor1_s": 2.4e-3,
-    ...                       "minimal_floor1_s": 1.8e-3}))  # doctest: +NORMALIZE_WHITESPACE
-    1 rank alone runs its iteration at 0.80 of the copy bandwidth (3.00 ms against a floor of
-    2.40 ms): slower than copying its bytes. The fewest bytes a correct iteration moves would
-    allow 1.80 ms, 1.67x faster than measured.
-    >>> floor_sentence({"fraction1": 1.1, "t1_s": 2e-3, "floor1_s": 2.2e-3,
-    ...                 "minimal_floor1_s": None}).split("): ")[1]
-    "faster than one copy of its bytes (the machine profile's copy holding as much data ran slower: the machine's state changed between them, or the caches served more of the iteration's re-reads than of the copy's single pass)."
-    """
-    f = m["fraction1"]
-    if round(f, 2) == 1.0:
-        how = "as fast as one copy of its bytes."
-    elif f < 1:
-        how = "slower than copying its bytes."
-    else:
-        how = ("faster than one copy of its bytes (the machine profile's copy holding as much "
-               "data ran slower: the machine's state changed between them, or the caches served "
-               "more of the iteration's re-reads than of the copy's single pass).")
-    text = (f"1 rank alone runs its iteration at {f:.2f} of the copy bandwidth "
-            f"({m['t1_s'] * 1e3:.2f} ms against a floor of {m['floor1_s'] * 1e3:.2f} ms): {how}")
-    least = m.get("minimal_floor1_s")
-    if least and m["t1_s"] / least >= 1.005:
-        text += (f" The fewest bytes a correct iteration moves would allow {least * 1e3:.2f} ms, "
-                 f"{m['t1_s'] / least:.2f}x faster than measured.")
-    elif least:
-        text += (f" The fewest bytes a correct iteration moves would allow {least * 1e3:.2f} ms:"
-                 " no faster than measured (these kernels move no more than that).")
-    parts = parts_note(m)
-    return text + (f" Its parts timed apart: {parts}." if parts else "")
-
-
-def co_run_sentence(m: dict) -> str:
-    """What sharing the memory system did to the P ranks, computed from :func:`point`'s numbers
-    (a share against itself where it was timed alone, ``share_fraction`` given; else the shares
-    in the solve against the whole problem alone over P).
-
-    >>> print(co_run_sentence({"ranks": 2, "measured_slowdown": 1.3, "slowdown": 1.25,
-    ...                        "speedup": 1.46, "share_fraction": 0.9}))  # doctest: +NORMALIZE_WHITESPACE
-    Beside each other, 2 ranks computed their shares 1.30x slower than each share alone (the
-    model's s: 1.25x), so the speedup of 2 ranks is 1.46, not 2.
-    >>> co_run_sentence({"ranks": 2, "measured_slowdown": 0.98, "slowdown": 1.25,
-    ...                  "speedup": 2.1, "share_fraction": 0.9}).split(" (the")[0]
-    'Beside each other, 2 ranks computed their shares no slower than each share alone (0.98x)'
-    >>> co_run_sentence({"ranks": 2, "measured_slowdown": 0.9, "slowdown": 1.25,
-    ...                  "speedup": 2.1}).split(", so")[0]
-    "Beside each other, 2 ranks computed their shares 0.90x the time alone: faster (each rank's share fits a cache the whole problem did not) (the model's s: 1.25x)"
-    """
-    s, p = m["measured_slowdown"], m["ranks"]
-    f = m.get("share_fraction")
-    if f is not None and f == f:  # each share against itself
-        how = (f"{s:.2f}x slower than each share alone" if s >= 1 else
-               f"no slower than each share alone ({s:.2f}x)")
-    else:
-        how = (f"{s:.2f}x slower than alone" if s >= 1 else
-               f"{s:.2f}x the time alone: faster (each rank's share fits a cache the whole "
-               "problem did not)")
-    return (f"Beside each other, {p} ranks computed their shares {how} (the model's s: "
-            f"{m['slowdown']:.2f}x), so the speedup of {p} ranks is {m['speedup']:.2f}, not {p}.")
-
-
-def share_sentence(m: dict) -> str:
-    """A rank's share alone against its part of the whole problem alone (compute_1 / P),
-    computed from :func:`point`'s numbers.
-
-    >>> m = {"ranks": 2, "share_alone_s": 1.2e-3, "compute1_s": 3e-3, "share_fraction": 0.8,
-    ...      "reading": {"footprint_per_rank": 13e6}}
-    >>> print(share_sentence(m))  # doctest: +NORMALIZE_WHITESPACE
-    A rank's share alone computed 1200 us per iteration, 0.80 of compute_1 / 2 (1500 us): faster
-    per byte than the whole problem, whose data take 2 times the 13 MB of a share.
-    >>> share_sentence({**m, "share_fraction": 1.1}).split(": ")[1]
-    'slower than its part of the whole problem (each share also reads its halo and computes its boundary rows apart).'
-    >>> share_sentence({**m, "share_fraction": float("nan")})[:34]
-    'No share was timed alone here: the'
-    """
-    p, f, whole = m["ranks"], m.get("share_fraction"), m["compute1_s"] / m["ranks"]
-    if f is None or f != f:
-        return (f"No share was timed alone here: the model takes compute_1 / {p} = "
-                f"{whole * 1e6:.0f} us for a share.")
-    if round(f, 2) == 1.0:
-        how = "as fast as its part of the whole problem."
-    elif f < 1:
-        how = (f"faster per byte than the whole problem, whose data take {p} times the "
-               f"{m['reading']['footprint_per_rank'] / 1e6:.3g} MB of a share.")
-    else:
-        how = ("slower than its part of the whole problem (each share also reads its halo and "
-               "computes its boundary rows apart).")
-    return (f"A rank's share alone computed {m['share_alone_s'] * 1e6:.0f} us per iteration, "
-            f"{f:.2f} of compute_1 / {p} ({whole * 1e6:.0f} us): {how}")
-
-
-def reading_sentence(r: dict, *, cores: int | None = None) -> str:
-    """Which size of the machine profile's copies the model read, and why its s is what it is,
-    computed from :func:`co_run_reading`'s numbers (``cores``: say so when the ranks outnumber
-    them).
-
-    >>> r = {"ranks": 2, "footprint_per_rank": 13e6, "copy_size_bytes": 6.5e6,
-    ...      "alone_bytes_per_s": 23e9, "together_bytes_per_s": 17e9, "copy_slowdown": 23 / 17,
-    ...      "slowdown": 23 / 17}
-    >>> print(reading_sentence(r))  # doctest: +NORMALIZE_WHITESPACE
-    The model reads the machine profile's copies at 6.2 MiB per rank, the copy whose data take
-    the 13 MB each rank's iteration holds (its matrix and vectors): alone it ran at 23.0 GB/s,
-    with 2 ranks copying at once at 17.0 GB/s each: copies of this size slow each other 1.35x
-    (they share the memory's bandwidth), s = 1.35.
-    >>> print(reading_sentence({**r, "footprint_per_rank": 1e6, "copy_size_bytes": 5e5,
-    ...                         "together_bytes_per_s": 22.5e9, "copy_slowdown": 1.02,
-    ...                         "slowdown": 1.02}).split(": ", 2)[2])
-    copies of this size barely slow each other (1.02x: the caches hold every rank's), s = 1.02.
-    >>> reading_sentence({**r, "ranks": 4, "slowdown": 2.7}, cores=2).split("), ")[-1]
-    'and 4 ranks take turns on 2 cores, s = 2.70.'
-
-    With a share timed alone (:func:`~labkit.solve.formulas.co_run_slowdown`):
-
-    >>> shared = {**r, "share_floor_s": 0.9e-3, "share_alone_s": 1.5e-3,
-    ...           "bandwidth_fraction": 0.6}
-    >>> print(reading_sentence(shared).split("bandwidth), ")[1])  # doctest: +NORMALIZE_WHITESPACE
-    and a share alone computed 1500 us per iteration against its floor of 900 us at that
-    copy's rate alone (0.60 of it): below the copy's rate, its accesses still wait on the same
-    memory, so the whole share slows as the copies do, s = 1.35.
-    """
-    p, copy = r["ranks"], r["copy_slowdown"]
-    # within 10 % of alone: no memory traffic between the ranks' copies worth the name
-    where = (f"barely slow each other ({copy:.2f}x: the caches hold every rank's)" if copy <= 1.1
-             else f"slow each other {copy:.2f}x (they share the memory's bandwidth)")
-    turns = (f", and {p} ranks take turns on {cores} cores" if cores is not None and p > cores
-             else "")
-    eq = ", s = "
-    if r.get("share_floor_s") is not None:  # how far below the copy's rate the share ran
-        below = ("below the copy's rate, its accesses still wait on the same memory, so the "
-                 "whole share slows as the copies do" if r["bandwidth_fraction"] < 1
-                 else "at the copy's rate, it slows as the copies do")
-        turns = (f", and a share alone computed {r['share_alone_s'] * 1e6:.0f} us per iteration "
-                 f"against its floor of {r['share_floor_s'] * 1e6:.0f} us at that copy's rate "
-                 f"alone ({r['bandwidth_fraction']:.2f} of it): {below}{turns}")
-    return (f"The model reads the machine profile's copies at "
-            f"{r['copy_size_bytes'] / 2 ** 20:.2g} MiB per rank, the copy whose data take the "
-            f"{r['footprint_per_rank'] / 1e6:.3g} MB each rank's iteration holds (its matrix and "
-            f"vectors): alone it ran at {r['alone_bytes_per_s'] / 1e9:.1f} GB/s, with {p} ranks "
-            f"copying at once at {r['together_bytes_per_s'] / 1e9:.1f} GB/s each: copies of this "
-            f"size {where}{turns}{eq}{r['slowdown']:.2f}.")
