@@ -13,6 +13,7 @@ from labkit.book import laws
 from labkit.fsdp import model as fsdp_model
 from labkit.fsdp import verdicts as fsdp_verdicts
 from labkit.machine import Profile
+from labkit.tp import library as tp_library
 from labkit.tp import verdicts as tp_verdicts
 from labkit.tp import waits
 
@@ -169,8 +170,33 @@ def test_tp_library_without_a_timeline_is_priced_at_the_average_and_says_so():
     assert ctx["allreduce_s"] == pytest.approx(PROF.allreduce_s(TP_EACH, busy=False))
     assert ctx["allreduce_s"] == pytest.approx(PROF.transfer_s(TP_EACH)
                                                + PROF.wait_share() * PROF.scheduler_wait_s)
-    law = tp_verdicts.library_laws(row, PROF, bookkeeping=0.01)[-1]
+    law = tp_library.library_laws(row, PROF, bookkeeping=0.01)[-1]
     assert "no timeline" in law["note"] and "average in context" in law["note"]
+
+
+def test_tp_library_takes_the_teaching_versions_waits_a_step():
+    # the teaching version's five timed steps counted 6 waits (1.2 a step): the library's
+    # step, whose collectives are unstamped, is priced with its transfers and 1.2 waits
+    steps = [(), (2,), (0, 2, 4), (1,), (5,)]
+    naive = _tp_row(timeline_s=_tp_timeline(waited=(0, 2, 4)), step_time_p50_s=0.07,
+                    collective_calls_s=_every_step(steps), step_times_s=[0.07] * 5)
+    assert tp_library.borrowed_waits(naive, PROF) == pytest.approx(1.2)
+    lib = _tp_row(variant="library")
+    alone = tp_verdicts.context(lib, PROF)
+    ctx = tp_verdicts.context(lib, PROF, waits_per_step=1.2)
+    assert ctx["borrowed"] == 1.2 and ctx["allreduce_s"] == pytest.approx(PROF.transfer_s(TP_EACH))
+    assert ctx["waits_s"] == pytest.approx(1.2 * PROF.scheduler_wait_s)
+    assert ctx["step_s"] - alone["step_s"] == pytest.approx(
+        1.2 * PROF.scheduler_wait_s - 8 * PROF.wait_share() * PROF.scheduler_wait_s)
+    # a library step that took the teaching model's step, those waits and DTensor's own work
+    # holds, its note saying whose waits it counted
+    measured = ctx["step_s"] + 0.01  # DTensor's own work, 10 ms
+    row = {**lib, "step_time_p50_s": measured}
+    law = tp_library.library_laws(row, PROF, bookkeeping=0.01, naive=naive)[-1]
+    assert law["holds"] and "the teaching version's waits, 1.2 a step" in law["note"]
+    assert laws.split_sums(law)
+    # a row with its own timeline keeps its own count
+    assert tp_verdicts.context(naive, PROF, waits_per_step=9.0)["borrowed"] is None
 
 
 def test_tp_sequence_parallel_counts_each_operation_against_its_transfer():

@@ -140,7 +140,7 @@ def test_two_ranks_match_one_process_and_count_the_formula(tmp_path):
     assert lib.own_work_hidden_used == 16 and lib.library_own_work_s >= 0
     assert lib.own_work_naive_step_s > 0 and lib.own_work_library_step_s > 0
     assert not np.isfinite(naive.get("library_own_work_s", np.nan))
-    law = tp.verdicts.library_laws(lib, tp.verdicts.FakeProfile())[-1]["law"]
+    law = tp.library.library_laws(lib, tp.verdicts.FakeProfile())[-1]["law"]
     assert "own work (P ranks" in law
     assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
@@ -220,7 +220,7 @@ def test_step_model_carries_the_profile():
 
 def test_tp_laws_say_their_kind_and_split_their_misses():
     from labkit.book import laws
-    from labkit.tp import verdicts
+    from labkit.tp import library, verdicts
 
     prof = verdicts.FakeProfile()
     # the messages 10.5 ms of the 12 ms inside, against 8 x 0.8 ms: a miss
@@ -249,18 +249,18 @@ def test_tp_laws_say_their_kind_and_split_their_misses():
     # one rank: no communication laws, the step is the compute
     one = verdicts.naive_laws(_tp_row(world_size=1, allreduce_calls_formula=0), prof)
     assert [r["law"].split(": ")[1][:7] for r in one] == ["paramet", "compute", "step = "]
-    lib = verdicts.library_laws(_tp_row(step_time_p50_s=0.11), prof, bookkeeping=0.03,
+    lib = library.library_laws(_tp_row(step_time_p50_s=0.11), prof, bookkeeping=0.03,
                                 naive=_tp_row())
     assert laws.split_sums(lib[-1]) and "bookkeeping" in lib[-1]["law"]
-    assert "not measured" in verdicts.library_laws(_tp_row(), prof)[-1]["note"]
+    assert "not measured" in library.library_laws(_tp_row(), prof)[-1]["note"]
     # DTensor's own work measured on the P ranks replaces the 1-rank bookkeeping, and the law
     # flips with it: a library step 40 ms over the teaching model holds with 39 ms of own work
     # on 2 ranks, not with the 1-rank 12 ms
     base = verdicts.context(_tp_row(), prof)["step_s"]
     row = _tp_row(step_time_p50_s=base + 0.040)
     own = _tp_row(step_time_p50_s=base + 0.040, library_own_work_s=0.039, own_work_hidden_used=16)
-    one_rank = verdicts.library_laws(row, prof, bookkeeping=0.012)[-1]
-    on_p = verdicts.library_laws(own, prof, bookkeeping=0.012)[-1]
+    one_rank = library.library_laws(row, prof, bookkeeping=0.012)[-1]
+    on_p = library.library_laws(own, prof, bookkeeping=0.012)[-1]
     assert not one_rank["holds"] and "bookkeeping (1 rank)" in one_rank["law"]
     assert on_p["holds"] and "own work (P ranks, small h)" in on_p["law"]
     assert "39.0 ms a step, measured on 2 ranks, h = 16" in on_p["note"]
@@ -271,7 +271,7 @@ def test_tp_laws_say_their_kind_and_split_their_misses():
 
 
 def test_tp_sentences_flip_with_their_numbers():
-    from labkit.tp import verdicts
+    from labkit.tp import library, verdicts
 
     prof = verdicts.FakeProfile(allreduce_s=8e-4)
     msgs = verdicts.inside_sentence(_tp_row(), prof)
@@ -281,8 +281,8 @@ def test_tp_sentences_flip_with_their_numbers():
     far = verdicts.inside_sentence(_tp_row(allreduce_message_in_step_s=0.0166), prof)
     assert "within 25%" in msgs and "more than 25%" in far
     naive = _tp_row()
-    assert "slower" in verdicts.library_sentence(_tp_row(step_time_p50_s=0.1), naive)
-    assert "faster" in verdicts.library_sentence(_tp_row(step_time_p50_s=0.07), naive)
+    assert "slower" in library.library_sentence(_tp_row(step_time_p50_s=0.1), naive)
+    assert "faster" in library.library_sentence(_tp_row(step_time_p50_s=0.07), naive)
     one = _tp_row(world_size=1, allreduce_calls_formula=0, predicted_compute_s=0.09,
                   compute_time_p50_s=0.09, step_time_p50_s=0.09)
     assert "TP pays" in verdicts.speedup_sentence(one, naive, prof)

@@ -28,7 +28,9 @@ Read in this order:
   (the FSDP lab counts its own so too);
 * :mod:`~labkit.tp.verdicts` (pure) -- the laws and sentences of notebook 09, the step model in
   context (the machine profile's co-run slowdown and collectives' transfers, the scheduler
-  waits counted in the row's median step); :mod:`~labkit.tp.rates` (pure) -- each rank's
+  waits counted in the row's median step); :mod:`~labkit.tp.library` (pure) -- the library's
+  row: DTensor's own work, and its step priced with the teaching version's waits;
+  :mod:`~labkit.tp.rates` (pure) -- each rank's
   compute rate beside the profile's matrix products; :mod:`~labkit.tp.activations` (pure) -- what a rank
   saves for backward, with and without sequence parallelism, beside Korthikanti et al.;
 * :mod:`~labkit.tp.budget` (pure) -- notebook 09's time estimated, too long refused;
@@ -42,6 +44,7 @@ from labkit.tp import (
     activations,
     budget,
     formulas,
+    library,
     plots,
     rates,
     report,
@@ -52,5 +55,5 @@ from labkit.tp import (
 from labkit.tp.config import TPConfig
 from labkit.tp.run import run
 
-__all__ = ["TPConfig", "activations", "budget", "formulas", "plots", "rates", "report", "run",
-           "timeline", "verdicts", "waits"]
+__all__ = ["TPConfig", "activations", "budget", "formulas", "library", "plots", "rates",
+           "report", "run", "timeline", "verdicts", "waits"]

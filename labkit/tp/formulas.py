@@ -138,7 +138,7 @@ def predict_step(*, flops: float, compute_flop_per_s: float, allreduces: int,
 
 def step_in_context(*, compute_alone_s: float, slowdown: float, allreduces: int,
                     allreduce_s: float, gathers: int = 0, gather_s: float = 0.0,
-                    waits: int = 0, wait_s: float = 0.0, extra_s: float = 0.0) -> dict:
+                    waits: float = 0, wait_s: float = 0.0, extra_s: float = 0.0) -> dict:
     """The step as this machine runs it: one rank's compute measured alone times the co-run
     ``slowdown`` (every rank computing at once, :meth:`labkit.machine.Profile.compute_slowdown`),
     plus ``allreduces`` all-reduces of ``allreduce_s`` each and ``gathers`` all-gathers and
@@ -146,7 +146,7 @@ def step_in_context(*, compute_alone_s: float, slowdown: float, allreduces: int,
     profile (a transfer, :meth:`~labkit.machine.Profile.transfer_s`, or a call's average in
     context, :meth:`~labkit.machine.Profile.allreduce_s`), plus ``waits`` scheduler waits of
     ``wait_s`` each (the messages of the measured step that waited,
-    :func:`labkit.tp.waits.count`), plus ``extra_s`` of work measured apart (the library's
+    :func:`labkit.tp.waits.count`, or a mean count per step), plus ``extra_s`` of work measured apart (the library's
     bookkeeping). Returns ``compute_s``, ``transfers_s`` (the collectives),
     ``waits_s``, ``comm_s`` (the two), ``step_s``::
 
@@ -162,7 +162,7 @@ def step_in_context(*, compute_alone_s: float, slowdown: float, allreduces: int,
     """
     compute = float(compute_alone_s) * positive_number("slowdown", slowdown)
     transfers = int(allreduces) * float(allreduce_s) + int(gathers) * float(gather_s)
-    waited = int(waits) * float(wait_s)
+    waited = float(waits) * float(wait_s)
     comm = transfers + waited
     return {"compute_s": compute, "transfers_s": transfers, "waits_s": waited, "comm_s": comm,
             "step_s": compute + comm + float(extra_s)}

@@ -11,11 +11,12 @@ def step_breakdown(df, prof=None, title: str | None = None):
     takes, then the rest) and predicted, hatched. With a machine profile ``prof`` the
     prediction is the in-context model (:func:`labkit.tp.verdicts.context`: compute alone x
     the co-run slowdown, the profile's collectives, the scheduler waits counted in the row's
-    median step, and for the library DTensor's own work, :func:`~labkit.tp.verdicts.own_work`);
-    without one, the launch's own (compute alone, α–β all-reduces)."""
+    median step, and for the library DTensor's own work and the teaching version's waits:
+    :func:`~labkit.tp.library.model_context`); without one, the launch's own (compute alone,
+    α–β all-reduces)."""
 
-    from labkit.tp.report import extra_s, select
-    from labkit.tp.verdicts import bookkeeping_s, context
+    from labkit.tp.library import bookkeeping_s, model_context
+    from labkit.tp.report import select
 
     rows = select(df)
     extra = bookkeeping_s(rows)
@@ -31,7 +32,7 @@ def step_breakdown(df, prof=None, title: str | None = None):
         ax.bar(x, m, bottom=c, color="C1", label="communication (measured)" if i == 0 else None)
         pw = 0.0
         if prof is not None:
-            ctx = context(r, prof, extra_s=extra_s(r, bookkeeping=extra))
+            ctx = model_context(r, rows, prof, bookkeeping=extra)
             pc, pm, pw = (ctx[k] * 1e3 for k in ("compute_s", "transfers_s", "waits_s"))
             pb = (ctx["step_s"] - ctx["compute_s"] - ctx["comm_s"]) * 1e3
         else:

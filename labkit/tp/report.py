@@ -206,36 +206,20 @@ def one(df, variant: str, **equal):
     return one_row(df, variant=variant, **equal)
 
 
-def extra_s(row, *, bookkeeping: float = math.nan) -> float:
-    """What the step model adds to a row (:func:`labkit.tp.verdicts.context`'s ``extra_s``):
-    a library row's DTensor's own work (:func:`labkit.tp.verdicts.own_work`); 0 for the other
-    variants, or where neither it nor the 1-rank ``bookkeeping`` is measured.
-
-    >>> extra_s({"variant": "library", "world_size": 2}, bookkeeping=0.018)
-    0.018
-    >>> extra_s({"variant": "naive", "world_size": 2}, bookkeeping=0.018)
-    0.0
-    """
-    from labkit.tp.verdicts import own_work
-
-    got = own_work(row, bookkeeping=bookkeeping)[0] if row["variant"] == "library" else 0.0
-    return got if math.isfinite(got) else 0.0
-
-
 def summary_frame(df, prof=None):
     """One line per run: the check, the all-reduces counted against the formula, and where the
     step's time goes (ms) beside the prediction: the in-context model with a machine profile
-    ``prof`` (:func:`labkit.tp.verdicts.context`), else the launch's own (alone, α–β)."""
+    ``prof`` (:func:`labkit.tp.library.model_context`), else the launch's own (alone, α–β)."""
     import pandas as pd
 
     from labkit.book.laws import symmetric_error_pct
-    from labkit.tp.verdicts import bookkeeping_s, context
+    from labkit.tp.library import bookkeeping_s, model_context
 
     extra = bookkeeping_s(df) if prof is not None else math.nan
     out = []
     for _, r in select(df).iterrows():
         if prof is not None:
-            predicted = context(r, prof, extra_s=extra_s(r, bookkeeping=extra))["step_s"]
+            predicted = model_context(r, df, prof, bookkeeping=extra)["step_s"]
         else:
             predicted = r["predicted_step_s"]
         out.append({

@@ -8,9 +8,9 @@ profile's all-reduce of that size that waited for nothing, peers idle: in a TP s
 computes while a message moves) plus, for each message of the row's own median step that
 **waited for the scheduler** (counted from its timeline, :mod:`labkit.tp.waits`), the
 profile's scheduler wait (:func:`labkit.tp.formulas.step_in_context`). A row without a
-timeline (the library's: DTensor's collectives run inside the library, unstamped) prices each
-collective at the profile's average in context instead, transfer + its share of waits
-(:meth:`labkit.machine.Profile.allreduce_s`), and its laws say so. ``prof`` below is a
+timeline prices each collective at the profile's average in context instead, transfer + its
+share of waits (:meth:`labkit.machine.Profile.allreduce_s`), or, given the waits a step counted
+elsewhere (the library's row: :mod:`labkit.tp.library`), at its transfer with those waits. ``prof`` below is a
 :class:`labkit.machine.Profile` or anything with its ``compute_slowdown(ranks)``,
 ``transfer_s(size_bytes, ranks=..., busy=...)``, ``allreduce_s(size_bytes, ranks=...,
 busy=...)``, ``wait_share(busy=...)`` and ``scheduler_wait_s``
@@ -88,7 +88,7 @@ def call_s(prof, size_bytes: float, *, ranks: int, busy: bool, counted: bool,
     return moved + prof.wait_share(busy=busy) * float(prof.scheduler_wait_s)
 
 
-def context(row, prof, *, extra_s: float = 0.0) -> dict:
+def context(row, prof, *, extra_s: float = 0.0, waits_per_step: float | None = None) -> dict:
     """The in-context prediction for one row: ``slowdown`` (the profile's co-run slowdown at the
     row's world size: its miniature training step's), ``allreduce_s`` (one all-reduce
     of the row's activation, peers idle: its transfer where the row's timeline counts the
@@ -97,6 +97,9 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
     of the row's timeline, None without one), ``scheduler_wait_s`` (the profile's, one wait)
     and :func:`~labkit.tp.formulas.step_in_context`'s ``compute_s``, ``transfers_s``,
     ``waits_s``, ``comm_s``, ``step_s`` (``extra_s``: work measured apart, added as it is).
+    ``waits_per_step``: for a row without a timeline, the waits a step counted elsewhere (the
+    teaching version's, :func:`labkit.tp.library.borrowed_waits`): its collectives are then
+    priced as transfers and that many waits added, ``borrowed`` in the result.
 
     >>> row = {"world_size": 2, "hidden": 256, "bytes_per_allreduce": 262144,
     ...        "allreduce_calls_formula": 8, "predicted_compute_s": 0.054}
@@ -120,18 +123,20 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
     ar_each = _number(row, "allreduce_bytes_formula", n_ar * each) / n_ar if n_ar else each
     n_ag = int(_number(row, "allgather_calls_formula"))
     n_rs = int(_number(row, "reduce_scatter_calls_formula"))
-    got = every = None
+    got = every = borrowed = None
     wait = ar = ag = rs = 0.0
     if p > 1:
         tl = waits.timeline(row)
-        kw = dict(ranks=p, busy=False, counted=bool(tl))
+        borrowed = None if tl or waits_per_step is None else float(waits_per_step)
+        kw = dict(ranks=p, busy=False, counted=bool(tl) or borrowed is not None)
         ar = call_s(prof, ar_each, **kw)
         ag = call_s(prof, each, factor=op_factor(prof, "all_gather", each, ranks=p, busy=False),
                     **kw) if n_ag else 0.0
         rs = call_s(prof, each, factor=op_factor(prof, "reduce_scatter", each, ranks=p,
                                                  busy=False), **kw) if n_rs else 0.0
-        if tl:
+        if tl or borrowed is not None:
             wait = float(prof.scheduler_wait_s)
+        if tl:
             kinds = {"all-reduce": ar, "all-gather": ag, "reduce-scatter": rs}
             got = waits.count(tl, transfers=kinds)
             timed = row.get("step_times_s")
@@ -139,15 +144,16 @@ def context(row, prof, *, extra_s: float = 0.0) -> dict:
                                       steps=len(timed) if isinstance(timed, list) else 0)
     gathers = n_ag + n_rs
     gs = (n_ag * ag + n_rs * rs) / gathers if gathers else 0.0
+    counted = got["count"] if got else (borrowed or 0)
     model = step_in_context(compute_alone_s=row["predicted_compute_s"], slowdown=slow,
                             allreduces=n_ar, allreduce_s=ar, gathers=gathers, gather_s=gs,
-                            waits=got["count"] if got else 0, wait_s=wait, extra_s=extra_s)
+                            waits=counted, wait_s=wait, extra_s=extra_s)
     # the time inside is a mean over the timed steps: their waits counted in every step, each
     # at what a wait costs a call every rank has entered, no compute beside it (idle calls')
     inside_wait = float(prof.scheduler_wait_in_s(busy=False)) if every else wait
     inside = model["transfers_s"] + every["per_step"] * inside_wait if every else model["comm_s"]
     return {"slowdown": slow, "allreduce_s": ar, "gather_s": gs, "waits": got,
-            "scheduler_wait_s": wait, "every": every, "inside_s": inside,
+            "borrowed": borrowed, "scheduler_wait_s": wait, "every": every, "inside_s": inside,
             "inside_wait_s": inside_wait, **model}
 
 
@@ -230,43 +236,6 @@ def inside_note(ctx: dict) -> str:
             "profile's calls that waited with the peers idle); transfers the profile's, peers idle")
 
 
-def bookkeeping_s(df) -> float:
-    """What DTensor's bookkeeping costs a step, measured where nothing communicates: the
-    library's 1-rank step less the teaching version's (NaN without both 1-rank rows).
-
-    >>> import pandas as pd
-    >>> df = pd.DataFrame({"variant": ["naive", "library"], "world_size": [1, 1],
-    ...                    "step_time_p50_s": [0.090, 0.120]})
-    >>> round(bookkeeping_s(df), 3)
-    0.03
-    """
-    one = df[df["world_size"] == 1]
-    t = {v: one[one["variant"] == v]["step_time_p50_s"] for v in ("naive", "library")}
-    if any(len(x) != 1 for x in t.values()):
-        return math.nan
-    return max(0.0, float(t["library"].iloc[0]) - float(t["naive"].iloc[0]))
-
-
-def own_work(row, *, bookkeeping: float = math.nan) -> tuple[float, str]:
-    """What DTensor adds to the library's step, in seconds, and where it was measured: the
-    row's ``library_own_work_s`` (the library's step less the teaching version's, both on the
-    row's P ranks at a small hidden size, in turns in the launch) where it has it, else
-    ``bookkeeping`` (:func:`bookkeeping_s`, on 1 rank; NaN: not measured), which leaves out
-    DTensor's collectives and their waits, work one rank never does.
-
-    >>> own_work({"world_size": 2, "library_own_work_s": 0.031, "own_work_hidden_used": 16},
-    ...          bookkeeping=0.018)
-    (0.031, '2 ranks, h = 16')
-    >>> own_work({"world_size": 2}, bookkeeping=0.018)
-    (0.018, '1 rank')
-    """
-    got = _number(row, "library_own_work_s", math.nan)
-    if math.isfinite(got):
-        return got, (f"{int(row['world_size'])} ranks, "
-                     f"h = {int(_number(row, 'own_work_hidden_used'))}")
-    return float(bookkeeping), "1 rank"
-
-
 def naive_laws(row, prof) -> list[dict]:
     """Section 1's laws for the teaching version's row: parameters per rank, compute, and at
     P > 1 the all-reduces counted, their bytes and the time inside them; then the step."""
@@ -302,46 +271,6 @@ def naive_laws(row, prof) -> list[dict]:
     out.append(check(f"{pre}: step = F/R x slowdown + 4 L t_ar", predicted=_ms(ctx["step_s"]),
                      measured=_ms(row["step_time_p50_s"]), unit="ms",
                      tolerance_pct=TOLERANCE_PCT, split=split, note=note))
-    return out
-
-
-def library_laws(row, prof, *, bookkeeping: float = math.nan, naive=None) -> list[dict]:
-    """Section 2's laws for the library's row: the same counts, and the step with DTensor's
-    own work (:func:`own_work`, ``bookkeeping`` its 1-rank fallback; left out when neither is
-    known) added to the teaching version's model. ``naive``: the teaching
-    version's row at the same P, whose step splits the library's when given. The library's
-    collectives run inside DTensor, unstamped: its row holds no timeline, so its all-reduces
-    are priced at the profile's average in context (:func:`wait_note`)."""
-    p = int(row["world_size"])
-    pre = f"TP library, P = {p}"
-    extra, where = own_work(row, bookkeeping=bookkeeping)
-    known = math.isfinite(extra)
-    ctx = context(row, prof, extra_s=extra if known else 0.0)
-    out = [check(f"{pre}: parameters per rank = L ((12 h^2 + 7 h)/P + 6 h)",
-                 predicted=row["params_per_rank_formula"], measured=row["params_per_rank"],
-                 tolerance_pct=0)]
-    if p > 1:
-        out += [check(f"{pre}: all-reduces per step = 4 L", predicted=row["allreduce_calls_formula"],
-                      measured=row["allreduce_calls_measured"], tolerance_pct=0),
-                check(f"{pre}: bytes all-reduced per step = 4 L b s h x 4 B",
-                      predicted=row["comm_bytes_formula"], measured=row["comm_bytes_measured"],
-                      unit="B", tolerance_pct=0)]
-    split = None
-    if p > 1 and naive is not None:
-        same = _ms(naive["step_time_p50_s"])
-        split = {"the teaching version's step": same,
-                 "the library's own work": _ms(row["step_time_p50_s"]) - same}
-    law = "step = F/R x slowdown + 4 L t_ar" + (
-        (" + DTensor's bookkeeping (1 rank)" if where == "1 rank"
-         else " + DTensor's own work (P ranks, small h)") if known else "")
-    notes = ([f"DTensor's own work {_ms(extra):.1f} ms a step, measured on {where}"] if known
-             else ["DTensor's bookkeeping not measured (no 1-rank run)"])
-    if known and where != "1 rank" and math.isfinite(bookkeeping):
-        notes.append(f"on 1 rank it was {_ms(bookkeeping):.1f} ms")
-    notes += [wait_note(ctx)] if p > 1 else []
-    out.append(check(f"{pre}: {law}", predicted=_ms(ctx["step_s"]),
-                     measured=_ms(row["step_time_p50_s"]), unit="ms",
-                     tolerance_pct=TOLERANCE_PCT, split=split, note="; ".join(notes)))
     return out
 
 
@@ -412,36 +341,6 @@ def waits_sentence(row, prof) -> str:
     ctx = context(row, prof)
     return waits.sentence(ctx["waits"], wait_s=ctx["scheduler_wait_s"], what="collectives",
                           step=row.get("timeline_step"))
-
-
-def library_sentence(library, naive, *, bookkeeping: float = math.nan) -> str:
-    """The library's step against the teaching version's, faster or slower.
-
-    >>> lib = {"world_size": 2, "step_time_p50_s": 0.108, "allreduce_calls_measured": 8,
-    ...        "bytes_per_allreduce": 262144}
-    >>> library_sentence(lib, {"step_time_p50_s": 0.091}, bookkeeping=0.03)
-    "the library's step on 2 ranks takes 108.0 ms against the teaching version's 91.0 ms: 1.19x slower, the same 8 all-reduces of 262 kB (DTensor's bookkeeping, measured on 1 rank: 30.0 ms a step)."
-    >>> library_sentence({**lib, "library_own_work_s": 0.033, "own_work_hidden_used": 16},
-    ...                  {"step_time_p50_s": 0.091}, bookkeeping=0.03)[-66:]
-    "(DTensor's own work, measured on 2 ranks, h = 16: 33.0 ms a step)."
-    >>> library_sentence({**lib, "step_time_p50_s": 0.08}, {"step_time_p50_s": 0.091})[-47:]
-    '1.14x faster, the same 8 all-reduces of 262 kB.'
-    """
-    a, b = _ms(library["step_time_p50_s"]), _ms(naive["step_time_p50_s"])
-    if a > b:
-        how = f"{a / b:.2f}x slower"
-    elif a < b:
-        how = f"{b / a:.2f}x faster"
-    else:
-        how = "as fast"
-    extra, where = own_work(library, bookkeeping=bookkeeping)
-    what = "bookkeeping" if where == "1 rank" else "own work"
-    tail = (f" (DTensor's {what}, measured on {where}: {_ms(extra):.1f} ms a step)"
-            if math.isfinite(extra) else "")
-    return (f"the library's step on {int(library['world_size'])} ranks takes {a:.1f} ms against "
-            f"the teaching version's {b:.1f} ms: {how}, the same "
-            f"{int(library['allreduce_calls_measured'])} all-reduces of "
-            f"{library['bytes_per_allreduce'] / 1e3:.0f} kB{tail}.")
 
 
 def compute_sentence(one, row, prof) -> str:
