@@ -126,6 +126,11 @@ def test_tp_time_inside_counts_the_waits_of_every_timed_step_as_it_is_their_mean
     assert inside["holds"] and "6 of the 40 all-reduces of the 5 timed steps" in inside["note"]
     assert inside["split"][tp_verdicts.WAITS_TERM] == pytest.approx(1.2 * WAIT_S * 1e3)
     assert laws.split_sums(inside)
+    # the step law counts the median step's three waits, and its split shows those
+    step = next(r for r in tp_verdicts.naive_laws(_tp_measured(row, ctx, messages_s=mean), PROF)
+                if ": step =" in r["law"])
+    assert "in the median step" in step["note"]
+    assert step["split"][tp_verdicts.WAITS_TERM] == pytest.approx(min(3 * WAIT_S, mean) * 1e3)
     # against the median step's three waits the same mean would have missed
     alone = {k: v for k, v in row.items() if k != "collective_calls_s"}
     miss = next(r for r in tp_verdicts.naive_laws(_tp_measured(alone, ctx, messages_s=mean), PROF)

@@ -199,10 +199,11 @@ def messages_split(row, ctx: dict | None = None) -> dict:
 
 def step_split(row, ctx: dict | None = None) -> dict:
     """The measured step (ms, p50) split into the time outside the all-reduces and the parts
-    of the time inside them (:func:`inside_split`); the terms add up to the step."""
+    of the time inside them (:func:`inside_split`), its counted waits the median step's (the
+    step law's own count, as its note says, not every step's); the terms add up to the step."""
     inside = _ms(row["allreduce_time_in_step_s"])
     return {"outside the all-reduces": _ms(row["step_time_p50_s"]) - inside,
-            **inside_split(row, ctx)}
+            **inside_split(row, {**ctx, "every": None} if ctx else None)}
 
 
 def wait_note(ctx: dict, *, what: str = "all-reduces") -> str:
