@@ -441,9 +441,11 @@ def test_the_wait_law_is_priced_at_the_profiles_calls_timed_as_the_sweep_times_i
     w = {"calls": 40, "waited": 9, "share": 0.225, "excess_s": [3.5e-3] * 9}
     assert waits.wait_law(w, predicted_s=prof.steady_wait_s(), ranks=2)["holds"]
     assert not waits.wait_law(w, predicted_s=prof.scheduler_wait_s, ranks=2)["holds"]
-    # an older profile without the back-to-back calls: its idle calls' wait
+    assert prof.steady_waited() and "called back to back" in waits.profile_wait_sentence(w, prof)
+    # an older profile without the back-to-back calls: the pooled wait, and the sentence says so
     older = Profile.from_rows(base + calls)
-    assert older.steady_wait_s() == pytest.approx(2.5e-3)
+    assert older.steady_wait_s() == pytest.approx(5.5e-3) and not older.steady_waited()
+    assert "every kind" in waits.profile_wait_sentence(w, older)
 
 
 def test_busy_law_compares_p50s_where_most_of_the_profiles_busy_calls_waited():

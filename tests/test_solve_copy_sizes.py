@@ -1,7 +1,8 @@
 """The solve lab's models read the machine profile's copies at the iteration's footprint
 (notebooks 03 and 04): the floor of one rank at the whole problem's matrix and vectors, the
-ranks' co-run slowdown at each rank's share of them, the copy's own slowdown there. Synthetic
-profiles with copies at several sizes; pure, no launch."""
+ranks' co-run slowdown at each rank's share of them, the copy's own slowdown there, where
+notebook 04's launch timed no copies of its own (with them, s is theirs). Synthetic profiles
+with copies at several sizes; pure, no launch."""
 
 from __future__ import annotations
 
@@ -48,8 +49,9 @@ def test_the_profiles_copies_are_read_at_each_ranks_share_of_the_footprint():
     together = _loglog(6.5e6, 4 * MiB, 95e9, 16 * MiB, 34e9)
     assert r["together_bytes_per_s"] == pytest.approx(together)
     assert m["slowdown"] == pytest.approx(alone / together)
-    # the copy that moves each rank's 25 MB (12.5 MB buffers, what the model read before) is
-    # well past the caches: a larger s
+    # the profile's copy that moves each rank's 25 MB (12.5 MB buffers) is well past the
+    # caches: a larger s (the launch's own copies of that size are read as they are, timed in
+    # the machine's state of the shares' seconds)
     before = memory.co_run_reading(PROF, footprint_bytes=50e6, ranks=2)
     assert before["slowdown"] > 1.2 * m["slowdown"]
     law = memory.laws({**m, "measured_slowdown": m["slowdown"]}, dof=250_000)[1]

@@ -202,6 +202,16 @@ def test_tp_library_takes_the_teaching_versions_waits_a_step():
     assert laws.split_sums(law)
     # a row with its own timeline keeps its own count
     assert tp_verdicts.context(naive, PROF, waits_per_step=9.0)["borrowed"] is None
+    # the summary table and the figure price the library's row so too, from the teaching row
+    # of the same P and shape, and only from that one
+    import pandas as pd
+
+    rows = pd.DataFrame([naive, row])
+    got = tp_library.model_context(rows.iloc[1], rows, PROF, bookkeeping=0.01)
+    assert got["borrowed"] == pytest.approx(1.2)
+    assert got["step_s"] == pytest.approx(ctx["step_s"] + 0.01)
+    other = pd.DataFrame([{**naive, "hidden": 2 * naive["hidden"]}, row])
+    assert tp_library.model_context(other.iloc[1], other, PROF)["borrowed"] is None
 
 
 def test_tp_sequence_parallel_counts_each_operation_against_its_transfer():

@@ -105,6 +105,31 @@ def waits_of(rows) -> dict:
             "excess_s": excess}
 
 
+def profile_wait_sentence(w: dict, prof) -> str:
+    """How many of this sweep's calls waited (:func:`waits_of`) and what the machine profile's
+    wait is, the one the wait law predicts with (:meth:`labkit.machine.Profile.steady_wait_s`):
+    its all-reduces called back to back with the cores idle, or, in a profile without them,
+    every call of its sweep that waited.
+
+    >>> class Prof:
+    ...     def steady_wait_s(self): return 3.6e-3
+    ...     def steady_waited(self): return True
+    >>> w = {"calls": 192, "waited": 80, "share": 80 / 192, "excess_s": []}
+    >>> print(profile_wait_sentence(w, Prof()))  # doctest: +NORMALIZE_WHITESPACE
+    80 of 192 timed all-reduce calls (42%) also waited for the scheduler; the machine profile's
+    all-reduces called back to back with the cores idle waited 3.60 ms beyond their transfer
+    (median)
+    >>> Prof.steady_waited = lambda self: False
+    >>> profile_wait_sentence(w, Prof()).split("; ")[1][:60]
+    "the machine profile's calls that waited (every kind: it time"
+    """
+    whose = ("all-reduces called back to back with the cores idle" if prof.steady_waited()
+             else "calls that waited (every kind: it timed none back to back that waited)")
+    return (f"{w['waited']} of {w['calls']} timed all-reduce calls ({w['share']:.0%}) also "
+            f"waited for the scheduler; the machine profile's {whose} waited "
+            f"{prof.steady_wait_s() * 1e3:.2f} ms beyond their transfer (median)")
+
+
 #: the fewest calls that waited for a wait law to judge (fewer: its mechanism not observed)
 MIN_WAITED = 3
 
@@ -112,8 +137,8 @@ MIN_WAITED = 3
 def wait_law(w: dict, *, predicted_s: float, ranks: int, note: str = "") -> dict:
     """The calls of this sweep that waited for the scheduler, against the machine profile's
     wait (another launch: :meth:`labkit.machine.Profile.steady_wait_s`, its all-reduces called
-    back to back as this lab calls its own): the median of what each took beyond its transfer. How often calls waited is this sweep's own (printed), how
-    long one waits is the machine's. Judged where at least :data:`MIN_WAITED` calls waited.
+    back to back as this lab calls its own): the median of what each took beyond its transfer.
+    How often calls waited is this sweep's own (printed), how long one waits is the machine's. Judged where at least :data:`MIN_WAITED` calls waited.
 
     >>> w = {"calls": 40, "waited": 9, "share": 0.225, "excess_s": [3.6e-3] * 9}
     >>> r = wait_law(w, predicted_s=3.5e-3, ranks=2)

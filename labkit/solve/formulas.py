@@ -317,13 +317,14 @@ def predicted_speedup(*, seconds_per_iteration_1: float, ranks: int, fixed_s: fl
 
 def co_run_slowdown(copy_slowdown: float, *, ranks: int, cores: int) -> float:
     """How much slower each of ``ranks`` ranks computes its share beside the others than
-    alone: as much as the machine profile's copies of the share's footprint slow each other
-    (``copy_slowdown``, alone over together, at least 1), times ranks / cores past the cores
-    (ranks take turns on a core); 1 for one rank. The whole share, not only its bytes at the
-    copy's rate: a share that alone runs below that rate (its SpMV's gathers) waits on the same
-    memory for the rest, and slows as much. In 18 lab runs at 250,000 DOF the shares slowed
-    1.31-1.54x where their copies slowed 1.18-1.52x (14 of them at least as much); scaling the
-    slowdown by the share's fraction of the copy's rate predicted 1.11-1.40x.
+    alone: as much as copies slow each other (``copy_slowdown``, alone over together, at least
+    1: the copies notebook 04's launch timed beside its solves, or the machine profile's at the
+    share's footprint), times ranks / cores past the cores (ranks take turns on a core); 1 for
+    one rank. The whole share, not only its bytes at the copy's rate: a share that alone runs
+    below that rate (its SpMV's gathers) waits on the same memory for the rest, and slows as
+    much. In 18 lab runs at 250,000 DOF the shares slowed 1.31-1.54x where the profile's
+    copies slowed 1.18-1.52x (14 of them at least as much); scaling the slowdown by the share's
+    fraction of the copy's rate predicted 1.11-1.40x.
 
     >>> [co_run_slowdown(1.25, ranks=n, cores=2) for n in (1, 2, 4)]
     [1.0, 1.25, 2.5]
@@ -337,11 +338,14 @@ def copy_size_bytes(footprint_bytes: float) -> float:
     """The copy whose data take the room an iteration's data take (its footprint,
     :func:`footprint_bytes`): a buffer of half of it (a copy holds its source and its
     destination), so the caches hold as much of the copy as of the iteration. The iteration's
-    floor and its co-run slowdown read the machine profile's copies at this size: the rate at
-    which data of that size stream, cache and memory as they share them. (Read at the copy that
-    moves the iteration's bytes instead, 25 MB buffers for a 250,000-DOF CG iteration's 50 MB,
-    the floor came out 1.3-1.8x slower than the iteration here: the iteration re-reads its few
-    vectors from the cache, and holds 26 MB, not 50.)
+    floor reads the machine profile's copies at this size: the rate at which data of that size
+    stream, cache and memory as they share them. (Read at the copy that moves the iteration's
+    bytes instead, 25 MB buffers for a 250,000-DOF CG iteration's 50 MB, the floor came out
+    1.3-1.8x slower than the iteration here: the iteration re-reads its few vectors from the
+    cache, and holds 26 MB, not 50.) The co-run slowdown reads these copies only where
+    notebook 04's launch timed none of its own: the VM's shared cache and memory change state
+    between the profile and the notebook, and the launch's copies, timed seconds from the
+    shares, follow them (:func:`labkit.solve.memory.launch_copy_reading`).
 
     One rank's 13.5 MB of matrix and vectors: the copy of a 6.75 MB buffer.
 

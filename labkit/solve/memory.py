@@ -4,16 +4,16 @@ laws and its sentences (pure: no torch).
 
 A CG iteration streams its matrix and vectors once and does about one flop per 10 bytes, so its
 time is bytes / bandwidth. Which bandwidth depends on where the bytes live: the machine
-profile times copies of several sizes, alone and with every rank copying at once, and every
-number here reads them at the copy whose data take the room the iteration's data take (its
-footprint, :func:`~labkit.solve.formulas.footprint_bytes`; the copy:
-:func:`~labkit.solve.formulas.copy_size_bytes`): the floor of one rank at the whole problem's
-footprint, the ranks' sharing at each rank's. Copies that fit the shared cache side by side
+profile times copies of several sizes, alone and with every rank copying at once, and the
+floor of one rank reads them at the copy whose data take the room the whole problem's data
+take (its footprint, :func:`~labkit.solve.formulas.footprint_bytes`; the copy:
+:func:`~labkit.solve.formulas.copy_size_bytes`). Copies that fit the shared cache side by side
 barely slow each other; those that stream from the memory share its bandwidth. Each rank's
 share of the work runs ``s`` times slower beside the others than alone, with s a copy's own
 co-run slowdown, its rate alone over its rate with every rank copying: the copies the launch
-timed beside its solves (:func:`launch_copy_reading`), the profile's at each rank's share of
-the footprint beside them (:func:`co_run_reading`; the model's where the launch timed none).
+timed beside its solves (:func:`launch_copy_reading`), seconds from the shares; the profile's
+at each rank's share of the footprint (:func:`co_run_reading`) are printed beside them, and
+are the model's where the launch timed none.
 The model of a P-rank iteration divides only the compute
 (SpMV and vector updates) of one rank's iteration:
 
@@ -129,7 +129,8 @@ def launch_copy_reading(row, *, ranks: int, cores: int) -> dict | None:
     beside its solves (a buffer of the iteration's bytes per rank over 2, each rank's best
     copy of those before and after the solves, alone in turn and all at once:
     ``copy_bandwidth_alone_gb_per_s``, ``copy_bandwidth_gb_per_s`` summed over ranks):
-    ``buffer_bytes``, ``alone_bytes_per_s`` and ``together_bytes_per_s`` (each rank's),
+    ``buffer_bytes`` (half a rank's bytes per iteration: a copy moves its buffer twice),
+    ``alone_bytes_per_s`` and ``together_bytes_per_s`` (each rank's),
     ``copy_slowdown`` (their ratio, at least 1) and ``slowdown``
     (:func:`~labkit.solve.formulas.co_run_slowdown`); None where the row lacks them. Why the
     launch's: the shared cache and memory of the 2-vCPU VM go between a state where two
@@ -145,12 +146,16 @@ def launch_copy_reading(row, *, ranks: int, cores: int) -> dict | None:
     >>> launch_copy_reading({"copy_bandwidth_gb_per_s": 32.0}, ranks=2, cores=2) is None
     True
     """
-    alone, together = row.get("copy_bandwidth_alone_gb_per_s"), row.get("copy_bandwidth_gb_per_s")
-    if not (given(alone) and given(together)) or float(together) <= 0:
+    alone = row.get("copy_bandwidth_alone_gb_per_s")
+    together = row.get("copy_bandwidth_gb_per_s")
+    if not (given(alone) and given(together)) or min(float(alone), float(together)) <= 0:
         return None
     each = float(together) / ranks
     copy = max(1.0, float(alone) / each)
-    return {"ranks": int(ranks), "buffer_bytes": float(row["bytes_per_iteration"]) / ranks / 2,
+    # the worker sized the buffers at the method's bytes per iteration before its iterations
+    # were known: the same for CG, read here at the row's (GMRES's grow with its iterations)
+    return {"ranks": int(ranks), "cores": int(cores),
+            "buffer_bytes": float(row["bytes_per_iteration"]) / ranks / 2,
             "alone_bytes_per_s": float(alone) * 1e9, "together_bytes_per_s": each * 1e9,
             "copy_slowdown": copy, "slowdown": co_run_slowdown(copy, ranks=ranks, cores=cores)}
 
@@ -263,7 +268,8 @@ def point(row, *, profile, message_s: float) -> dict:
             "minimal_floor1_s": minimal_floor,
             "measured_slowdown": float(together) / share if timed else p * computep / compute1,
             "slowdown": slowdown, "launch_reading": launch,
-            "profile_slowdown": reading["slowdown"], "reading": reading, "message_s": message_s, "model_tp_s": model, "speedup": t1 / tp,
+            "profile_slowdown": reading["slowdown"], "reading": reading,
+            "message_s": message_s, "model_tp_s": model, "speedup": t1 / tp,
             "split_us": verdicts.iteration_split_us(row), "split1_ms": split1,
             "parts1": parts1}
 
@@ -293,7 +299,8 @@ def laws(m: dict, *, dof: int) -> list[dict]:
     """The memory laws, as keyword arguments of :func:`labkit.book.laws.check`: the naive
     roofline reading "one rank takes its copy-bandwidth floor" (a floor bounds the iteration,
     it counts only the bytes: a ``naive`` law, its note the part furthest below a copy), each
-    rank's co-run slowdown against the machine profile's (a ratio), the P-rank iteration (a
+    rank's co-run slowdown against the model's s (a ratio; its note says which copies gave
+    it: :func:`~labkit.solve.memory_sentences.slowdown_source`), the P-rank iteration (a
     time, with its measured split), and the naive "P ranks, P times faster" (shown to fail,
     with the measured reason).
 

@@ -20,18 +20,22 @@ def slowdown_source(m: dict) -> str:
 
 
 def launch_sentence(m: dict) -> str:
-    """Where the model's s comes from, computed from :func:`point`'s numbers: the copies the
-    launch timed beside its solves (:func:`launch_copy_reading`), with the profile's reading
-    beside them; or the profile's, where the launch timed none.
+    """Where the model's s comes from, computed from :func:`~labkit.solve.memory.point`'s
+    numbers: the copies the launch timed beside its solves
+    (:func:`~labkit.solve.memory.launch_copy_reading`), with the profile's reading beside them;
+    or the profile's, where the launch timed none.
 
     >>> m = {"ranks": 2, "slowdown": 1.25, "profile_slowdown": 1.31,
-    ...      "launch_reading": {"buffer_bytes": 12.5e6, "alone_bytes_per_s": 20e9,
+    ...      "launch_reading": {"buffer_bytes": 12.5e6, "alone_bytes_per_s": 20e9, "cores": 2,
     ...                         "together_bytes_per_s": 16e9, "copy_slowdown": 1.25}}
     >>> print(launch_sentence(m))  # doctest: +NORMALIZE_WHITESPACE
-    The model takes s from the copies this launch timed beside its solves (12.5 MB buffers, the
-    iteration's bytes per rank, each rank's best copy): 20.0 GB/s alone, 16.0 GB/s each with 2
-    ranks copying at once, s = 1.25; the profile's copies, timed before this notebook, read
-    1.31.
+    The model takes s from the copies this launch timed beside its solves (12.5 MB buffers,
+    half each rank's bytes per iteration, which a copy moves; each rank's best copy): 20.0 GB/s
+    alone, 16.0 GB/s each with 2 ranks copying at once, s = 1.25; the profile's copies, timed
+    before this notebook, read 1.31.
+    >>> four = {**m, "ranks": 4, "slowdown": 2.5}
+    >>> launch_sentence(four).split("at once")[1][:45]
+    ', and 4 ranks take turns on 2 cores, s = 2.50'
     >>> print(launch_sentence({**m, "launch_reading": None}))
     The launch timed no copies of its own: the model takes the profile's s = 1.25.
     """
@@ -39,12 +43,14 @@ def launch_sentence(m: dict) -> str:
     if not r:
         return f"The launch timed no copies of its own: the model takes the profile's s = " \
                f"{m['slowdown']:.2f}."
+    p, cores = m["ranks"], r.get("cores")
+    turns = f", and {p} ranks take turns on {cores} cores" if cores and p > cores else ""
     return (f"The model takes s from the copies this launch timed beside its solves "
-            f"({r['buffer_bytes'] / 1e6:.3g} MB buffers, the iteration's bytes per rank, each "
-            f"rank's best copy): {r['alone_bytes_per_s'] / 1e9:.1f} GB/s alone, "
-            f"{r['together_bytes_per_s'] / 1e9:.1f} GB/s each with {m['ranks']} ranks copying "
-            f"at once, s = {m['slowdown']:.2f}; the profile's copies, timed before this "
-            f"notebook, read {m['profile_slowdown']:.2f}.")
+            f"({r['buffer_bytes'] / 1e6:.3g} MB buffers, half each rank's bytes per iteration, "
+            f"which a copy moves; each rank's best copy): {r['alone_bytes_per_s'] / 1e9:.1f} "
+            f"GB/s alone, {r['together_bytes_per_s'] / 1e9:.1f} GB/s each with {p} ranks "
+            f"copying at once{turns}, s = {m['slowdown']:.2f}; the profile's copies, timed "
+            f"before this notebook, read {m['profile_slowdown']:.2f}.")
 
 
 def parts_note(m: dict) -> str:

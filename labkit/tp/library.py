@@ -5,7 +5,8 @@ DTensor runs the same 4 L all-reduces as the teaching version, at the same point
 but inside the library, unstamped: the library's row holds no timeline of its collectives. Its
 model prices them as the teaching version's are, each at its transfer, and adds the waits
 the teaching version's steps counted, their mean over its timed steps, each at the profile's
-scheduler wait (:func:`borrowed_waits`). Why: priced at the profile's average in context
+pooled scheduler wait (:func:`borrowed_waits`; the teaching version's own step law counts its
+median step's, the step it is judged on). Why: priced at the profile's average in context
 (transfer + the idle sweep's share of waits) the library's step law missed in 5 of 12 lab
 runs on the 2-vCPU VM, always short; with the teaching version's waits, in 1.
 """
@@ -19,12 +20,15 @@ from labkit.tp import verdicts
 from labkit.tp.fakeprofile import FakeProfile  # noqa: F401 - the examples' stand-in
 from labkit.tp.verdicts import TOLERANCE_PCT, _ms, _number, context
 
+#: what a teaching row shares with the library's row whose waits it lends (beside P)
+SAME_SHAPE = ("hidden", "seq_len", "batch_size", "num_layers", "num_heads")
+
 
 def borrowed_waits(naive, prof) -> float | None:
     """The waits a step of the teaching version counted (:func:`labkit.tp.verdicts.context`'s
-    ``every``: its every timed step's collectives, their mean count a step), which the
-    library's step model takes for its own; None without the teaching version's row at the
-    same P or without its steps' collectives.
+    ``every``: its every timed step's collectives, their mean count a step; a row stored before
+    it kept them: its median step's count), which the library's step model takes for its own;
+    None without the teaching version's row at the same P or without its timeline.
 
     >>> naive = {"world_size": 2, "hidden": 256, "bytes_per_allreduce": 262144,
     ...          "allreduce_calls_formula": 2, "predicted_compute_s": 0.054,
@@ -40,8 +44,10 @@ def borrowed_waits(naive, prof) -> float | None:
     """
     if naive is None or int(naive["world_size"]) < 2:
         return None
-    every = context(naive, prof)["every"]
-    return float(every["per_step"]) if every else None
+    ctx = context(naive, prof)
+    if ctx["every"]:
+        return float(ctx["every"]["per_step"])
+    return float(ctx["waits"]["count"]) if ctx["waits"] else None
 
 
 def model_context(row, rows, prof, *, bookkeeping: float = math.nan) -> dict:
@@ -52,15 +58,19 @@ def model_context(row, rows, prof, *, bookkeeping: float = math.nan) -> dict:
     if row["variant"] != "library":
         return context(row, prof)
     extra = own_work(row, bookkeeping=bookkeeping)[0]
-    same = rows[(rows["variant"] == "naive") & (rows["world_size"] == row["world_size"])]
+    same = rows[rows["variant"] == "naive"]
+    for key in ("world_size", *SAME_SHAPE):
+        if key in rows and key in row:
+            same = same[same[key] == row[key]]
     naive = same.iloc[-1] if len(same) else None
     return context(row, prof, extra_s=extra if math.isfinite(extra) else 0.0,
                    waits_per_step=borrowed_waits(naive, prof))
 
 
 def wait_note(ctx: dict) -> str:
-    """What the library's step model counted and priced for its collectives (:func:`context`
-    with ``borrowed`` waits; without them, :func:`labkit.tp.verdicts.wait_note`).
+    """What the library's step model counted and priced for its collectives
+    (:func:`labkit.tp.verdicts.context` with ``borrowed`` waits; without them,
+    :func:`labkit.tp.verdicts.wait_note`).
 
     >>> print(wait_note({"waits": None, "borrowed": 2.2, "scheduler_wait_s": 4e-3,
     ...                  "allreduce_s": 3e-4}))  # doctest: +NORMALIZE_WHITESPACE

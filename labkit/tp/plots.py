@@ -43,7 +43,8 @@ def step_breakdown(df, prof=None, title: str | None = None):
                label="collectives (predicted)" if i == 0 else None)
         if pw > 0:
             ax.bar(x + 1, pw, bottom=pc + pm, color="C3", alpha=0.45, hatch="//",
-                   label=None if waits_shown else "scheduler waits, counted (predicted)")
+                   label=None if waits_shown else
+                   "scheduler waits, counted (predicted; the library: the teaching version's)")
             waits_shown = True
         if pb > 0:
             ax.bar(x + 1, pb, bottom=pc + pm + pw, color="C2", alpha=0.45, hatch="//",

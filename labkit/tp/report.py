@@ -257,7 +257,9 @@ SUMMARY_LEGEND_IN_CONTEXT = SUMMARY_LEGEND.replace(
     "predicted = F/R alone x the co-run slowdown + the variant's collectives in context (the "
     "machine profile's all-reduce transfers, an all-gather or a reduce-scatter a multiple of "
     "one, + the profile's scheduler wait for each message of the median step that waited; "
-    "the library, whose collectives are not stamped: the profile's average all-reduce), + "
+    "the library, whose collectives are not stamped: their transfers + the teaching "
+    "version's waits a step, its mean over its timed steps, else the profile's average "
+    "all-reduce), + "
     "DTensor's own work for the library (measured on P ranks at a small hidden size, else its "
     "bookkeeping on 1 rank)")
 

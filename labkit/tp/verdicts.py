@@ -10,14 +10,14 @@ computes while a message moves) plus, for each message of the row's own median s
 profile's scheduler wait (:func:`labkit.tp.formulas.step_in_context`). A row without a
 timeline prices each collective at the profile's average in context instead, transfer + its
 share of waits (:meth:`labkit.machine.Profile.allreduce_s`), or, given the waits a step counted
-elsewhere (the library's row: :mod:`labkit.tp.library`), at its transfer with those waits. ``prof`` below is a
-:class:`labkit.machine.Profile` or anything with its ``compute_slowdown(ranks)``,
-``transfer_s(size_bytes, ranks=..., busy=...)``, ``allreduce_s(size_bytes, ranks=...,
-busy=...)``, ``wait_share(busy=...)`` and ``scheduler_wait_s``
-(:class:`labkit.tp.fakeprofile.FakeProfile`). A step-time law that misses prints its measured
-split: the time outside the all-reduces, the
-messages, what the counted scheduler waits took of them, and the wait for the later rank
-(:mod:`labkit.tp.timeline`); those add up to the step.
+elsewhere (the library's row: :mod:`labkit.tp.library`), at its transfer with those waits.
+``prof`` below is a :class:`labkit.machine.Profile` or anything with its
+``compute_slowdown(ranks)``, ``transfer_s(size_bytes, ranks=..., busy=...)``,
+``allreduce_s(size_bytes, ranks=..., busy=...)``, ``wait_share(busy=...)`` and
+``scheduler_wait_s`` (:class:`labkit.tp.fakeprofile.FakeProfile`). A step-time law that misses
+prints its measured split: the time outside the all-reduces, the messages, what the counted
+scheduler waits took of them, and the wait for the later rank (:mod:`labkit.tp.timeline`);
+those add up to the step.
 """
 
 from __future__ import annotations
