@@ -171,6 +171,12 @@ def inside_split(row, ctx: dict | None = None) -> dict:
     >>> row = {"allreduce_message_in_step_s": 0.012, "allreduce_wait_in_step_s": 0.002}
     >>> inside_split(row, {"waits": {"count": 2, "excess_s": [0.0021, 0.0026]}})
     {'messages': 7.3, 'scheduler waits (counted)': 4.7, 'waiting for the later rank': 2.0}
+
+    Counted waits of 14 ms where the time inside was 12 ms and the transfers 3 ms: the waits
+    take what lies beyond the transfers.
+
+    >>> inside_split(row, {"waits": {"count": 4, "excess_s": [0.0035] * 4}, "transfers_s": 0.003})
+    {'messages': 3.0, 'scheduler waits (counted)': 9.0, 'waiting for the later rank': 2.0}
     """
     msg = _ms(row["allreduce_message_in_step_s"])
     got, every = (ctx or {}).get("waits"), (ctx or {}).get("every")
@@ -178,7 +184,10 @@ def inside_split(row, ctx: dict | None = None) -> dict:
         got = {"count": every["count"], "excess_s": [every["excess_per_step_s"]]}
     if not got or not got["count"]:
         return {"messages": msg, "waiting for the later rank": _ms(row["allreduce_wait_in_step_s"])}
-    part = min(_ms(sum(got["excess_s"])), msg)  # the counted waits, within the messages
+    # the counted waits, within the messages and beyond their transfers (the calls counted
+    # from their last exit can hold more wait than the slowest rank's own time inside)
+    floor = _ms((ctx or {}).get("transfers_s") or 0.0)
+    part = min(_ms(sum(got["excess_s"])), max(msg - floor, 0.0))
     return {"messages": round(msg - part, 9), WAITS_TERM: round(part, 9),
             "waiting for the later rank": _ms(row["allreduce_wait_in_step_s"])}
 
