@@ -128,27 +128,29 @@ def test_run_b_takes_its_compute_alone_from_run_a():
     assert with_a[0]["predicted_step_time_s"] > 0
 
 
-def test_measured_split_sums_to_the_step_when_nothing_hides():
+def test_measured_split_sums_to_the_step():
     row = {"step_time_p50_s": 0.0915, "nosync_step_time_p50_s": 0.066,
            "bucket_copy_time_p50_s": 0.008, "grad_bytes": 16e6, "bucket_bytes": [4e6] * 4,
            "allreduce_fit_bytes": [1e6, 4e6, 16e6], "allreduce_fit_times_s": [2e-3, 4e-3, 17e-3],
            "rank_step_times_s": [[0.090, 0.092], [0.092, 0.090]]}
     split = predict.measured_split(row, scale=1e3)
     assert list(split) == ["compute", "copies", "all-reduce transfers",
-                           "scheduler waits (counted)", predict.SLOWER_TERM, "imbalance"]
+                           "scheduler waits (counted)", predict.SLOWER_TERM, "imbalance",
+                           predict.REST_TERM]
     assert split[predict.SLOWER_TERM] == 0.0  # no timeline in this row
     assert split["all-reduce transfers"] == pytest.approx(16.0)  # four buckets of 4 MB as timed
     assert split["scheduler waits (counted)"] == 0.0  # none counted in this row
     assert split["imbalance"] == pytest.approx(1.0)
     r = laws.check("step", predicted=50, measured=91.5, unit="ms", split=split)
-    assert laws.split_sums(r) and sum(split.values()) == pytest.approx(91.0)
+    assert split[predict.REST_TERM] == pytest.approx(0.5)  # the step beyond the terms
+    assert laws.split_sums(r) and sum(split.values()) == pytest.approx(91.5)
     # the transfers (the calls' p10) and what the counted waits took: the same sum
     waited = {**row, "allreduce_fit_transfers_s": [1.5e-3, 3e-3, 15e-3],
               "allreduce_waits_measured_s": 4e-3}
     split = predict.measured_split(waited, scale=1e3)
     assert split["all-reduce transfers"] == pytest.approx(12.0)
     assert split["scheduler waits (counted)"] == pytest.approx(4.0)
-    assert sum(split.values()) == pytest.approx(91.0)
+    assert sum(split.values()) == pytest.approx(91.5)
     assert predict.measured_overlap(row) == pytest.approx(0.0, abs=0.05)
     # the step paid 6 of the 16 ms: overlap 0.625
     hid = {**row, "step_time_p50_s": 0.081}

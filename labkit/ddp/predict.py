@@ -298,6 +298,10 @@ def imbalance_s(rank_step_times) -> float:
 #: took after backward in that step beyond both (a slower transfer than standalone, no wait)
 TRANSFERS_TERM, WAITS_TERM = "all-reduce transfers", "scheduler waits (counted)"
 SLOWER_TERM = "all-reduce time in the step beyond transfers and waits"
+#: the step less the terms timed apart: what none of them holds (a row without the median
+#: step's timeline keeps its all-reduces' slower time here), negative where backward hid part
+#: of the all-reduces
+REST_TERM = "the rest (negative: all-reduce time hidden behind backward)"
 
 
 def measured_split(row: dict, *, scale: float = 1.0) -> dict:
@@ -309,8 +313,9 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     the all-reduces of that step took after backward's last gradient beyond both (rank 0's
     timeline, :func:`labkit.ddp.waits.bucket_times`: an all-reduce slower in the step than
     standalone without a wait the count sees), and the imbalance between the ranks' step
-    times: the model's parts, measured. The terms are measured separately: their sum is the
-    step only as far as nothing hid (no overlap) and nothing else took time.
+    times: the model's parts, measured; then the step less their sum (:data:`REST_TERM`:
+    negative where backward hid part of the all-reduces, positive where the step held time
+    none of them does), so the terms add up to the step.
 
     >>> row = {"step_time_p50_s": 0.092, "nosync_step_time_p50_s": 0.066,
     ...        "bucket_copy_time_p50_s": 0.008, "grad_bytes": 16e6, "bucket_bytes": [16e6],
@@ -319,7 +324,7 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     ...        "rank_step_times_s": [[0.092, 0.093], [0.091, 0.092]]}
     >>> split = measured_split(row, scale=1e3)
     >>> [round(v, 1) for v in split.values()], split[SLOWER_TERM]
-    ([66.0, 8.0, 13.8, 3.8, 0.0, 0.5], 0.0)
+    ([66.0, 8.0, 13.8, 3.8, 0.0, 0.5, -0.1], 0.0)
 
     The median step's one all-reduce ran from 74 to 94 ms, backward over at 70: 20 ms paid
     against 13.8 + 3.8, so 2.4 ms more.
@@ -342,8 +347,12 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
         paid = sum(waits.bucket_times(row["comm_intervals_s"][k], backward_end_s=end))
         slower = max(0.0, paid - ar - waited)
     wait = imbalance_s(row.get("rank_step_times_s") or [])
-    return {"compute": compute * scale, "copies": copies * scale, TRANSFERS_TERM: ar * scale,
-            WAITS_TERM: waited * scale, SLOWER_TERM: slower * scale, "imbalance": wait * scale}
+    terms = {"compute": compute * scale, "copies": copies * scale, TRANSFERS_TERM: ar * scale,
+             WAITS_TERM: waited * scale, SLOWER_TERM: slower * scale, "imbalance": wait * scale}
+    step = row.get("step_time_p50_s")
+    if isinstance(step, (int, float)) and step == step:
+        terms[REST_TERM] = round(float(step) * scale - sum(terms.values()), 12)
+    return terms
 
 
 def measured_overlap(row: dict) -> float:
