@@ -57,12 +57,19 @@ def model_context(row, rows, prof, *, bookkeeping: float = math.nan) -> dict:
     others as they are."""
     if row["variant"] != "library":
         return context(row, prof)
-    extra = own_work(row, bookkeeping=bookkeeping)[0]
     same = rows[rows["variant"] == "naive"]
     for key in ("world_size", *SAME_SHAPE):
         if key in rows and key in row:
             same = same[same[key] == row[key]]
-    naive = same.iloc[-1] if len(same) else None
+    return library_context(row, prof, naive=same.iloc[-1] if len(same) else None,
+                           bookkeeping=bookkeeping)
+
+
+def library_context(row, prof, *, naive=None, bookkeeping: float = math.nan) -> dict:
+    """:func:`labkit.tp.verdicts.context` of the library's row: with DTensor's own work
+    (:func:`own_work`; left out where neither it nor ``bookkeeping`` is measured) and the
+    teaching version's waits a step (``naive``, its row at the same P: :func:`borrowed_waits`)."""
+    extra = own_work(row, bookkeeping=bookkeeping)[0]
     return context(row, prof, extra_s=extra if math.isfinite(extra) else 0.0,
                    waits_per_step=borrowed_waits(naive, prof))
 
@@ -136,8 +143,7 @@ def library_laws(row, prof, *, bookkeeping: float = math.nan, naive=None) -> lis
     pre = f"TP library, P = {p}"
     extra, where = own_work(row, bookkeeping=bookkeeping)
     known = math.isfinite(extra)
-    ctx = context(row, prof, extra_s=extra if known else 0.0,
-                  waits_per_step=borrowed_waits(naive, prof))
+    ctx = library_context(row, prof, naive=naive, bookkeeping=bookkeeping)
     out = [check(f"{pre}: parameters per rank = L ((12 h^2 + 7 h)/P + 6 h)",
                  predicted=row["params_per_rank_formula"], measured=row["params_per_rank"],
                  tolerance_pct=0)]
