@@ -138,7 +138,8 @@ def wait_law(w: dict, *, predicted_s: float, ranks: int, note: str = "") -> dict
     """The calls of this sweep that waited for the scheduler, against the machine profile's
     wait (another launch: :meth:`labkit.machine.Profile.steady_wait_s`, its all-reduces called
     back to back as this lab calls its own): the median of what each took beyond its transfer.
-    How often calls waited is this sweep's own (printed), how long one waits is the machine's. Judged where at least :data:`MIN_WAITED` calls waited.
+    How often calls waited is this sweep's own (printed), how long one waits is the machine's.
+    Judged where at least :data:`MIN_WAITED` calls waited.
 
     >>> w = {"calls": 40, "waited": 9, "share": 0.225, "excess_s": [3.6e-3] * 9}
     >>> r = wait_law(w, predicted_s=3.5e-3, ranks=2)

@@ -146,9 +146,9 @@ def step_in_context(*, compute_alone_s: float, slowdown: float, allreduces: int,
     profile (a transfer, :meth:`~labkit.machine.Profile.transfer_s`, or a call's average in
     context, :meth:`~labkit.machine.Profile.allreduce_s`), plus ``waits`` scheduler waits of
     ``wait_s`` each (the messages of the measured step that waited,
-    :func:`labkit.tp.waits.count`, or a mean count per step), plus ``extra_s`` of work measured apart (the library's
-    bookkeeping). Returns ``compute_s``, ``transfers_s`` (the collectives),
-    ``waits_s``, ``comm_s`` (the two), ``step_s``::
+    :func:`labkit.tp.waits.count`, or a mean count per step), plus ``extra_s`` of work
+    measured apart (the library's bookkeeping). Returns ``compute_s``, ``transfers_s`` (the
+    collectives), ``waits_s``, ``comm_s`` (the two), ``step_s``::
 
         T = σ F/R + n_ar t_ar + n_g t_g + n_waited t_wait (+ extra)
 
