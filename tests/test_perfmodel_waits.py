@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.book import laws
-from labkit.perfmodel import modelcheck
+from labkit.perfmodel import checknotes, modelcheck
 
 from ._pipeline_timelines import WAIT_S, measured_row, wait_profile
 
@@ -19,9 +19,10 @@ WAITED = [("F", 1, 0), ("F", 1, 3), ("B", 0, 3), ("B", 0, 0)]
 
 def _pipe_row(prof, *, waited=(), step_waits: int | None = None):
     """A live pipeline row (P = 2, M = 4) whose timeline holds ``waited`` messages that waited,
-    its step what the model's compute and bubble take with every transfer and
-    ``step_waits`` (default: as many as waited) scheduler waits."""
-    row = measured_row(4, waited=waited)
+    its step what the closed form's compute and bubble take with every transfer and
+    ``step_waits`` (default: as many as waited) scheduler waits. Without its blocks timed
+    alone (``block_times``), so the check prices it with the closed form, not the replay."""
+    row = {k: v for k, v in measured_row(4, waited=waited).items() if k != "block_times"}
     w = len(waited) if step_waits is None else step_waits
     t = modelcheck.pipeline_terms(row, compute_flop_per_s=prof.step_flop_per_s(),
                                   compute_slowdown=prof.compute_slowdown(2),
@@ -58,6 +59,43 @@ def test_step_law_holds_with_the_counted_waits_and_flips_without_them():
             if "step_time_s" in r["law"]][0]
     assert not miss["holds"] and "0 of 8 messages waited" in miss["note"]
     assert laws.split_sums(miss) and "measured split: compute" in laws.verdict(miss)
+
+
+def test_a_row_with_its_blocks_alone_is_priced_by_notebook_07s_replay():
+    """A row holding its blocks alone and its timeline: the check's step and bubble share are
+    notebook 07's step model's (the same numbers as :func:`labkit.pipeline.report.add_model`),
+    the law holds with the counted waits and flips where the timeline hides them."""
+    import pandas as pd
+
+    from labkit.pipeline import report
+
+    prof = wait_profile()
+    row = measured_row(4, waited=WAITED)
+    check = modelcheck.model_check(None, [row], profile=prof)
+    replay = report.add_model(pd.DataFrame([row]), prof).iloc[0]
+    step = check[check.quantity == "step_time_s"].iloc[0]
+    share = check[check.quantity == "bubble_fraction"].iloc[0]
+    assert step.step_model == "replay"
+    assert step.model == pytest.approx(replay.step_time_model_s)
+    assert share.model == pytest.approx(replay.bubble_model)
+    assert step.closed_form_s == pytest.approx(modelcheck.profile_terms(prof, row)["step"])
+    law = [r for r in modelcheck.check_laws(check) if "step_time_s" in r["law"]][0]
+    assert law["holds"] and law["note"].startswith("notebook 07's step model")
+    assert "4 of 8 messages waited for the scheduler in the median step" in law["note"]
+    assert "the closed form" in law["note"]
+    assert "the step model adds that for each one counted" in \
+        checknotes.waits_sentence(check)
+    # the same messages waited four times the profile's wait: priced at the profile's, the
+    # step model falls short, and the miss prints its split
+    longer = measured_row(4, waited=WAITED, wait_s=4 * WAIT_S)
+    miss = [r for r in modelcheck.check_laws(modelcheck.model_check(None, [longer], profile=prof))
+            if "step_time_s" in r["law"]][0]
+    assert not miss["holds"] and "4 of 8 messages waited" in miss["note"]
+    assert laws.split_sums(miss) and miss["predicted"] < miss["measured"]
+    # a frame where one row lacks its blocks alone: the closed form for every row
+    mixed = modelcheck.model_check(None, [row, {k: v for k, v in row.items()
+                                                if k != "block_times"}], profile=prof)
+    assert set(mixed[mixed.quantity == "step_time_s"].step_model) == {"closed form"}
 
 
 def test_a_row_without_a_message_timeline_gets_the_profiles_share():

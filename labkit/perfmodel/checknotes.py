@@ -58,7 +58,29 @@ def step_note(r: dict) -> str:
     >>> print(step_note({"num_microbatches": 4, "transfer_s": 2.1e-4, "messages": 8,
     ...                  "messages_waited": 3, "waits_counted": True, "scheduler_wait_s": 3.6e-3}))
     transfers 8 x 0.21 ms (the profile's, cores busy); 3 of 8 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each
+
+    A row the step model of notebook 07 predicted (``step_model`` "replay"): that model's note
+    (:func:`labkit.pipeline.report.step_note`), and the closed form's step beside it.
+
+    >>> print(step_note({"step_model": "replay", "closed_form_s": 0.0201, "fixed_width": 16,
+    ...     "model_fixed_s": 3.4e-3, "corun_slowdown": 1.1, "message_transfer_s": 2e-4,
+    ...     "schedule_gap_s": 6.5e-4, "step_edges_s": 2.1e-3, "messages": 8,
+    ...     "messages_waited": 0, "scheduler_wait_s": 3.6e-3, "step_waits_model_s": 0.0,
+    ...     "step_waits_measured_s": 0.0}))
+    notebook 07's step model: the blocks timed alone, replayed in the schedule; co-run slowdown 1.10, transfer 0.20 ms a message (the profile's, cores busy), 0.65 ms of the schedule's own work before each block and 2.1 ms at the step's edges (the launch's timelines); 0 of 8 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each where they waited: +0.0 ms on the predicted step (measured: 0.0 ms of the step); the closed form (T_stage, (P-1)/M of it, the step at width 16 for the fixed costs) would say 20.1 ms
     """
+    if r.get("step_model") == "replay":
+        import pandas as pd
+
+        from labkit.pipeline.report import step_note as replay_note
+
+        closed = (f"; the closed form (T_stage, (P-1)/M of it, the step at width "
+                  f"{int(r['fixed_width'])} for the fixed costs)" if given(r.get("model_fixed_s"))
+                  and given(r.get("fixed_width")) else "; the closed form (T_stage, (P-1)/M of "
+                  "it, the transfers and counted waits)")
+        return ("notebook 07's step model: the blocks timed alone, replayed in the schedule; "
+                + replay_note(pd.Series(r)) + closed
+                + f" would say {r['closed_form_s'] * 1e3:.1f} ms")
     if given(r.get("model_fixed_s")):
         return fixed_note(r)
     head = (f"transfers {int(r['messages'])} x {r['transfer_s'] * 1e3:.2f} ms (the profile's, "
@@ -125,7 +147,8 @@ def waits_sentence(check) -> str:
         each = ", ".join(f"{int(r['messages_waited'])} of {int(r['messages'])} at M = "
                          f"{int(r['num_microbatches'])}" for r in counted)
         wait = counted[0]["scheduler_wait_s"] * 1e3
-        fixed = all(given(r.get("model_fixed_s")) for r in counted)
+        fixed = all(given(r.get("model_fixed_s")) and r.get("step_model") != "replay"
+                    for r in counted)
         if sum(r["messages_waited"] for r in counted):
             parts.append("Messages that waited for the scheduler in the pipeline's median steps: "
                          f"{each} (counted from the timelines). A message whose receiver's core "
