@@ -19,7 +19,10 @@ class PlacementConfig:
 
     allreduce_bytes: int = option(1 << 20, "bytes of the all-reduce timed in every launch")
     warmup: int = option(3, "untimed all-reduces", cli=False)
-    repeat: int = option(10, "timed all-reduces (percentiles over the slowest rank)", cli=False)
+    # 40, not 10: on the 2-vCPU VM the transfer (the median of the calls that waited for
+    # nothing) of 10 calls of 1 MiB read 0.43-1.32 ms from one launch to the next, of 40 calls
+    # 0.43-0.72 ms (docs/measurements.md); 30 more calls cost about 20 ms
+    repeat: int = option(40, "timed all-reduces (percentiles over the slowest rank)", cli=False)
 
     def __post_init__(self):
         # a float32 buffer: 4 bytes at least

@@ -22,16 +22,19 @@ from labkit.machine.formulas import transfer_of
 
 def on_rank(rt: runtime.Runtime, cfg: PlacementConfig) -> dict:
     n = max(1, cfg.allreduce_bytes // 4)
+    # one checked call first: every element 1 on every rank sums to world_size
     buf = torch.ones(n, dtype=torch.float32, device=rt.device)
+    dist.all_reduce(buf)
+    correct = bool(torch.allclose(buf, torch.full_like(buf, float(rt.world_size)), rtol=1e-4))
+    # the timed calls sum zeros: ones multiplied by world_size at every call would overflow
+    # float32 at 8 ranks within 43 calls
+    buf.zero_()
     local = timing.repeat_timed(lambda: dist.all_reduce(buf), warmup=cfg.warmup,
                                 repeat=cfg.repeat, device=rt.device)
     stats = timing.summarize(local, prefix="allreduce_time")
     # the transfer: the median of the calls that waited for nothing
     steps, _ = timing.slowest_step_times(local)
     stats["allreduce_transfer_s"] = transfer_of(steps)
-    # every element was 1 before warm-up; each all-reduce multiplies it by world_size
-    expected = float(rt.world_size) ** (cfg.warmup + cfg.repeat)
-    correct = bool(torch.allclose(buf, torch.full_like(buf, expected), rtol=1e-4))
     table = runtime.placement(rt)
     if rt.rank != 0:
         return {}
