@@ -111,7 +111,7 @@ def test_more_launches_cost_more():
 
 
 @pytest.mark.parametrize("run", [
-    dict(world_sizes=[1, 2, 4], show_failure=True, allreduce_bytes=1 << 20),
+    dict(world_sizes=[1, 2, 4], show_failure=True, allreduce_bytes=8 << 20),
     dict(world_sizes=[1, 2, 4, 8], show_failure=False, allreduce_bytes=1 << 20),
     dict(world_sizes=[1, 2], show_failure=False, allreduce_bytes=1 << 30),
 ])
@@ -119,7 +119,7 @@ def test_over_budget_is_refused_in_one_line(run):
     with pytest.raises(UsageError) as err:
         formulas.check_budget(cores=2, profile_stored=True, **run)
     text = str(err.value)
-    assert "\n" not in text and "would take about" in text and "budget of 18 s" in text
+    assert "\n" not in text and "would take about" in text and "budget of 20 s" in text
 
 
 def test_a_run_by_hand_may_also_measure_the_profile():

@@ -62,9 +62,9 @@ def test_step_law_holds_with_the_counted_waits_and_flips_without_them():
 
 
 def test_a_row_with_its_blocks_alone_is_priced_by_notebook_07s_replay():
-    """A row holding its blocks alone and its timeline: the check's step and bubble share are
-    notebook 07's step model's (the same numbers as :func:`labkit.pipeline.report.add_model`),
-    the law holds with the counted waits and flips where the timeline hides them."""
+    """A row holding its timelines: the check's step and bubble share are notebook 07's step
+    model's (the same numbers as :func:`labkit.pipeline.report.add_model`), the law holds with
+    the counted waits priced at the profile's wait and flips where they took four times it."""
     import pandas as pd
 
     from labkit.pipeline import report
@@ -83,8 +83,8 @@ def test_a_row_with_its_blocks_alone_is_priced_by_notebook_07s_replay():
     assert law["holds"] and law["note"].startswith("notebook 07's step model")
     assert "4 of 8 messages waited for the scheduler in the median step" in law["note"]
     assert "the closed form" in law["note"]
-    assert "the step model adds that for each one counted" in \
-        checknotes.waits_sentence(check)
+    assert "the step model delays each one counted by that wait where it lies in its replay" \
+        in checknotes.waits_sentence(check)
     # the same messages waited four times the profile's wait: priced at the profile's, the
     # step model falls short, and the miss prints its split
     longer = measured_row(4, waited=WAITED, wait_s=4 * WAIT_S)
@@ -92,6 +92,18 @@ def test_a_row_with_its_blocks_alone_is_priced_by_notebook_07s_replay():
             if "step_time_s" in r["law"]][0]
     assert not miss["holds"] and "4 of 8 messages waited" in miss["note"]
     assert laws.split_sums(miss) and miss["predicted"] < miss["measured"]
+    # a row without its messages' timeline (stored before the lab kept it): its waits could
+    # not be counted, so the closed form prices it, with the profile's share of waits
+    older = {k: v for k, v in row.items() if k != "step_messages"}
+    step = modelcheck.model_check(None, [older], profile=prof).iloc[-1]
+    assert step.step_model == "closed form" and not step.waits_counted
+    # the live row: its parts timed apart too, and the note's closed form says it used them
+    live = {**row, "fixed_width": 16, "fixed_step_s": 9e-3, "block_alone_s": 6e-3,
+            "fixed_block_alone_s": 0.7e-3}
+    law = [r for r in modelcheck.check_laws(modelcheck.model_check(None, [live], profile=prof))
+           if "step_time_s" in r["law"]][0]
+    assert law["note"].startswith("notebook 07's step model")
+    assert "the step at width 16 for the fixed costs) would say" in law["note"]
     # a frame where one row lacks its blocks alone: the closed form for every row
     mixed = modelcheck.model_check(None, [row, {k: v for k, v in row.items()
                                                 if k != "block_times"}], profile=prof)

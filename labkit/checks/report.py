@@ -28,7 +28,8 @@ COLUMNS = (
     Column("ready_s", "s", "seconds from the rank's process start to the process group joined "
                            "(importing torch and labkit, the rendezvous)"),
     Column("allreduce_bytes", "bytes", "size of the timed all-reduce"),
-    Column("allreduce_correct", "", "the all-reduced buffer holds world_size ** runs everywhere"),
+    Column("allreduce_correct", "", "an untimed all-reduce of ones summed to world_size, and the "
+                                    "timed ones of zeros left zeros (rank 0's buffer)"),
     *timed_columns("allreduce_time", "one all-reduce", each="repeat"),
     Column("allreduce_transfer_s", "s", "one all-reduce: the median of the timed repeats that "
                                         "waited for nothing, slowest rank (the transfer)"),

@@ -59,15 +59,16 @@ def step_note(r: dict) -> str:
     ...                  "messages_waited": 3, "waits_counted": True, "scheduler_wait_s": 3.6e-3}))
     transfers 8 x 0.21 ms (the profile's, cores busy); 3 of 8 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each
 
-    A row the step model of notebook 07 predicted (``step_model`` "replay"): that model's note
-    (:func:`labkit.pipeline.report.step_note`), and the closed form's step beside it.
+    A row the step model of notebook 07 predicted (``step_model`` "replay",
+    :mod:`labkit.perfmodel.replay`): that model's note (:func:`labkit.pipeline.report.step_note`),
+    and the closed form's step beside it.
 
     >>> print(step_note({"step_model": "replay", "closed_form_s": 0.0201, "fixed_width": 16,
     ...     "model_fixed_s": 3.4e-3, "corun_slowdown": 1.1, "message_transfer_s": 2e-4,
     ...     "schedule_gap_s": 6.5e-4, "step_edges_s": 2.1e-3, "messages": 8,
     ...     "messages_waited": 0, "scheduler_wait_s": 3.6e-3, "step_waits_model_s": 0.0,
     ...     "step_waits_measured_s": 0.0}))
-    notebook 07's step model: the blocks timed alone, replayed in the schedule; co-run slowdown 1.10, transfer 0.20 ms a message (the profile's, cores busy), 0.65 ms of the schedule's own work before each block and 2.1 ms at the step's edges (the launch's timelines); 0 of 8 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each where they waited: +0.0 ms on the predicted step (measured: 0.0 ms of the step); the closed form (T_stage, (P-1)/M of it, the step at width 16 for the fixed costs) would say 20.1 ms
+    notebook 07's step model: each block at its time alone in the launch's timelines, replayed in the schedule; co-run slowdown 1.10, transfer 0.20 ms a message (the profile's, cores busy), 0.65 ms of the schedule's own work before each block and 2.1 ms at the step's edges (the launch's timelines); 0 of 8 messages waited for the scheduler in the median step (counted from its timeline), priced at the profile's 3.6 ms each where they waited: +0.0 ms on the predicted step (measured: 0.0 ms of the step); the closed form (T_stage, (P-1)/M of it, the step at width 16 for the fixed costs) would say 20.1 ms
     """
     if r.get("step_model") == "replay":
         import pandas as pd
@@ -78,8 +79,8 @@ def step_note(r: dict) -> str:
                   f"{int(r['fixed_width'])} for the fixed costs)" if given(r.get("model_fixed_s"))
                   and given(r.get("fixed_width")) else "; the closed form (T_stage, (P-1)/M of "
                   "it, the transfers and counted waits)")
-        return ("notebook 07's step model: the blocks timed alone, replayed in the schedule; "
-                + replay_note(pd.Series(r)) + closed
+        return ("notebook 07's step model: each block at its time alone in the launch's "
+                "timelines, replayed in the schedule; " + replay_note(pd.Series(r)) + closed
                 + f" would say {r['closed_form_s'] * 1e3:.1f} ms")
     if given(r.get("model_fixed_s")):
         return fixed_note(r)
@@ -147,13 +148,16 @@ def waits_sentence(check) -> str:
         each = ", ".join(f"{int(r['messages_waited'])} of {int(r['messages'])} at M = "
                          f"{int(r['num_microbatches'])}" for r in counted)
         wait = counted[0]["scheduler_wait_s"] * 1e3
-        fixed = all(given(r.get("model_fixed_s")) and r.get("step_model") != "replay"
-                    for r in counted)
+        replayed = all(r.get("step_model") == "replay" for r in counted)
+        fixed = not replayed and all(given(r.get("model_fixed_s")) for r in counted)
         if sum(r["messages_waited"] for r in counted):
             parts.append("Messages that waited for the scheduler in the pipeline's median steps: "
                          f"{each} (counted from the timelines). A message whose receiver's core "
                          "is computing waits for the scheduler's next turn, which the profile's "
                          f"waits put at {wait:.1f} ms on this machine: " + (
+                             "the step model delays each one counted by that wait where it lies "
+                             "in its replay (what it adds to the step depends on what waits "
+                             "for that message)." if replayed else
                              "the step model holds such waits in its fixed costs, the same step "
                              "timed where the arithmetic is almost nothing." if fixed else
                              "the step model adds that for each one counted, beside every "
@@ -218,9 +222,10 @@ def check_laws(check) -> list[dict]:
             rows.append(laws.check(
                 f"pipeline bubble fraction = (P-1)/(P-1+M), {name}", kind="naive",
                 predicted=formula, measured=r["measured"], tolerance_abs=BUBBLE_TOLERANCE_ABS,
-                split=split, note="equal blocks and free messages: the step's transfers, waits "
-                                  "and fixed costs lengthen it, the same fill and drain a "
-                                  "smaller share"))
+                split=split, note="equal blocks and free messages: the measured step's own "
+                                  "blocks (the last stage computes the loss), transfers, waits "
+                                  "and the schedule's own work change its fill and drain and its "
+                                  "length (the split)"))
         else:
             rows.append(laws.check(
                 f"pipeline step_time_s, {name}", predicted=r["model"], measured=r["measured"],

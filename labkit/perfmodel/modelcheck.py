@@ -17,13 +17,11 @@ below take plain numbers.
 
       t = 2(N−1)·α + 2(N−1)/N·S/β
 
-* a pipeline step whose row holds its blocks timed alone and its timeline (a row of this
-  lab's pipeline worker): notebook 07's step model of it
-  (:func:`labkit.pipeline.report.add_model`: the blocks alone, replayed in the schedule with
-  the co-run slowdown, the transfers, the counted waits and the schedule's own work read off
-  the launch's timelines), its bubble share read off that replayed step (the closed form's
-  share ran low at M = 4 and 8, and its step missed more often: ``docs/measurements.md``);
-  the closed form stays in the step law's note and prices a row without those timings;
+* pipeline steps whose rows all hold their timelines (rows of this lab's pipeline worker):
+  notebook 07's step model, a replay of each row's blocks (:mod:`labkit.perfmodel.replay`),
+  its bubble share read off the replayed step; the closed form below stays in each step
+  law's note (its terms in the step row's ``model_*`` columns) and prices every row of a
+  table where any row lacks those timelines;
 * the closed form: a pipeline step of ``layers`` × Linear(h, h) over P stages, batch B, M
   microbatches, v chunks (:func:`pipeline_terms`)::
 
@@ -58,6 +56,7 @@ from labkit.book import laws
 from labkit.collectives import formulas as collectives
 from labkit.errors import UsageError
 from labkit.machine import formulas as machine_formulas
+from labkit.perfmodel import replay as replay_model
 from labkit.perfmodel.checknotes import check_laws  # noqa: F401 (the module's law rows)
 from labkit.pipeline.config import fixed_steps_seconds
 from labkit.pipeline.formulas import bubble_fraction
@@ -65,9 +64,6 @@ from labkit.pipeline.imbalance import bubble_split
 
 #: bytes per activation element the pipeline lab sends (fp32)
 ACTIVATION_BYTES = 4
-#: what a step row keeps of notebook 07's step model (:func:`labkit.pipeline.report.add_model`)
-REPLAY_COLUMNS = ("corun_slowdown", "message_transfer_s", "schedule_gap_s", "step_edges_s",
-                  "step_waits_model_s", "step_waits_measured_s")
 
 
 def _rows(rows) -> list[dict]:
@@ -308,8 +304,9 @@ def model_check(collective_rows=None, pipeline_rows=None, *, profile=None, fit: 
     ``bubble_fill_drain`` (``bubble_measured``, all idle time, where absent) and, with a
     profile, the step time beside ``step_time_s``, with the measured split of the step
     (compute, fill/drain bubble, the counted scheduler waits, other waits): notebook 07's
-    replay where every row holds its blocks alone and its timeline (``step_model``
-    "replay", the closed form in ``closed_form_s``), else :func:`profile_terms`.
+    replay where every row is :func:`labkit.perfmodel.replay.replayable` (``step_model``
+    "replay"), else :func:`profile_terms`; the closed form's step (``closed_form_s``) and its
+    terms (``model_compute_s``, ``model_bubble_s``, ...) are kept either way.
     """
     import pandas as pd
 
@@ -334,30 +331,11 @@ def model_check(collective_rows=None, pipeline_rows=None, *, profile=None, fit: 
             out.append(_collective_row(r, op=op, n=n, ab=ab, a=a, b=b,
                                        profile=None if fit else profile))
     pipes = _rows(pipeline_rows)
-    replays = _replays(pipes, profile)
-    for r, replay in zip(pipes, replays):
+    for r, replay in zip(pipes, replay_model.replays(pipes, profile)):
         out += _pipeline_rows(r, profile, replay)
     if not out:
         raise UsageError("no measured rows to check (collective rows need world_size > 1)")
     return pd.DataFrame(out)
-
-
-def _replays(rows: list[dict], profile) -> list:
-    """Notebook 07's step model of each pipeline row (:func:`labkit.pipeline.report.add_model`:
-    the row's blocks timed alone, replayed in its schedule with the profile's co-run slowdown,
-    transfers and counted waits and the schedule's own work read off the launch's timelines),
-    as a dict per row; None for every row where a row lacks its alone blocks or its timeline
-    (a row stored before the lab kept them) or there is no profile."""
-    import pandas as pd
-
-    from labkit.pipeline.report import add_model
-
-    need = ("block_times", "median_step_blocks", "microbatch_size")
-    if profile is None or not rows or not all(
-            isinstance(r.get(k), (dict, list)) or (k == "microbatch_size" and laws.given(r.get(k)))
-            for r in rows for k in need):
-        return [None] * len(rows)
-    return add_model(pd.DataFrame(rows), profile).to_dict("records")
 
 
 def _pipeline_rows(r: dict, profile, replay: dict | None = None) -> list[dict]:
@@ -395,8 +373,8 @@ def _pipeline_rows(r: dict, profile, replay: dict | None = None) -> list[dict]:
                 split["other waits (messages, scheduling)"] = other
         # the step model's own bubble share: the schedule's idle (P-1)/M T_stage in a step the
         # transfers, waits and fixed costs lengthen (the formula leaves those out); where the
-        # rows hold their blocks alone and timelines, notebook 07's replay, whose share is read
-        # off the replayed step as the measured one is off the measured step
+        # rows hold their timelines, notebook 07's replay, whose share is read off the replayed
+        # step as the measured one is off the measured step
         model = replay["step_time_model_s"] if replay else t["step"]
         share = replay["bubble_model"] if replay else (t["bubble"] / t["step"] if t["step"] > 0
                                                        else f)
@@ -407,7 +385,7 @@ def _pipeline_rows(r: dict, profile, replay: dict | None = None) -> list[dict]:
                     "error_pct": laws.symmetric_error_pct(model, step),
                     "step_model": "replay" if replay else "closed form",
                     "closed_form_s": t["step"],
-                    **({k: replay[k] for k in REPLAY_COLUMNS} if replay else {}),
+                    **({k: replay[k] for k in replay_model.REPLAY_COLUMNS} if replay else {}),
                     "model_compute_s": t["compute"], "model_bubble_s": t["bubble"],
                     "model_transfers_s": t["transfers"],
                     "model_waits_s": t.get("scheduler waits", 0.0),
