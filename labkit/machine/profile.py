@@ -236,12 +236,16 @@ class Profile:
         sweep's waits read 3.2-3.7 ms in 24 lab runs; these 3.2-3.8 ms, the pooled median
         3.4-5.4 and the idle sweep's (each call after a barrier) 2.1-3.2. A profile without
         them (:meth:`steady_waited` False): the pooled :attr:`scheduler_wait_s`."""
-        excess = self._wait_excesses("busy" if busy else "idle", ("allreduce_steady",))
+        excess = self._steady_excesses(busy)
         return formulas.median(excess) if excess else self.scheduler_wait_s
 
     def steady_waited(self, *, busy: bool = False) -> bool:
         """Whether :meth:`steady_wait_s` reads calls called back to back (some of them waited)."""
-        return bool(self._wait_excesses("busy" if busy else "idle", ("allreduce_steady",)))
+        return bool(self._steady_excesses(busy))
+
+    def _steady_excesses(self, busy: bool) -> list[float]:
+        """:meth:`_wait_excesses` of the all-reduces called back to back, of one context."""
+        return self._wait_excesses("busy" if busy else "idle", ("allreduce_steady",))
 
     def _wait_excesses(self, context: str | None = None,
                        measurements: tuple = ("allreduce", "message")) -> list[float]:

@@ -75,13 +75,13 @@ def step_note(r: dict) -> str:
 
         from labkit.pipeline.report import step_note as replay_note
 
-        closed = (f"; the closed form (T_stage, (P-1)/M of it, the step at width "
-                  f"{int(r['fixed_width'])} for the fixed costs)" if given(r.get("model_fixed_s"))
-                  and given(r.get("fixed_width")) else "; the closed form (T_stage, (P-1)/M of "
-                  "it, the transfers and counted waits)")
+        beside = (f"the step at width {int(r['fixed_width'])} for the fixed costs"
+                  if given(r.get("model_fixed_s")) and given(r.get("fixed_width"))
+                  else "the transfers and counted waits")
         return ("notebook 07's step model: each block at its time alone in the launch's "
-                "timelines, replayed in the schedule; " + replay_note(pd.Series(r)) + closed
-                + f" would say {r['closed_form_s'] * 1e3:.1f} ms")
+                "timelines, replayed in the schedule; " + replay_note(pd.Series(r))
+                + f"; the closed form (T_stage, (P-1)/M of it, {beside}) would say "
+                f"{r['closed_form_s'] * 1e3:.1f} ms")
     if given(r.get("model_fixed_s")):
         return fixed_note(r)
     head = (f"transfers {int(r['messages'])} x {r['transfer_s'] * 1e3:.2f} ms (the profile's, "
