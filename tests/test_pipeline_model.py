@@ -129,7 +129,8 @@ def test_add_model_on_a_synthetic_sweep_recovers_the_step():
 def test_the_schedules_own_work_is_read_off_the_timelines_and_priced_in_the_step():
     """Steps whose ranks pause 2 ms between blocks and spend 3 ms at the step's edges: the
     model reads both off the launch's timelines (the same two numbers for every row) and
-    predicts the steps; rows without timelines price neither and read fast, most at large M."""
+    predicts the steps; rows without timelines price neither and read fast by more than the
+    edges and a gap."""
     rows = []
     for m in (2, 4, 8):
         orders = {r: [(k, r, mb, {"F": 0.01, "B": 0.02}[k])
@@ -154,7 +155,7 @@ def test_the_schedules_own_work_is_read_off_the_timelines_and_priced_in_the_step
     blind = report.add_model(df.drop(columns=["median_step_blocks"]), Machine(co_run=1.0,
                                                                               message_s=0.0))
     assert (blind.schedule_gap_s == 0).all() and (blind.step_model_error_pct < 0).all()
-    assert blind.step_model_error_pct.is_monotonic_decreasing  # more blocks, more gaps
+    assert ((blind.step_time_s - blind.step_time_model_s) > 3e-3 + 2e-3).all()
 
 
 def test_step_split_is_the_median_steps_own():

@@ -385,8 +385,10 @@ def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict
     ``wait_s``: {(kind, stage, microbatch): seconds} a block waits beyond its rank being free
     and its message arrived (a message that waited for the scheduler). ``gap_s``: the
     schedule's own work between two blocks of a rank (:mod:`labkit.pipeline.overhead`): a
-    block after a rank's first starts no sooner than ``gap_s`` after the rank's last one ended;
-    waiting for a message overlaps it.
+    block after a rank's first starts no sooner than ``gap_s`` after the rank's last one ended,
+    and a block that waits for another rank's starts ``message_s + gap_s`` after that block
+    ended (the work does not overlap the wait: the send is posted and the received tensor taken
+    in around the message).
 
     ``orders``: {rank: [(kind, stage, microbatch, alone_seconds), ...]}. Returns the same map
     as :func:`ideal_replay`: {(rank, position): (start_s, end_s)}.
@@ -409,9 +411,9 @@ def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict
     >>> max(z for _, z in p.values())
     9.25
     >>> p = corun_replay(o, last_stage=1, rank_of_stage={0: 0, 1: 1}, slowdown={1: 1.0, 2: 1.0},
-    ...                  gap_s=0.5)  # three of the gaps lie on the way
+    ...                  gap_s=0.5)  # five gaps on the way, two of them beside a message
     >>> max(z for _, z in p.values())
-    10.5
+    11.5
     """
     keys = {(kind, stage, mb) for blocks in orders.values() for kind, stage, mb, _ in blocks}
     ended, placed, running = {}, {}, {}
@@ -430,7 +432,7 @@ def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict
             ready = 0.0
             if need in ended:
                 far = rank_of_stage[need[1]] != rank
-                ready = ended[need] + (message_s if far else 0.0)
+                ready = ended[need] + (message_s + gap_s if far else 0.0)
             if pos[rank]:  # the schedule's own work between two blocks of a rank
                 ready = max(ready, free[rank] + gap_s)
             if (kind, stage, mb) in (wait_s or {}):

@@ -147,8 +147,8 @@ def model_blocks(schedule: str, num_stages: int, num_microbatches: int, *, alone
     (``alone``: {(rank, kind): seconds}, :func:`labkit.pipeline.formulas.alone_seconds`),
     slowed down by ``slowdown[k]`` while k ranks compute at once (the machine profile's co-run
     slowdown), every activation or gradient that crosses to another rank ``message_s`` on its
-    way, the schedule's own work ``gap_s`` between two blocks of a rank
-    (:func:`labkit.pipeline.formulas.corun_replay`), and the blocks named in ``wait_s``
+    way, the schedule's own work ``gap_s`` between two blocks of a rank and beside each such
+    message (:func:`labkit.pipeline.formulas.corun_replay`), and the blocks named in ``wait_s``
     ({(kind, stage, microbatch): seconds}: messages that waited for the scheduler) that much
     longer once their rank is free and their message has arrived. Read by the same
     :func:`labkit.pipeline.formulas.timeline_split` as a measured step, it is the model's
