@@ -1,6 +1,7 @@
 """Every kind of model law carries a measured split that adds (or multiplies) up to its
 measurement: collective transfers (their fastest call), ratios (their measured factors or
-terms), bubbles (the schedule, unequal blocks, the other steps)."""
+terms), bubbles (the schedule, the stages' unequal means, unequal blocks within a stage, the
+messages and waits, the other steps)."""
 
 from __future__ import annotations
 
@@ -142,13 +143,21 @@ def test_a_bubble_splits_into_the_schedule_unequal_blocks_and_the_other_steps(sc
     step = max(b["end_s"] for b in even)
     split = imbalance.bubble_split(even, step_s=step, measured=0.26, over="compute")
     assert split["the schedule, equal blocks"] == pytest.approx(0.25)  # (P-1)/M
-    assert split["unequal blocks"] == pytest.approx(0.0, abs=1e-9)
+    assert split["the stages' unequal means"] == pytest.approx(0.0, abs=1e-9)
+    assert split["unequal blocks within a stage"] == pytest.approx(0.0, abs=1e-9)
     assert sum(split.values()) == pytest.approx(0.26)
+    assert imbalance.stage_bubble(even) == pytest.approx(0.25)
     uneven = _simulated(schedule, 2, 4, slow_stage=1)
     step = max(b["end_s"] for b in uneven)
     split = imbalance.bubble_split(uneven, step_s=step, measured=0.3, over="step")
-    assert split["unequal blocks"] > 0.0  # rank 0 waits through stage 1's longer forwards
+    # rank 0 waits through stage 1's longer forwards: the stages' means, each block at its own
+    assert split["the stages' unequal means"] > 0.0
+    assert split["unequal blocks within a stage"] == pytest.approx(0.0, abs=1e-9)
     assert sum(split.values()) == pytest.approx(0.3)
+    by_compute = imbalance.bubble_split(uneven, step_s=step, measured=0.3, over="compute")
+    assert imbalance.stage_bubble(uneven) == pytest.approx(
+        by_compute["the schedule, equal blocks"] + by_compute["the stages' unequal means"])
+    assert imbalance.stage_bubble(uneven) > 0.25
     assert imbalance.bubble_split(None, step_s=1.0, measured=0.3, over="step") is None
 
 
@@ -218,3 +227,24 @@ def test_the_scheduler_wait_law_splits_into_the_shortest_wait_and_the_rest():
     law = waits.wait_law(w, predicted_s=3.5e-3, ranks=2)
     assert not law["holds"] and laws.split_sums(law)
     assert law["split"]["the shortest wait"] == pytest.approx(2.0)
+
+
+def test_the_over_ideal_law_predicts_with_the_stages_as_they_ran():
+    """Stage 1's forwards twice as long: (P-1)/M misses the measured bubble over ideal, the
+    schedule replayed with the stages' means predicts it; a row without its median step's
+    blocks is judged against the formula."""
+    import pandas as pd
+
+    blocks = _simulated("gpipe", 2, 4, slow_stage=1)
+    measured = imbalance.bubble_split(blocks, step_s=max(b["end_s"] for b in blocks),
+                                      measured=0.0, over="compute")
+    measured = sum(v for k, v in measured.items() if k != "the other steps")
+    row = {"schedule": "gpipe", "num_stages": 2, "num_microbatches": 4,
+           "bubble_over_ideal_formula": 0.25, "bubble_over_ideal_measured": measured,
+           "median_step_blocks": blocks, "step_time_s": max(b["end_s"] for b in blocks)}
+    (law,) = imbalance.over_ideal_laws(pd.DataFrame([row]))
+    assert law["holds"] and law["predicted"] == pytest.approx(measured)
+    assert "the stages as they ran" in law["law"] and "(P−1)/M says 0.250" in law["note"]
+    assert abs(0.25 - measured) > 0.05  # the formula alone would miss
+    (plain,) = imbalance.over_ideal_laws(pd.DataFrame([{**row, "median_step_blocks": None}]))
+    assert plain["predicted"] == 0.25 and not plain["holds"]

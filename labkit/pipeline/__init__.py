@@ -26,7 +26,8 @@ Read in this order:
   ``labkit pipeline`` call;
 * :mod:`~labkit.pipeline.verdicts` (pure) -- the sentences a sweep's rows say;
 * :mod:`~labkit.pipeline.imbalance` (pure) -- what a measured bubble is made of (the schedule,
-  unequal blocks, the other steps), and the bubble laws with that split;
+  the stages' unequal means, unequal blocks within a stage, the messages and waits, the other
+  steps), and the bubble laws with that split;
 * :mod:`~labkit.pipeline.report`, :mod:`~labkit.pipeline.plots`, :mod:`~labkit.pipeline.cli`,
   :mod:`~labkit.pipeline.widgets` (the bubbles explorer).
 
