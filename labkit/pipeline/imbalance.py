@@ -3,10 +3,10 @@ the stages' unequal blocks change in it, what the step's messages and waits chan
 steps.
 
 The formulas (P−1)/(P−1+M) and (P−1)/M assume every stage's forward (and backward) takes the
-same time. A measured step's stages do not: the last one also computes the loss (on the 2-vCPU
-VM its blocks ran up to a quarter longer than the first stage's), single blocks, such as stage
-1's first forward of a step, ran up to 1.3x their stage's mean, and the fill and drain wait on
-particular blocks, not on the mean. The fill/drain bubble read off the timeline
+same time. A measured step's stages do not: the last one also computes the loss (in one lab
+run's median steps at M = 8 on the 2-vCPU VM, its forwards took 2.4-3.3 ms against the first
+stage's 1.5-2.2), single blocks, such as stage 1's first forward of a step, ran up to 1.3x
+their stage's mean, and the fill and drain wait on particular blocks, not on the mean. The fill/drain bubble read off the timeline
 (:func:`labkit.pipeline.formulas.timeline_split`) holds every idle stretch the schedule makes a
 rank wait through, so a faster stage waiting for a slower one counts there too.
 :func:`bubble_split` takes a measured bubble apart into five measured terms that sum to it:
