@@ -108,7 +108,8 @@ def test_step_miss_prints_a_split_that_sums_to_the_measurement():
            if "step_time_s" in r["law"]][0]
     assert not law["holds"] and law["kind"] == "model"
     assert laws.split_sums(law)
-    assert sum(law["split"].values()) == pytest.approx(row["step_time_s"])
+    assert sum(law["split"].values()) == pytest.approx(row["step_time_s"] * 1e3)  # in ms
+    assert law["unit"] == "ms"
     assert "measured split: compute" in laws.verdict(law)
 
 
@@ -120,7 +121,8 @@ def test_law_tolerances_one_semantic_per_quantity():
     rows = modelcheck.check_laws(df)
     assert rows[0]["note"].startswith("transfers compared: the profile's ")
     assert "against the calls' p10 0.002 s; the calls' p50 0.003 s, p90 0.005 s" in rows[0]["note"]
-    assert rows[0]["measured"] == 2e-3  # the calls' transfer, not their median
+    assert rows[0]["measured"] == pytest.approx(2.0)  # ms: the calls' transfer, not their median
+    assert rows[0]["unit"] == "ms"
     for r in rows:
         if "bubble" in r["law"]:  # a fraction: absolute
             assert r["tolerance_abs"] == 0.05 and r["tolerance_pct"] is None

@@ -153,8 +153,8 @@ def test_allreduce_law_compares_transfers_whatever_share_of_the_calls_waited(wai
     df = modelcheck.model_check([row], None, profile=prof)
     (law,) = modelcheck.check_laws(df)
     assert law["law"] == "all_reduce of 524,288 B on 2 ranks (this run's machine profile)"
-    assert law["holds"] and law["predicted"] == pytest.approx(transfer)
-    assert law["measured"] == pytest.approx(row["time_p10_s"])
+    assert law["holds"] and law["predicted"] == pytest.approx(transfer * 1e3)  # in ms
+    assert law["measured"] == pytest.approx(row["time_p10_s"] * 1e3)
     assert f"{waits} of 10 calls waited for the scheduler (share {waits / 10:.2f})" in law["note"]
     r = df.iloc[0]
     assert r.wait_share == pytest.approx(waits / 10)

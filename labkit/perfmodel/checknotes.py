@@ -200,9 +200,9 @@ def check_laws(check) -> list[dict]:
         for r in largest.to_dict("records"):
             rows.append(laws.check(
                 f"{r['what']} of {r['size_bytes']:,.0f} B on {r['world_size']} ranks (this run's "
-                "machine profile)", predicted=r["model"], measured=r["measured"], unit="s",
-                tolerance_pct=STEP_TOLERANCE_PCT, note=collective_note(r),
-                split=machine_formulas.fastest_split(transfer_s=r["measured"], scale=1.0,
+                "machine profile)", predicted=r["model"] * 1e3, measured=r["measured"] * 1e3,
+                unit="ms", tolerance_pct=STEP_TOLERANCE_PCT, note=collective_note(r),
+                split=machine_formulas.fastest_split(transfer_s=r["measured"],
                                                      fastest_s=r.get("fastest_s") or math.nan)))
     for r in check[check.quantity != "time_s"].to_dict("records"):
         name = f"P = {int(r['num_stages'])}, M = {int(r['num_microbatches'])}"
@@ -226,8 +226,10 @@ def check_laws(check) -> list[dict]:
                                   "blocks (the last stage computes the loss), transfers, waits "
                                   "and the schedule's own work change its fill and drain and its "
                                   "length (the split)"))
-        else:
+        else:  # in ms, as the lab's other step laws (the check's columns stay in seconds)
             rows.append(laws.check(
-                f"pipeline step_time_s, {name}", predicted=r["model"], measured=r["measured"],
-                unit="s", tolerance_pct=STEP_TOLERANCE_PCT, split=split, note=step_note(r)))
+                f"pipeline step_time_s, {name}", predicted=r["model"] * 1e3,
+                measured=r["measured"] * 1e3, unit="ms", tolerance_pct=STEP_TOLERANCE_PCT,
+                split={k: v * 1e3 for k, v in split.items()} if split else None,
+                note=step_note(r)))
     return rows
