@@ -47,7 +47,7 @@ def test_step_law_holds_with_the_counted_waits_and_flips_without_them():
     prof = wait_profile()
     counted = _pipe_row(prof, waited=WAITED)
     law = [r for r in modelcheck.check_laws(modelcheck.model_check(None, [counted], profile=prof))
-           if "step_time_s" in r["law"]][0]
+           if "pipeline step time" in r["law"]][0]
     assert law["holds"] and law["kind"] == "model"
     assert "4 of 8 messages waited for the scheduler in the median step" in law["note"]
     assert laws.split_sums(law) and "scheduler waits (counted)" in law["split"]
@@ -56,7 +56,7 @@ def test_step_law_holds_with_the_counted_waits_and_flips_without_them():
     hidden = {**counted, **{k: v for k, v in measured_row(4).items()
                             if k in ("step_messages", "median_step_blocks")}}
     miss = [r for r in modelcheck.check_laws(modelcheck.model_check(None, [hidden], profile=prof))
-            if "step_time_s" in r["law"]][0]
+            if "pipeline step time" in r["law"]][0]
     assert not miss["holds"] and "0 of 8 messages waited" in miss["note"]
     assert laws.split_sums(miss) and "measured split: compute" in laws.verdict(miss)
 
@@ -79,7 +79,7 @@ def test_a_row_with_its_blocks_alone_is_priced_by_notebook_07s_replay():
     assert step.model == pytest.approx(replay.step_time_model_s)
     assert share.model == pytest.approx(replay.bubble_model)
     assert step.closed_form_s == pytest.approx(modelcheck.profile_terms(prof, row)["step"])
-    law = [r for r in modelcheck.check_laws(check) if "step_time_s" in r["law"]][0]
+    law = [r for r in modelcheck.check_laws(check) if "pipeline step time" in r["law"]][0]
     assert law["holds"] and law["note"].startswith("notebook 07's step model")
     assert "4 of 8 messages waited for the scheduler in the median step" in law["note"]
     assert "the closed form" in law["note"]
@@ -89,7 +89,7 @@ def test_a_row_with_its_blocks_alone_is_priced_by_notebook_07s_replay():
     # step model falls short, and the miss prints its split
     longer = measured_row(4, waited=WAITED, wait_s=4 * WAIT_S)
     miss = [r for r in modelcheck.check_laws(modelcheck.model_check(None, [longer], profile=prof))
-            if "step_time_s" in r["law"]][0]
+            if "pipeline step time" in r["law"]][0]
     assert not miss["holds"] and "4 of 8 messages waited" in miss["note"]
     assert laws.split_sums(miss) and miss["predicted"] < miss["measured"]
     # a row without its messages' timeline (stored before the lab kept it): its waits could
@@ -101,7 +101,7 @@ def test_a_row_with_its_blocks_alone_is_priced_by_notebook_07s_replay():
     live = {**row, "fixed_width": 16, "fixed_step_s": 9e-3, "block_alone_s": 6e-3,
             "fixed_block_alone_s": 0.7e-3}
     law = [r for r in modelcheck.check_laws(modelcheck.model_check(None, [live], profile=prof))
-           if "step_time_s" in r["law"]][0]
+           if "pipeline step time" in r["law"]][0]
     assert law["note"].startswith("notebook 07's step model")
     assert "the step at width 16 for the fixed costs) would say" in law["note"]
     # a frame where one row lacks its blocks alone: the closed form for every row
@@ -117,7 +117,7 @@ def test_a_row_without_a_message_timeline_gets_the_profiles_share():
     got = modelcheck.message_waits(prof, row)
     assert not got["counted"] and got["waited"] == pytest.approx(0.5 * 8)
     law = [r for r in modelcheck.check_laws(modelcheck.model_check(None, [row], profile=prof))
-           if "step_time_s" in r["law"]][0]
+           if "pipeline step time" in r["law"]][0]
     assert "no per-message timeline: the profile's share of waits, 4 of 8" in law["note"]
     assert "other waits (messages, scheduling)" in law["split"]
 

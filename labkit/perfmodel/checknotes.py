@@ -228,7 +228,7 @@ def check_laws(check) -> list[dict]:
                                   "length (the split)"))
         else:  # in ms, as the lab's other step laws (the check's columns stay in seconds)
             rows.append(laws.check(
-                f"pipeline step_time_s, {name}", predicted=r["model"] * 1e3,
+                f"pipeline step time, {name}", predicted=r["model"] * 1e3,
                 measured=r["measured"] * 1e3, unit="ms", tolerance_pct=STEP_TOLERANCE_PCT,
                 split={k: v * 1e3 for k, v in split.items()} if split else None,
                 note=step_note(r)))
