@@ -248,3 +248,61 @@ def test_the_over_ideal_law_predicts_with_the_stages_as_they_ran():
     assert abs(0.25 - measured) > 0.05  # the formula alone would miss
     (plain,) = imbalance.over_ideal_laws(pd.DataFrame([{**row, "median_step_blocks": None}]))
     assert plain["predicted"] == 0.25 and not plain["holds"]
+
+
+def test_a_bubble_tells_the_stages_means_from_the_spread_within_a_stage():
+    """1F1B, stage 0's first forward twice its others: the stages' means carry part of the
+    bubble, the first forward's own excess the rest (its term > 0), and the over-ideal law's
+    prediction is the first two terms."""
+    import pandas as pd
+
+    blocks = _simulated("1f1b", 2, 4)
+    first = next(b for b in blocks if (b["stage"], b["kind"], b["microbatch"]) == (0, "F", 0))
+    orders = {}
+    for b in sorted(blocks, key=lambda b: b["start_s"]):
+        d = (b["end_s"] - b["start_s"]) * (2 if b is first else 1)
+        orders.setdefault(b["rank"], []).append((b["kind"], b["stage"], b["microbatch"], d))
+    from labkit.pipeline.formulas import ideal_replay
+
+    placed = ideal_replay(orders, last_stage=1)
+    spread = [{"rank": r, "stage": st, "kind": k, "microbatch": mb, "start_s": a, "end_s": z}
+              for r, order in orders.items() for i, (k, st, mb, _) in enumerate(order)
+              for a, z in [placed[(r, i)]]]
+    step = max(b["end_s"] for b in spread)
+    split = imbalance.bubble_split(spread, step_s=step, measured=0.3, over="compute")
+    assert split["the stages' unequal means"] > 0.0
+    assert split["unequal blocks within a stage"] > 0.0
+    assert sum(split.values()) == pytest.approx(0.3)
+    row = {"schedule": "1f1b", "num_stages": 2, "num_microbatches": 4,
+           "bubble_over_ideal_formula": 0.25, "bubble_over_ideal_measured": 0.3,
+           "median_step_blocks": spread, "step_time_s": step}
+    (law,) = imbalance.over_ideal_laws(pd.DataFrame([row]))
+    assert law["predicted"] == pytest.approx(split["the schedule, equal blocks"]
+                                             + split["the stages' unequal means"])
+    assert laws.split_sums(law)
+
+
+def test_a_weight_pass_recorded_inside_its_backward_counts_its_own_part():
+    """Zero bubble's W stamped from 0.5 s inside the block before it (its B, or a forward):
+    the replays read each block's own part, as the timeline split does, so the bubble is the
+    schedule's, (P-1)/(3M), not that of W passes 0.5 s longer."""
+    apart = schedules.simulate("zero_bubble", num_stages=2, num_microbatches=4, forward_s=1.0,
+                               backward_s=2.0)
+    assert imbalance.stage_bubble(apart) == pytest.approx(1 / 12)  # (P-1)/(3M)
+    nested = [dict(b, start_s=b["start_s"] - 0.5) if b["kind"] == "W" else b for b in apart]
+    assert imbalance.stage_bubble(nested) == pytest.approx(1 / 12)
+    split = imbalance.bubble_split(nested, step_s=max(b["end_s"] for b in nested),
+                                   measured=1 / 12, over="compute")
+    assert all(v == pytest.approx(0.0, abs=1e-9) for k, v in split.items()
+               if k != "the schedule, equal blocks")
+
+
+def test_the_replays_refuse_what_they_cannot_read():
+    blocks = _simulated("gpipe", 2, 2)
+    with pytest.raises(ValueError, match="durations"):
+        imbalance.replayed_bubble(blocks, durations="alone")
+    with pytest.raises(ValueError, match="over"):
+        imbalance.stage_bubble(blocks, over="comp")
+    with pytest.raises(ValueError, match="blocks"):
+        imbalance.stage_bubble([])
+    assert imbalance.stage_bubble(blocks, over="step") == pytest.approx(1 / 3)  # (P-1)/(P-1+M)

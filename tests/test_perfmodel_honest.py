@@ -120,7 +120,7 @@ def test_law_tolerances_one_semantic_per_quantity():
           "time_p10_s": 2e-3, "time_p90_s": 5e-3}], [_pipe_row(4, prof)], profile=prof)
     rows = modelcheck.check_laws(df)
     assert rows[0]["note"].startswith("transfers compared: the profile's ")
-    assert "against the calls' p10 0.002 s; the calls' p50 0.003 s, p90 0.005 s" in rows[0]["note"]
+    assert "against the calls' p10 2 ms; the calls' p50 3 ms, p90 5 ms" in rows[0]["note"]
     assert rows[0]["measured"] == pytest.approx(2.0)  # ms: the calls' transfer, not their median
     assert rows[0]["unit"] == "ms"
     for r in rows:

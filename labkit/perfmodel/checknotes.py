@@ -24,24 +24,27 @@ BUBBLE_TOLERANCE_ABS = 0.05
 
 
 def collective_note(r: dict) -> str:
-    """What a collective's law compares, and the calls' medians and waits beside it.
+    """What a collective's law compares, and the calls' medians and waits beside it (in ms, as
+    the law).
 
     >>> print(collective_note({"statistic": "transfer", "model": 2.1e-3, "measured": 2.0e-3,
     ...     "measured_p50_s": 4.9e-3, "measured_mean_s": 4.2e-3, "measured_p90_s": 6e-3,
     ...     "calls": 10, "calls_waited": 4, "wait_share": 0.4, "scheduler_wait_s": 3.6e-3,
     ...     "in_context_s": 3.54e-3}))
-    transfers compared: the profile's 0.0021 s against the calls' transfer 0.002 s; the calls' p50 0.0049 s, mean 0.0042 s, p90 0.006 s: 4 of 10 calls waited for the scheduler (share 0.40), so transfer + 0.40 x the profile's 3.6 ms wait = 0.00354 s
+    transfers compared: the profile's 2.1 ms against the calls' transfer 2 ms; the calls' p50 4.9 ms, mean 4.2 ms, p90 6 ms: 4 of 10 calls waited for the scheduler (share 0.40), so transfer + 0.40 x the profile's 3.6 ms wait = 3.54 ms
     """
+    def ms(key: str) -> str:
+        return f"{r[key] * 1e3:.3g} ms"
+
     if not given(r.get("scheduler_wait_s")):  # fitted: no profile
-        return (f"the alpha-beta line fitted to the rows' medians, {r['model']:.3g} s, against "
-                f"the calls' p50 {r['measured']:.3g} s")
-    head = (f"transfers compared: the profile's {r['model']:.3g} s against the calls' "
-            f"{r['statistic']} {r['measured']:.3g} s" if r.get("statistic") in ("transfer", "p10")
-            else f"the profile's transfer {r['model']:.3g} s against the calls' p50 "
-            f"{r['measured']:.3g} s (the row keeps no transfer)")
-    calls = [f"{k} {r[c]:.3g} s" for k, c in (("p50", "measured_p50_s"),
-                                              ("mean", "measured_mean_s"),
-                                              ("p90", "measured_p90_s"))
+        return (f"the alpha-beta line fitted to the rows' medians, {ms('model')}, against "
+                f"the calls' p50 {ms('measured')}")
+    head = (f"transfers compared: the profile's {ms('model')} against the calls' "
+            f"{r['statistic']} {ms('measured')}" if r.get("statistic") in ("transfer", "p10")
+            else f"the profile's transfer {ms('model')} against the calls' p50 "
+            f"{ms('measured')} (the row keeps no transfer)")
+    calls = [f"{k} {ms(c)}" for k, c in (("p50", "measured_p50_s"), ("mean", "measured_mean_s"),
+                                         ("p90", "measured_p90_s"))
              if r.get("statistic") in ("transfer", "p10") and given(r.get(c))]
     text = head + ("; the calls' " + ", ".join(calls) if calls else "")
     if not given(r.get("wait_share")):
@@ -49,7 +52,7 @@ def collective_note(r: dict) -> str:
     return text + (f": {int(r['calls_waited'])} of {int(r['calls'])} calls waited for the "
                    f"scheduler (share {r['wait_share']:.2f}), so transfer + "
                    f"{r['wait_share']:.2f} x the profile's {r['scheduler_wait_s'] * 1e3:.1f} ms "
-                   f"wait = {r['in_context_s']:.3g} s")
+                   f"wait = {ms('in_context_s')}")
 
 
 def step_note(r: dict) -> str:

@@ -7,7 +7,8 @@ once, each message's transfer and counted wait where it lies, and the schedule's
 between blocks and at the step's edges, read off the launch's timelines. Why it, not
 :func:`labkit.perfmodel.modelcheck.pipeline_terms`: in 22 live launches of 08's pipeline on
 the 2-vCPU VM the replay's step held within 25 % in 43 of 44 steps and its bubble share within
-0.05 in 43, the closed form's in 27 and 35 (``docs/measurements.md``).
+0.05 in 43, the closed form's in 27 and 35 (``docs/measurements.md``; measured before the
+replay put the schedule's gap beside each message too).
 """
 
 from __future__ import annotations

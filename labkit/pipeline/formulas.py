@@ -64,6 +64,15 @@ def bubble_text(schedule: str, virtual_stages: int | None = None) -> str:
     return "(P−1)/(P−1+3M)" if schedule == "zero_bubble" else "(P−1)/(P−1+M)"
 
 
+def over_ideal_text(schedule: str) -> str:
+    """:func:`bubble_over_ideal`'s formula as law notes print it.
+
+    >>> over_ideal_text("gpipe"), over_ideal_text("interleaved"), over_ideal_text("zero_bubble")
+    ('(P−1)/M', '(P−1)/(V·M)', '(P−1)/(3M)')
+    """
+    return {"interleaved": "(P−1)/(V·M)", "zero_bubble": "(P−1)/(3M)"}.get(schedule, "(P−1)/M")
+
+
 def bubble_fraction(*, num_stages: int, num_microbatches: int, schedule: str = "gpipe",
                     virtual_stages: int = 1) -> float:
     """The share of a step each stage idles, by schedule (P stages, M microbatches, V chunks):
@@ -261,17 +270,7 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
                          f"[{first}, {last}])")
     last_stage = max(int(b["stage"]) for b in blocks)
     ranks = sorted({int(b["rank"]) for b in blocks})
-    # each rank's blocks in the measured order; a block overlapping the one before it (a W
-    # recorded inside its B) counts only its own part
-    mine_by_rank = {}
-    for rank in ranks:
-        cursor, mine = start, []
-        for b in sorted((b for b in blocks if int(b["rank"]) == rank), key=lambda b: b["start_s"]):
-            s0, s1 = float(b["start_s"]), float(b["end_s"])
-            mine.append({"block": b, "gap_s": max(0.0, s0 - cursor),
-                         "duration_s": max(0.0, s1 - max(s0, cursor))})
-            cursor = max(cursor, s1)
-        mine_by_rank[rank] = mine
+    mine_by_rank = own_parts(blocks, start_s=start)
     placed = ideal_replay(
         {rank: [(m["block"]["kind"], int(m["block"]["stage"]), int(m["block"]["microbatch"]),
                  m["duration_s"]) for m in mine] for rank, mine in mine_by_rank.items()},
@@ -293,6 +292,32 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
     out = {k: sum(r[k] for r in per_rank) for k in ("compute_s", "bubble_s", "other_s")}
     shares = {k.replace("_s", "_share"): (v / total if total > 0 else 0.0) for k, v in out.items()}
     return {**out, **shares, "step_s": end - start, "per_rank": per_rank}
+
+
+def own_parts(blocks, *, start_s: float | None = None) -> dict[int, list[dict]]:
+    """Each rank's blocks in their measured order, ``{rank: [{"block", "gap_s",
+    "duration_s"}, ...]}``: the idle time before each block (from ``start_s``, default the
+    rank's first block, or the end of what the rank ran before) and its own duration. A block
+    recorded inside the one before it (zero bubble's W inside its B) counts only its own part.
+
+    >>> b = [dict(rank=0, kind="B", start_s=0.0, end_s=2.0),
+    ...      dict(rank=0, kind="W", start_s=1.5, end_s=3.0),
+    ...      dict(rank=0, kind="F", start_s=3.5, end_s=4.0)]
+    >>> [(p["block"]["kind"], p["gap_s"], p["duration_s"]) for p in own_parts(b)[0]]
+    [('B', 0.0, 2.0), ('W', 0.0, 1.0), ('F', 0.5, 0.5)]
+    """
+    out = {}
+    for rank in sorted({int(b["rank"]) for b in blocks}):
+        mine = sorted((b for b in blocks if int(b["rank"]) == rank),
+                      key=lambda b: float(b["start_s"]))
+        cursor, parts = float(mine[0]["start_s"]) if start_s is None else float(start_s), []
+        for b in mine:
+            s0, s1 = float(b["start_s"]), float(b["end_s"])
+            parts.append({"block": b, "gap_s": max(0.0, s0 - cursor),
+                          "duration_s": max(0.0, s1 - max(s0, cursor))})
+            cursor = max(cursor, s1)
+        out[rank] = parts
+    return out
 
 
 def block_overlaps(blocks) -> list[float]:
@@ -380,8 +405,9 @@ def corun_replay(orders, *, last_stage: int, rank_of_stage: dict, slowdown: dict
     """A pipeline step on a machine whose ranks slow each other down: like
     :func:`ideal_replay` (each rank runs its blocks in its order, a block starts once its rank
     is free and the block it waits for has ended), but a block that waits for another rank's
-    block starts ``message_s`` after that block ended (the message), and while k ranks compute
-    at once each advances at 1 / ``slowdown[k]`` of its alone speed (``slowdown[1]`` = 1).
+    block starts ``message_s`` (and ``gap_s``, below) after that block ended, and while k
+    ranks compute at once each advances at 1 / ``slowdown[k]`` of its alone speed
+    (``slowdown[1]`` = 1).
     ``wait_s``: {(kind, stage, microbatch): seconds} a block waits beyond its rank being free
     and its message arrived (a message that waited for the scheduler). ``gap_s``: the
     schedule's own work between two blocks of a rank (:mod:`labkit.pipeline.overhead`): a

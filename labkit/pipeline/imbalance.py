@@ -6,16 +6,17 @@ The formulas (P−1)/(P−1+M) and (P−1)/M assume every stage's forward (and b
 same time. A measured step's stages do not: the last one also computes the loss (in one lab
 run's median steps at M = 8 on the 2-vCPU VM, its forwards took 2.4-3.3 ms against the first
 stage's 1.5-2.2), single blocks, such as stage 1's first forward of a step, ran up to 1.3x
-their stage's mean, and the fill and drain wait on particular blocks, not on the mean. The fill/drain bubble read off the timeline
-(:func:`labkit.pipeline.formulas.timeline_split`) holds every idle stretch the schedule makes a
-rank wait through, so a faster stage waiting for a slower one counts there too.
+their kind's mean, and the fill and drain wait on particular blocks, not on the mean. The
+fill/drain bubble read off the timeline (:func:`labkit.pipeline.formulas.timeline_split`) holds
+every idle stretch the schedule makes a rank wait through, so a faster stage waiting for a
+slower one counts there too.
 :func:`bubble_split` takes a measured bubble apart into five measured terms that sum to it:
 
 * **the schedule, equal blocks**: the ideal replay of the median step's blocks in their
   measured order, messages free, each block at its kind's mean duration over the step (for
   GPipe and 1F1B, the formula);
-* **the stages' unequal means**: the same replay with each block at its stage's mean for its
-  kind (each rank's forward and backward as they ran on average), less that;
+* **the stages' unequal means**: the same replay with each block at its stage's (its model
+  chunk's) mean for its kind, as the stages ran on average, less that;
 * **unequal blocks within a stage**: the replay with each block at its measured duration, less
   that;
 * **the step's messages and waits**: the median step's own bubble less its ideal replay's (as
@@ -34,51 +35,58 @@ from __future__ import annotations
 
 import math
 
-from labkit.pipeline.formulas import bubble_text, ideal_replay, timeline_split
+from labkit.pipeline.formulas import (
+    bubble_text,
+    ideal_replay,
+    over_ideal_text,
+    own_parts,
+    timeline_split,
+)
 from labkit.pipeline.verdicts import BUBBLE_TOLERANCE
 from labkit.results import select_rows
 
 
 def replayed_bubble(blocks, *, durations: str) -> dict:
     """The ideal replay of ``blocks`` (dicts with ``rank, stage, kind, microbatch, start_s,
-    end_s``) in each rank's measured order, messages free, every block at its measured duration
-    (``durations="measured"``), at its stage's mean for its kind over the step (``"stage"``),
-    or at its kind's mean over the whole step (``"kind"``, every stage alike). ``idle_s`` and
-    ``compute_s`` (summed over ranks) and ``span_s`` (the replayed step): all of its idle time
-    is the schedule's.
+    end_s``; a block recorded inside the one before it counts its own part,
+    :func:`labkit.pipeline.formulas.own_parts`) in each rank's measured order, messages free,
+    every block at its measured duration (``durations="measured"``), at its stage's mean for
+    its kind over the step (``"stage"``), or at its kind's mean over the whole step
+    (``"kind"``, every stage alike). ``idle_s`` and ``compute_s`` (summed over ranks) and
+    ``span_s`` (the replayed step): all of its idle time is the schedule's.
 
     GPipe, P = 2, M = 2, forward 1 s and backward 2 s everywhere: each rank idles P − 1 = 1
     slot of 3 s, against M = 2 slots of compute (the bubble over ideal (P−1)/M = 0.5):
 
-    >>> b = [dict(rank=r, stage=r, kind=k, microbatch=m, start_s=0.0, end_s=d)
-    ...      for r in (0, 1) for k, d in (("F", 1.0), ("B", 2.0)) for m in (0, 1)]
-    >>> replayed_bubble(b, durations="kind")
+    >>> from labkit.pipeline.schedules import simulate
+    >>> replayed_bubble(simulate("gpipe", 2, 2, forward_s=1.0, backward_s=2.0),
+    ...                 durations="kind")
     {'idle_s': 6.0, 'compute_s': 12.0, 'span_s': 9.0}
     """
     if durations not in ("measured", "stage", "kind"):
         raise ValueError(f"durations must be 'measured', 'stage' or 'kind', got {durations!r}")
-    groups: dict[tuple, list[float]] = {}
+    parts = own_parts(blocks)
 
     def group(b) -> tuple:
         return (b["kind"],) if durations == "kind" else (b["kind"], int(b["stage"]))
 
-    for b in blocks:
-        groups.setdefault(group(b), []).append(float(b["end_s"]) - float(b["start_s"]))
+    groups: dict[tuple, list[float]] = {}
+    for mine in parts.values():
+        for p in mine:
+            groups.setdefault(group(p["block"]), []).append(p["duration_s"])
     mean = {k: math.fsum(v) / len(v) for k, v in groups.items()}
-    ranks = sorted({int(b["rank"]) for b in blocks})
-    orders = {r: [(b["kind"], int(b["stage"]), int(b["microbatch"]),
-                   float(b["end_s"]) - float(b["start_s"]) if durations == "measured"
-                   else mean[group(b)])
-                  for b in sorted((b for b in blocks if int(b["rank"]) == r),
-                                  key=lambda b: float(b["start_s"]))] for r in ranks}
+    orders = {r: [(p["block"]["kind"], int(p["block"]["stage"]), int(p["block"]["microbatch"]),
+                   p["duration_s"] if durations == "measured" else mean[group(p["block"])])
+                  for p in mine] for r, mine in parts.items()}
     placed = ideal_replay(orders, last_stage=max(int(b["stage"]) for b in blocks))
     span = max(z for _, z in placed.values()) - min(a for a, _ in placed.values())
     compute = math.fsum(d for order in orders.values() for *_, d in order)
-    return {"idle_s": len(ranks) * span - compute, "compute_s": compute, "span_s": span}
+    return {"idle_s": len(parts) * span - compute, "compute_s": compute, "span_s": span}
 
 
 def _bubble(got: dict, *, over: str, ranks: int) -> float:
-    return got["idle_s"] / (got["compute_s"] if over == "compute" else ranks * got["span_s"])
+    whole = got["compute_s"] if over == "compute" else ranks * got["span_s"]
+    return got["idle_s"] / whole if whole > 0 else math.nan
 
 
 def stage_bubble(blocks, *, over: str = "compute") -> float:
@@ -86,16 +94,23 @@ def stage_bubble(blocks, *, over: str = "compute") -> float:
     replayed in their order, messages free, each at its stage's mean for its kind
     (:func:`replayed_bubble`), over its compute (``over="compute"``, as (P−1)/M) or as a share
     of P × its span (``"step"``, as (P−1)/(P−1+M)). With equal stages it is the formula; a
-    slower stage makes the others wait through its longer blocks.
+    slower stage makes the others wait through its longer blocks. NaN for blocks of no
+    duration.
 
     GPipe, P = 2, M = 2: stage 1's forward takes 2 s where stage 0's takes 1 s (backward 2 s
     on both): (P−1)/M says 0.5, the stages as they ran 8 s idle over 14 s of compute:
 
-    >>> b = [dict(rank=r, stage=r, kind=k, microbatch=m, start_s=0.0, end_s=d)
-    ...      for r in (0, 1) for k, d in (("F", 1.0 + r), ("B", 2.0)) for m in (0, 1)]
-    >>> round(stage_bubble(b), 3)
-    0.571
+    >>> b = [dict(rank=s, stage=s, kind=k, microbatch=m, start_s=a, end_s=z)
+    ...      for s, k, m, a, z in [(0, "F", 0, 0, 1), (0, "F", 1, 1, 2), (1, "F", 0, 1, 3),
+    ...                            (1, "F", 1, 3, 5), (1, "B", 0, 5, 7), (1, "B", 1, 7, 9),
+    ...                            (0, "B", 0, 7, 9), (0, "B", 1, 9, 11)]]
+    >>> round(stage_bubble(b), 3), round(stage_bubble(b, over="step"), 3)
+    (0.571, 0.364)
     """
+    if over not in ("compute", "step"):
+        raise ValueError(f"over must be 'compute' or 'step', got {over!r}")
+    if not blocks:
+        raise ValueError("stage_bubble needs the step's blocks")
     ranks = len({int(b["rank"]) for b in blocks})
     return _bubble(replayed_bubble(blocks, durations="stage"), over=over, ranks=ranks)
 
@@ -211,10 +226,11 @@ def over_ideal_laws(df, schedules=None, tolerance: float = BUBBLE_TOLERANCE) -> 
         if isinstance(blocks, list) and blocks:
             name, predicted = f"bubble over ideal, the stages as they ran, {at}", stage_bubble(
                 blocks)
+            away = f" ({formula - measured:+.3f} from the measured)" if laws.given(
+                measured) else ""
             note = ("fill/drain time over compute time; predicted: the median step's order "
-                    "replayed, messages free, each stage's forward and backward at their means "
-                    f"over that step; the formula (P−1)/M says {formula:.3f} "
-                    f"({formula - measured:+.3f} from the measured)")
+                    "replayed, messages free, each stage's blocks at their kind's mean over that "
+                    f"step; the formula {over_ideal_text(r.schedule)} says {formula:.3f}{away}")
         else:
             name, predicted = f"bubble over ideal, {at}", formula
             note = "fill/drain time over compute time"

@@ -297,7 +297,8 @@ def add_model(df, machine):
     (:func:`labkit.pipeline.schedules.model_step`) with the profile's co-run slowdown and
     transfer, its scheduler wait on each message that waited in the row's median step
     (:func:`labkit.pipeline.messages.row_waits`), and the schedule's own work, the same for
-    every row: a gap between blocks and the step's edges (:mod:`labkit.pipeline.overhead`).
+    every row: a gap between blocks and beside each message, and the step's edges
+    (:mod:`labkit.pipeline.overhead`).
     ``bubble_model``: the fill/drain share of that replayed step, read as a measured one is
     (:func:`labkit.pipeline.formulas.timeline_split`)."""
     from labkit.book.laws import symmetric_error_pct
