@@ -295,16 +295,18 @@ def timeline_split(blocks, *, step_start_s: float = 0.0, step_end_s: float | Non
 
 
 def own_parts(blocks, *, start_s: float | None = None) -> dict[int, list[dict]]:
-    """Each rank's blocks in their measured order, ``{rank: [{"block", "gap_s",
-    "duration_s"}, ...]}``: the idle time before each block (from ``start_s``, default the
-    rank's first block, or the end of what the rank ran before) and its own duration. A block
-    recorded inside the one before it (zero bubble's W inside its B) counts only its own part.
+    """Each rank's blocks in their measured order, ``{rank: [{"block", "idle_from_s",
+    "gap_s", "duration_s"}, ...]}``: where the rank's idle time before each block starts
+    (``start_s``, default the rank's first block's start, or the end of what the rank ran
+    before), how long it lasts and the block's own duration. A block recorded inside the one
+    before it (zero bubble's W inside its B) counts only its own part.
 
     >>> b = [dict(rank=0, kind="B", start_s=0.0, end_s=2.0),
     ...      dict(rank=0, kind="W", start_s=1.5, end_s=3.0),
     ...      dict(rank=0, kind="F", start_s=3.5, end_s=4.0)]
-    >>> [(p["block"]["kind"], p["gap_s"], p["duration_s"]) for p in own_parts(b)[0]]
-    [('B', 0.0, 2.0), ('W', 0.0, 1.0), ('F', 0.5, 0.5)]
+    >>> [(p["block"]["kind"], p["idle_from_s"], p["gap_s"], p["duration_s"])
+    ...  for p in own_parts(b)[0]]
+    [('B', 0.0, 0.0, 2.0), ('W', 2.0, 0.0, 1.0), ('F', 3.0, 0.5, 0.5)]
     """
     out = {}
     for rank in sorted({int(b["rank"]) for b in blocks}):
@@ -313,7 +315,7 @@ def own_parts(blocks, *, start_s: float | None = None) -> dict[int, list[dict]]:
         cursor, parts = float(mine[0]["start_s"]) if start_s is None else float(start_s), []
         for b in mine:
             s0, s1 = float(b["start_s"]), float(b["end_s"])
-            parts.append({"block": b, "gap_s": max(0.0, s0 - cursor),
+            parts.append({"block": b, "idle_from_s": cursor, "gap_s": max(0.0, s0 - cursor),
                           "duration_s": max(0.0, s1 - max(s0, cursor))})
             cursor = max(cursor, s1)
         out[rank] = parts

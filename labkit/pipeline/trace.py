@@ -15,7 +15,7 @@ beside its formula.
 from __future__ import annotations
 
 from labkit import trace
-from labkit.pipeline.formulas import ideal_replay
+from labkit.pipeline.formulas import ideal_replay, own_parts
 
 #: stretches shorter than this are rounding, not idling (a trace's times are whole nanoseconds)
 RESOLUTION_S = 1e-9
@@ -48,25 +48,20 @@ def idle_gaps(blocks, *, step_start_s: float = 0.0, step_end_s: float | None = N
         return []
     start = float(step_start_s)
     end = max(float(b["end_s"]) for b in blocks) if step_end_s is None else float(step_end_s)
-    mine_by_rank = {}
-    for rank in sorted({int(b["rank"]) for b in blocks}):
-        cursor, mine = start, []  # a block inside the one before it counts only its own part
-        for b in sorted((b for b in blocks if int(b["rank"]) == rank), key=lambda b: b["start_s"]):
-            s0, s1 = float(b["start_s"]), float(b["end_s"])
-            mine.append((b, cursor, max(0.0, s1 - max(s0, cursor))))
-            cursor = max(cursor, s1)
-        mine_by_rank[rank] = (mine, cursor)
+    # a block inside the one before it counts only its own part
+    mine_by_rank = own_parts(blocks, start_s=start)
     placed = ideal_replay(
-        {rank: [(b["kind"], int(b["stage"]), int(b["microbatch"]), d) for b, _, d in mine]
-         for rank, (mine, _) in mine_by_rank.items()},
+        {rank: [(p["block"]["kind"], int(p["block"]["stage"]), int(p["block"]["microbatch"]),
+                 p["duration_s"]) for p in mine] for rank, mine in mine_by_rank.items()},
         last_stage=max(int(b["stage"]) for b in blocks), start_s=start)
     ideal_end = max(z for _, z in placed.values())
     out = []
-    for rank, (mine, last) in mine_by_rank.items():
+    for rank, mine in mine_by_rank.items():
         ideal = [placed[(rank, i)] for i in range(len(mine))]
         before = [start] + [z for _, z in ideal]
-        stretches = [(cursor, max(cursor, float(b["start_s"])), a - z)
-                     for (b, cursor, _), (a, _), z in zip(mine, ideal, before)]
+        stretches = [(p["idle_from_s"], p["idle_from_s"] + p["gap_s"], a - z)
+                     for p, (a, _), z in zip(mine, ideal, before)]
+        last = max([start] + [float(p["block"]["end_s"]) for p in mine])
         stretches.append((last, end, ideal_end - ideal[-1][1]))
         for s0, s1, want in stretches:
             if s1 - s0 > RESOLUTION_S:
