@@ -15,7 +15,7 @@ row of the lab.
 from __future__ import annotations
 
 from labkit.machine.formulas import counted_waits
-from labkit.pipeline.formulas import needs, timeline_split
+from labkit.pipeline.formulas import needs, own_parts, timeline_split
 
 
 def _key(b) -> tuple:
@@ -70,14 +70,9 @@ def arrivals(blocks) -> list[tuple[dict, float | None, dict | None]]:
         return []
     by_key = {_key(b): b for b in blocks}
     last_stage = max(int(b["stage"]) for b in blocks)
-    busy_until = {}  # per block: the end of the blocks its rank ran before it (None: none)
-    for rank in {int(b["rank"]) for b in blocks}:
-        cursor = None
-        for b in sorted((b for b in blocks if int(b["rank"]) == rank),
-                        key=lambda b: float(b["start_s"])):
-            busy_until[id(b)] = cursor
-            end = float(b["end_s"])
-            cursor = end if cursor is None else max(cursor, end)
+    # per block: the end of the blocks its rank ran before it (None: its rank's first)
+    busy_until = {id(p["block"]): p["idle_from_s"] if i else None
+                  for mine in own_parts(blocks).values() for i, p in enumerate(mine)}
     return [(b, busy_until[id(b)],
              by_key.get(needs(b["kind"], int(b["stage"]), int(b["microbatch"]), last_stage)))
             for b in sorted(blocks, key=lambda b: float(b["start_s"]))]
