@@ -135,8 +135,8 @@ def test_measured_split_sums_to_the_step():
            "rank_step_times_s": [[0.090, 0.092], [0.092, 0.090]]}
     split = predict.measured_split(row, scale=1e3)
     assert list(split) == ["compute", "copies", "all-reduce transfers",
-                           "scheduler waits (counted)", predict.SLOWER_TERM, "imbalance",
-                           predict.REST_TERM]
+                           "scheduler waits (counted)", predict.SLOWER_TERM,
+                           predict.OUTSIDE_TERM, "imbalance", predict.REST_TERM]
     assert split[predict.SLOWER_TERM] == 0.0  # no timeline in this row
     assert split["all-reduce transfers"] == pytest.approx(16.0)  # four buckets of 4 MB as timed
     assert split["scheduler waits (counted)"] == 0.0  # none counted in this row

@@ -180,3 +180,55 @@ def test_the_split_counts_an_all_reduce_slower_in_the_step_than_standalone():
     # a step shorter than its terms: backward hid part of the all-reduce, a negative rest
     hid = predict.measured_split({**bare, "step_time_p50_s": 0.0166}, scale=1e3)
     assert hid[predict.REST_TERM] < 0 and sum(hid.values()) == pytest.approx(16.6)
+
+
+def _outside_row(*, launch_ms, shared=False, other_ms=0.0):
+    """A 2-rank DDP row of one bucket (1 ms all-reduce) whose five timed steps' launches took
+    ``launch_ms``; the median step is the first. ``shared``: the bucket launched during
+    backward, whose median step then ran 2 ms longer. ``other_ms``: rank 1's median step that
+    much longer than rank 0's."""
+    ends = [5e-3 + (2e-3 if shared and j == 0 else 0.0) for j in range(5)]
+    spans = [[[(4e-3 if shared else e) + x * 1e-3, e + x * 1e-3 + 1e-3]]
+             for e, x in zip(ends, launch_ms)]
+    stops = [s[0][1] + 1e-3 for s in spans]
+    rank0 = list(stops)
+    return {"step_times_s": [stops[0] + other_ms * 1e-3, 0.001, 0.002, 0.1, 0.2],
+            "timeline_backward_start_s": [1e-3] * 5, "timeline_backward_end_s": ends,
+            "timeline_step_end_s": stops, "comm_intervals_s": spans,
+            "rank_step_times_s": [rank0, [rank0[0] + other_ms * 1e-3, *rank0[1:]]]}
+
+
+def test_waits_outside_the_all_reduces_are_counted_where_they_happened():
+    late = _outside_row(launch_ms=[4.6, 0.1, 0.2, 0.1, 0.2])
+    got = waits.outside(late)
+    assert (got["count"], got["where"]) == (1, ["rank 0: launch"])
+    assert got["excess_s"] == pytest.approx(4.4e-3)  # beyond the median launch, 0.2 ms
+    assert waits.outside(_outside_row(launch_ms=[0.2] * 5))["count"] == 0
+    # another rank's step 3 ms longer than rank 0's in the median step: one more wait
+    both = waits.outside(_outside_row(launch_ms=[4.6, 0.1, 0.2, 0.1, 0.2], other_ms=3.0))
+    assert both["where"] == ["rank 0: launch", "another rank after the all-reduces"]
+    # 1 ms longer: within the margin
+    assert waits.outside(_outside_row(launch_ms=[0.2] * 5, other_ms=1.0))["count"] == 0
+    # backward beside an all-reduce launched during it is not judged
+    assert waits.outside(_outside_row(launch_ms=[0.2] * 5, shared=True))["count"] == 0
+    assert waits.outside({**late, "timeline_step_end_s": None}) is None
+
+
+def test_the_outside_waits_are_priced_in_the_step_and_said():
+    kw = dict(compute_alone_s=0.01, slowdown=1.0, copy_s=0.0, bucket_bytes=[1e6],
+              transfer_s=lambda size, busy: 1e-3, spare_core=False, wait_s=WAIT_S)
+    base = predict.step_in_context(**kw)
+    more = predict.step_in_context(**kw, outside_waits=2)
+    assert more["outside_waits_s"] == pytest.approx(2 * WAIT_S)
+    assert more["step_s"] - base["step_s"] == pytest.approx(2 * WAIT_S)
+    row = {"allreduces_counted": 1, "allreduces_waited": 0, "scheduler_wait_s": WAIT_S,
+           "outside_waits": 1, "outside_waits_where": ["rank 0: launch"],
+           "model_outside_waits_s": WAIT_S, "outside_waits_measured_s": 4.4e-3}
+    assert "Outside the all-reduces, 1 part of the median step waited too (rank 0: launch" \
+        in waits.waits_sentence(row)
+    assert "1 part of it outside them (rank 0: launch)" in waits.step_note(row)
+    quiet = {**row, "outside_waits": 0}
+    assert "Outside" not in waits.waits_sentence(quiet) and "outside" not in waits.step_note(quiet)
+    split = predict.measured_split({"step_time_p50_s": 0.02, "outside_waits_measured_s": 4.4e-3},
+                                   scale=1e3)
+    assert split[predict.OUTSIDE_TERM] == pytest.approx(4.4)

@@ -24,12 +24,16 @@ A DDP step on N ranks is predicted from what was measured *alone* and what the m
   waited for nothing), plus the profile's **scheduler wait** (``profile.scheduler_wait_s``,
   about a tick here) where it waited in the row's own median step, counted from rank 0's
   timeline of the buckets (:func:`labkit.ddp.waits.count`): how often a call waits changes from
-  second to second, how long a wait lasts is the machine's.
+  second to second, how long a wait lasts is the machine's;
+* the same wait for each part of that step outside the all-reduces that waited (rank 0's
+  forward, backward, launch and what follows the all-reduces, each against its median over
+  the timed steps, and the other ranks' steps against rank 0's: :func:`labkit.ddp.waits.outside`):
+  a thread that loses its core to the scheduler loses it wherever it is.
 
 A miss is explained by the measured split (:func:`measured_split`): the ``no_sync`` step on N
 ranks (the compute as it ran), the copies as timed, the transfers of the buckets' all-reduces
 as timed standalone (the median of the calls that waited for nothing), what the counted waits took of the median
-step, and the imbalance of the ranks' step times.
+step (in the all-reduces and outside them), and the imbalance of the ranks' step times.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ def bucket_transfers(bucket_bytes, transfer_s, *, spare_core: bool) -> list[floa
 
 def step_in_context(*, compute_alone_s: float, slowdown: float, copy_s: float, bucket_bytes,
                     transfer_s: Callable[[float, bool], float], spare_core: bool,
-                    waited=(), wait_s: float = 0.0) -> dict:
+                    waited=(), wait_s: float = 0.0, outside_waits: int = 0) -> dict:
     """The model's terms of one DDP step (seconds) and their sum ``step_s``.
 
     ``transfer_s(size_bytes, busy)``: one all-reduce's transfer in context (the profile's);
@@ -74,7 +78,9 @@ def step_in_context(*, compute_alone_s: float, slowdown: float, copy_s: float, b
     the measured step), each ``wait_s`` more. With a core to spare, every bucket but the last
     is all-reduced while backward runs (``busy``) and hides in the window, transfers first;
     without one, the rank's core does the all-reduces' work and backward's one after the
-    other: each costs its time with the cores idle, and nothing hides. 100 ms of compute alone,
+    other: each costs its time with the cores idle, and nothing hides. ``outside_waits``: the
+    waits counted outside the all-reduces (:func:`labkit.ddp.waits.outside`), each ``wait_s``,
+    exposed (``outside_waits_s``). 100 ms of compute alone,
     1.2x slower with every rank computing, 8 ms of copies, one bucket (15 ms); then four
     buckets (busy 6 ms, idle 4 ms each), without and with a core to spare, then with two of
     them waiting 3.6 ms:
@@ -109,11 +115,13 @@ def step_in_context(*, compute_alone_s: float, slowdown: float, copy_s: float, b
     exposed_transfers = max(0.0, during_transfer - window) + moved[-1]
     exposed_waits = max(0.0, during_waits - max(0.0, window - during_transfer)) + waits_each[-1]
     exposed = exposed_transfers + exposed_waits
-    return {"compute_s": compute, "copies_s": float(copy_s),
+    outside_s = int(outside_waits) * float(wait_s)
+    return {"compute_s": compute, "copies_s": float(copy_s), "outside_waits_s": outside_s,
             "allreduce_during_s": during_transfer + during_waits, "allreduce_after_s": after,
             "transfers_s": sum(moved), "waits_s": sum(waits_each), "window_s": window,
             "exposed_transfers_s": exposed_transfers, "exposed_waits_s": exposed_waits,
-            "exposed_allreduce_s": exposed, "step_s": compute + float(copy_s) + exposed}
+            "exposed_allreduce_s": exposed,
+            "step_s": compute + float(copy_s) + exposed + outside_s}
 
 
 def copy_bytes(*, grad_bytes: float, as_view: bool = False) -> float:
@@ -165,7 +173,9 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
     context: transfers and counted waits),
     ``model_transfers_s``, ``model_scheduler_waits_s``, ``scheduler_wait_s``,
     ``allreduces_counted`` and ``allreduces_waited`` (:func:`labkit.ddp.waits.count`; None
-    without a timeline), ``allreduce_waits_measured_s``, ``model_overlap_window_s``,
+    without a timeline), ``allreduce_waits_measured_s``, ``outside_waits``,
+    ``outside_waits_where`` and ``outside_waits_measured_s`` (:func:`labkit.ddp.waits.outside`;
+    None without a timeline), ``model_outside_waits_s``, ``model_overlap_window_s``,
     ``model_exposed_comm_s``, ``predicted_step_time_s``, ``predicted_step_error_pct``,
     ``predicted_speedup_vs_no_ddp`` (and its error) and, with a 1-rank DDP row,
     ``predicted_speedup`` (N t_1 / predicted step).
@@ -215,10 +225,11 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
         wait = float(profile.scheduler_wait_s)
         got = waits.count(r, bucket_transfers(sizes, transfer, spare_core=spare),
                           spare_core=spare)
+        more = waits.outside(r)
         terms = step_in_context(
             compute_alone_s=alone, slowdown=slowdown, copy_s=copy_s, bucket_bytes=sizes,
             spare_core=spare, transfer_s=transfer, waited=got["waited"] if got else (),
-            wait_s=wait)
+            wait_s=wait, outside_waits=more["count"] if more else 0)
         step, t = terms["step_s"], row_value(r, "step_time_p50_s")
         pred = ddp_speedup(ranks=n, noddp_step_s=t0, ddp_step_s=step)
         r.update(model_compute_alone_s=alone, model_compute_s=terms["compute_s"],
@@ -230,6 +241,10 @@ def add_prediction_columns(rows: Iterable[dict], *, profile, alone: Iterable[dic
                  allreduces_counted=got["buckets"] if got else None,
                  allreduces_waited=got["count"] if got else None,
                  allreduce_waits_measured_s=got["excess_s"] if got else None,
+                 outside_waits=more["count"] if more else None,
+                 outside_waits_where=more["where"] if more else None,
+                 outside_waits_measured_s=more["excess_s"] if more else None,
+                 model_outside_waits_s=terms["outside_waits_s"],
                  model_overlap_window_s=terms["window_s"],
                  model_exposed_comm_s=terms["exposed_allreduce_s"],
                  predicted_step_time_s=step,
@@ -298,6 +313,8 @@ def imbalance_s(rank_step_times) -> float:
 #: took after backward in that step beyond both (a slower transfer than standalone, no wait)
 TRANSFERS_TERM, WAITS_TERM = "all-reduce transfers", "scheduler waits (counted)"
 SLOWER_TERM = "all-reduce time in the step beyond transfers and waits"
+#: what the parts of the median step outside the all-reduces that waited took beyond their medians
+OUTSIDE_TERM = "scheduler waits outside the all-reduces (counted)"
 #: the step less the terms timed apart: what none of them holds (a row without the median
 #: step's timeline keeps its all-reduces' slower time here), negative where backward hid part
 #: of the all-reduces
@@ -312,8 +329,9 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     step took beyond their transfers (where :func:`add_prediction_columns` counted them), what
     the all-reduces of that step took after backward's last gradient beyond both (rank 0's
     timeline, :func:`labkit.ddp.waits.bucket_times`: an all-reduce slower in the step than
-    standalone without a wait the count sees), and the imbalance between the ranks' step
-    times: the model's parts, measured; then the step less their sum (:data:`REST_TERM`:
+    standalone without a wait the count sees), what the parts outside the all-reduces that
+    waited took beyond their medians (:func:`labkit.ddp.waits.outside`), and the imbalance
+    between the ranks' step times: the model's parts, measured; then the step less their sum (:data:`REST_TERM`:
     negative where backward hid part of the all-reduces, positive where the step held time
     none of them does), so the terms add up to the step.
 
@@ -324,7 +342,7 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     ...        "rank_step_times_s": [[0.092, 0.093], [0.091, 0.092]]}
     >>> split = measured_split(row, scale=1e3)
     >>> [round(v, 1) for v in split.values()], split[SLOWER_TERM]
-    ([66.0, 8.0, 13.8, 3.8, 0.0, 0.5, -0.1], 0.0)
+    ([66.0, 8.0, 13.8, 3.8, 0.0, 0.0, 0.5, -0.1], 0.0)
 
     The median step's one all-reduce ran from 74 to 94 ms, backward over at 70: 20 ms paid
     against 13.8 + 3.8, so 2.4 ms more.
@@ -347,8 +365,11 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
         paid = sum(waits.bucket_times(row["comm_intervals_s"][k], backward_end_s=end))
         slower = max(0.0, paid - ar - waited)
     wait = imbalance_s(row.get("rank_step_times_s") or [])
+    more = row.get("outside_waits_measured_s")
+    more = float(more) if isinstance(more, (int, float)) and more == more else 0.0
     terms = {"compute": compute * scale, "copies": copies * scale, TRANSFERS_TERM: ar * scale,
-             WAITS_TERM: waited * scale, SLOWER_TERM: slower * scale, "imbalance": wait * scale}
+             WAITS_TERM: waited * scale, SLOWER_TERM: slower * scale, OUTSIDE_TERM: more * scale,
+             "imbalance": wait * scale}
     step = row.get("step_time_p50_s")
     if isinstance(step, (int, float)) and step == step:
         terms[REST_TERM] = round(float(step) * scale - sum(terms.values()), 12)

@@ -119,6 +119,11 @@ COLUMNS = (
                                     "max(1.5 ms, transfer / 4) (labkit.ddp.waits.count)"),
     Column("allreduce_waits_measured_s", "s", "what those took beyond their transfers in the "
                                               "median step, measured"),
+    Column("outside_waits", "", "parts of the median step outside the all-reduces that waited "
+                                "(labkit.ddp.waits.outside; None without a timeline)"),
+    Column("outside_waits_where", "", "those parts, by name (a list)"),
+    Column("outside_waits_measured_s", "s", "what those took beyond their medians, measured"),
+    Column("model_outside_waits_s", "s", "outside_waits x scheduler_wait_s"),
     Column("model_overlap_window_s", "s", "backward time the model lets the all-reduce hide behind"),
     Column("model_exposed_comm_s", "s", "the model's all-reduce time the window does not hide"),
     Column("predicted_step_time_s", "s",

@@ -22,6 +22,7 @@ import math
 
 from labkit.book.laws import check
 from labkit.machine.formulas import (
+    WAIT_THRESHOLD_S,
     counted_waits,
     median,
     median_index,
@@ -114,12 +115,86 @@ def count(row, transfers, *, spare_core: bool = True) -> dict | None:
             "excess_s": sum(got["excess_s"])}
 
 
+#: the parts of rank 0's step outside its all-reduces, in the order they run
+OUTSIDE_PARTS = ("forward", "backward", "launch", "after the all-reduces")
+
+
+def _outside_parts(row, j: int) -> dict | None:
+    """Rank 0's step ``j`` outside its all-reduces (seconds): forward (to backward's start),
+    backward (to its last gradient), the launch (what lay between backward's last gradient
+    and the all-reduces that followed it with none in flight: DDP's last bucket copy and
+    launch) and what came after the last all-reduce (the copies back and the optimizer)."""
+    try:
+        start = float(row["timeline_backward_start_s"][j])
+        end = float(row["timeline_backward_end_s"][j])
+        stop = float(row["timeline_step_end_s"][j])
+        spans = row["comm_intervals_s"][j]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    gap, before = 0.0, end
+    for a, b in sorted(((float(a), float(b)) for a, b in spans), key=lambda s: s[1]):
+        if b > end:
+            gap += max(0.0, a - before)
+        before = max(before, b)
+    return dict(zip(OUTSIDE_PARTS, (start, end - start, gap, stop - before)))
+
+
+def outside(row, *, threshold_s: float = WAIT_THRESHOLD_S) -> dict | None:
+    """The scheduler waits of the row's median step outside its all-reduces: each part of
+    rank 0's step (:data:`OUTSIDE_PARTS`; backward only where no all-reduce was launched during
+    it) against that part's median over the timed steps, and
+    the slowest other rank's step beyond rank 0's (a wait on another rank once the all-reduces
+    were done, which rank 0's timeline cannot see); a part waited when it took longer than its
+    median by the counting margin (:func:`labkit.machine.formulas.counted_waits`).
+    ``count``, ``where`` (the parts that waited), ``excess_s`` (what they took beyond their
+    medians, summed). None without a timeline of every timed step.
+
+    Five steps whose launch takes 0.2 ms, but 4.6 ms in the median step (rank 0's thread lost
+    its core between backward's last gradient and the all-reduce):
+
+    >>> step = lambda launch: [[0.005 + launch, 0.0065 + launch]]
+    >>> row = {"step_times_s": [0.011, 0.008, 0.012, 0.009, 0.013],
+    ...        "timeline_backward_start_s": [0.001] * 5, "timeline_backward_end_s": [0.005] * 5,
+    ...        "timeline_step_end_s": [0.0075 + x for x in (4.6e-3, 0, 0, 0.2e-3, 5e-3)],
+    ...        "comm_intervals_s": [step(x) for x in (4.6e-3, 0, 0, 0.2e-3, 5e-3)]}
+    >>> got = outside(row)
+    >>> got["count"], got["where"], round(got["excess_s"] * 1e3, 1)
+    (1, ['rank 0: launch'], 4.4)
+    """
+    k = median_step(row)
+    if k is None:
+        return None
+    parts = [_outside_parts(row, j) for j in range(len(row["step_times_s"]))]
+    if any(p is None for p in parts):
+        return None
+    # backward beside all-reduces launched during it shares its rank with them: its length is
+    # not its own then, and those all-reduces are priced already
+    shared = any(float(a) < float(end) for spans, end in
+                 zip(row["comm_intervals_s"], row["timeline_backward_end_s"]) for a, _ in spans)
+    chosen = [n for n in OUTSIDE_PARTS if not (shared and n == "backward")]
+    durations = [parts[k][name] for name in chosen]
+    medians = [median([p[name] for p in parts]) for name in chosen]
+    names = [f"rank 0: {name}" for name in chosen]
+    ranks = row.get("rank_step_times_s") or []
+    if len(ranks) > 1 and all(len(r) > k for r in ranks):
+        # the slowest other rank against rank 0, in the median step
+        durations.append(max(float(r[k]) for r in ranks[1:]) - float(ranks[0][k]))
+        medians.append(0.0)
+        names.append("another rank after the all-reduces")
+    got = counted_waits(durations, medians, threshold_s=threshold_s)
+    return {"count": got["count"], "excess_s": sum(got["excess_s"]),
+            "where": [n for n, waited in zip(names, got["flags"]) if waited]}
+
+
 def step_note(row) -> str:
     """What the step model counted and priced for a row's all-reduces, in one sentence (the
     columns :func:`labkit.ddp.predict.add_prediction_columns` adds).
 
     >>> step_note({"allreduces_counted": 4, "allreduces_waited": 3, "scheduler_wait_s": 3.6e-3})
     "3 of 4 all-reduces waited for the scheduler in the median step (counted from rank 0's timeline), priced at the profile's 3.6 ms each; transfers from the profile"
+    >>> step_note({"allreduces_counted": 1, "allreduces_waited": 0, "scheduler_wait_s": 3.6e-3,
+    ...            "outside_waits": 1, "outside_waits_where": ["rank 0: launch"]})
+    "0 of 1 all-reduce waited for the scheduler in the median step (counted from rank 0's timeline), priced at the profile's 3.6 ms each, and 1 part of it outside them (rank 0: launch) at the same price; transfers from the profile"
     >>> step_note({"allreduces_counted": None, "scheduler_wait_s": 3.6e-3})
     "no all-reduce's wait was counted (the row holds no timeline of its buckets): transfers from the profile only"
     """
@@ -127,10 +202,15 @@ def step_note(row) -> str:
     if n is None or n != n:
         return ("no all-reduce's wait was counted (the row holds no timeline of its buckets): "
                 "transfers from the profile only")
+    more = _how_many(row.get("outside_waits"))
+    outside_words = ""
+    if more:
+        outside_words = (f", and {more} part{'s' if more != 1 else ''} of it outside them "
+                         f"({', '.join(row.get('outside_waits_where') or [])}) at the same price")
     return (f"{int(row['allreduces_waited'])} of {int(n)} all-reduce{'s' if n != 1 else ''} "
             "waited for the scheduler in the median step (counted from rank 0's timeline), "
-            f"priced at the profile's {row['scheduler_wait_s'] * 1e3:.1f} ms each; transfers "
-            "from the profile")
+            f"priced at the profile's {row['scheduler_wait_s'] * 1e3:.1f} ms each"
+            f"{outside_words}; transfers from the profile")
 
 
 def waits_sentence(row) -> str:
@@ -157,7 +237,7 @@ def waits_sentence(row) -> str:
     if not k:
         return (f"none of the median step's {many} waited for the scheduler (each completed "
                 f"within its {rule}, counted from rank 0's timeline): the model prices their "
-                "transfers only.")
+                "transfers only." + _outside_sentence(row))
     them = "it" if k == 1 else "them"
     return (f"{k} of the median step's {many} waited for the scheduler (counted from rank 0's "
             f"timeline: longer than their {rule}): gloo's thread needs a core, and a rank's one "
@@ -166,7 +246,38 @@ def waits_sentence(row) -> str:
             f"{row['scheduler_wait_s'] * 1e3:.1f} ms a wait). The model adds "
             f"{row['model_scheduler_waits_s'] * 1e3:.1f} ms for {them}; "
             f"{'it' if k == 1 else 'they'} took {row['allreduce_waits_measured_s'] * 1e3:.1f} ms "
-            f"beyond {'its transfer' if k == 1 else 'their transfers'}.")
+            f"beyond {'its transfer' if k == 1 else 'their transfers'}." + _outside_sentence(row))
+
+
+def _how_many(value) -> int:
+    """A count from a row (an int, a float of a DataFrame, None or NaN where none was made)."""
+    try:
+        return int(value) if value == value else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def _outside_sentence(row) -> str:
+    """' Outside the all-reduces, ...' where parts of the median step outside them waited
+    (:func:`outside`); '' otherwise.
+
+    >>> print(_outside_sentence({"outside_waits": 1, "outside_waits_where": ["rank 0: launch"],
+    ...                          "model_outside_waits_s": 4.2e-3,
+    ...                          "outside_waits_measured_s": 4.4e-3}).strip())
+    Outside the all-reduces, 1 part of the median step waited too (rank 0: launch; longer than its median over the timed steps, or another rank's step than rank 0's, by max(1.5 ms, median / 4)): the model adds 4.2 ms for it; it took 4.4 ms beyond its median.
+    """
+    k = _how_many(row.get("outside_waits"))
+    if not k:
+        return ""
+    one = k == 1
+    return (f" Outside the all-reduces, {k} part{'' if one else 's'} of the median step waited "
+            f"too ({', '.join(row.get('outside_waits_where') or [])}; longer than "
+            f"{'its' if one else 'their'} median over the timed steps, or another rank's step "
+            f"than rank 0's, by max({WAIT_THRESHOLD_S * 1e3:g} ms, median / 4)): the model "
+            "adds "
+            f"{row['model_outside_waits_s'] * 1e3:.1f} ms for {'it' if one else 'them'}; "
+            f"{'it' if one else 'they'} took {row['outside_waits_measured_s'] * 1e3:.1f} ms "
+            f"beyond {'its median' if one else 'their medians'}.")
 
 
 def allreduce_law(row, prof, *, ranks: int) -> dict:
