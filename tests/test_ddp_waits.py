@@ -232,3 +232,41 @@ def test_the_outside_waits_are_priced_in_the_step_and_said():
     split = predict.measured_split({"step_time_p50_s": 0.02, "outside_waits_measured_s": 4.4e-3},
                                    scale=1e3)
     assert split[predict.OUTSIDE_TERM] == pytest.approx(4.4)
+
+
+def test_a_rank_always_slower_is_imbalance_not_a_wait():
+    row = _outside_row(launch_ms=[0.2] * 5)
+    row["rank_step_times_s"] = [row["rank_step_times_s"][0],
+                                [t + 3e-3 for t in row["rank_step_times_s"][0]]]
+    assert waits.outside(row)["count"] == 0
+    # step times that do not line up with the ranks' lists: that part is not judged
+    odd = {**row, "rank_step_times_s": [[0.01] * 4, [0.02] * 4]}
+    assert waits.outside(odd)["count"] == 0
+    assert waits.outside({**row, "rank_step_times_s": float("nan")})["count"] == 0
+
+
+def test_a_launch_that_waited_adds_one_wait_to_the_predicted_step_and_its_sentence():
+    common = {"model": "mlp", "batch_size": 16, "device": "cpu", "grad_bytes": 1 << 20,
+              "cores": 2, "threads_per_rank": 1}
+
+    def model(timeline):
+        rows = [{**common, "variant": "no_ddp", "world_size": 1, "step_time_p50_s": 0.005},
+                {**common, "variant": "ddp", "world_size": 2, "nproc_per_node": 2,
+                 "bucket_bytes": [1 << 20], "step_time_p50_s": 0.012,
+                 "nosync_step_time_p50_s": 0.005, "bucket_copy_time_p50_s": 5e-4,
+                 "allreduce_fit_bytes": [1 << 20], "allreduce_fit_times_s": [1e-3], **timeline}]
+        return _model(rows)
+
+    late, quiet = model(_outside_row(launch_ms=[4.6, 0.1, 0.2, 0.1, 0.2])), \
+        model(_outside_row(launch_ms=[0.2] * 5))
+    assert (late["outside_waits"], late["outside_waits_where"]) == (1, ["rank 0: launch"])
+    assert quiet["outside_waits"] == 0
+    assert late["model_outside_waits_s"] == pytest.approx(PROF.scheduler_wait_s)
+    assert late["predicted_step_time_s"] - quiet["predicted_step_time_s"] == \
+        pytest.approx(PROF.scheduler_wait_s)
+    said = waits.waits_sentence(late)
+    assert f"the model adds {PROF.scheduler_wait_s * 1e3:.1f} ms for it; it took 4.4 ms" in said
+    assert "Outside" not in waits.waits_sentence(quiet)
+    split = predict.measured_split(late, scale=1e3)
+    assert split[predict.OUTSIDE_TERM] == pytest.approx(4.4)
+    assert sum(split.values()) == pytest.approx(12.0)

@@ -251,7 +251,7 @@ def predicted_crossover_batch(*, ranks: int, noddp_fixed_s: float, noddp_per_sam
     """The batch per rank from which N DDP ranks out-run one process without DDP.
 
     With ``t_no_DDP(b) = a0 + a1 b`` and a DDP step ``t_c(b) + E = c0 + c1 b + E`` (E: what DDP
-    adds, copies and exposed all-reduce), ``N t_no_DDP(b) = t_c(b) + E`` at
+    adds: copies, exposed all-reduce and counted waits), ``N t_no_DDP(b) = t_c(b) + E`` at
 
         b* = (c0 + E - N a0) / (N a1 - c1)
 

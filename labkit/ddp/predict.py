@@ -365,8 +365,7 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
         paid = sum(waits.bucket_times(row["comm_intervals_s"][k], backward_end_s=end))
         slower = max(0.0, paid - ar - waited)
     wait = imbalance_s(row.get("rank_step_times_s") or [])
-    more = row.get("outside_waits_measured_s")
-    more = float(more) if isinstance(more, (int, float)) and more == more else 0.0
+    more = _outside_measured_s(row)
     terms = {"compute": compute * scale, "copies": copies * scale, TRANSFERS_TERM: ar * scale,
              WAITS_TERM: waited * scale, SLOWER_TERM: slower * scale, OUTSIDE_TERM: more * scale,
              "imbalance": wait * scale}
@@ -376,9 +375,16 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     return terms
 
 
+def _outside_measured_s(row) -> float:
+    """What the waits counted outside the all-reduces took (s); 0 where none were counted."""
+    more = row.get("outside_waits_measured_s")
+    return float(more) if isinstance(more, (int, float)) and more == more else 0.0
+
+
 def measured_overlap(row: dict) -> float:
     """The share of the buckets' all-reduces (as timed standalone) that the DDP step hid:
-    ``1 - (t_DDP - compute - copies - imbalance) / all-reduces``, in [0, 1].
+    ``1 - (t_DDP - compute - copies - imbalance - waits outside them) / all-reduces``, in
+    [0, 1] (the waits outside: ``outside_waits_measured_s``, where counted).
 
     >>> row = {"step_time_p50_s": 0.080, "nosync_step_time_p50_s": 0.066,
     ...        "bucket_copy_time_p50_s": 0.008, "bucket_bytes": [4e6] * 4,
@@ -390,7 +396,7 @@ def measured_overlap(row: dict) -> float:
     ar = measured_allreduce_s(row, buckets or [row_value(row, "grad_bytes")])
     exposed = (row_value(row, "step_time_p50_s") - row_value(row, "nosync_step_time_p50_s")
                - row_value(row, "bucket_copy_time_p50_s")
-               - imbalance_s(row.get("rank_step_times_s") or []))
+               - imbalance_s(row.get("rank_step_times_s") or []) - _outside_measured_s(row))
     if not (ar > 0 and math.isfinite(exposed)):
         return math.nan
     return min(1.0, max(0.0, 1.0 - exposed / ar))

@@ -127,7 +127,8 @@ COLUMNS = (
     Column("model_overlap_window_s", "s", "backward time the model lets the all-reduce hide behind"),
     Column("model_exposed_comm_s", "s", "the model's all-reduce time the window does not hide"),
     Column("predicted_step_time_s", "s",
-           "the model: model_compute + model_copies + model_exposed_comm"),
+           "the model: model_compute + model_copies + model_exposed_comm + "
+           "model_outside_waits"),
     Column("predicted_step_error_pct", "%",
            "the predicted step time's symmetric error (labkit.book.laws.symmetric_error_pct)"),
     Column("predicted_speedup_vs_no_ddp", "", "N t_no_ddp / predicted_step_time_s"),
@@ -323,6 +324,7 @@ def prediction_frame(df, world_size: int | None = None):
             "copies_ms": ms(r.get("model_copies_s", math.nan)),
             "allreduce_ms": ms(r.get("model_comm_s", math.nan)),
             "window_ms": ms(r.get("model_overlap_window_s", math.nan)),
+            "outside_waits_ms": ms(r.get("model_outside_waits_s", 0.0)),
             "predicted_ms": ms(r.get("predicted_step_time_s", math.nan)),
             "measured_ms": ms(r["step_time_p50_s"]),
             "measured_compute_ms": ms(r.get("nosync_step_time_p50_s", math.nan)),
@@ -336,12 +338,13 @@ def prediction_frame(df, world_size: int | None = None):
 PREDICTION_LEGEND = (
     "compute = no_ddp (one process alone) x slowdown (the profile's, N ranks computing at once)\n"
     "predicted step = compute + copies + max(0, allreduce during backward - window) + "
-    "allreduce after it\n"
+    "allreduce after it + outside_waits\n"
     "allreduce = DDP's buckets all-reduced in context (the profile's transfers: busy while "
     "backward runs where a core is spare for it, else idle, one after the other), plus the "
     "profile's scheduler wait for each that waited in the median step (counted from rank 0's "
     "timeline); window = 0 without a spare core\n"
-    "copies = DDP's gradient copies at the profile's rate\n"
+    "copies = DDP's gradient copies at the profile's rate; outside_waits = the profile's "
+    "scheduler wait for each part of the median step outside the all-reduces that waited\n"
     "predicted / measured = N t_no_ddp / (predicted / measured step)   "
     "error = the larger relative error, + when the model is larger")
 
@@ -368,8 +371,8 @@ def crossover(df, world_size: int | None = None) -> dict:
     where the sweep does not bracket it); ``predicted``:
     :func:`labkit.ddp.formulas.predicted_crossover_batch` from straight lines fitted to the
     no-DDP step times and to the model's compute (:func:`~labkit.ddp.formulas.fit_step_time`)
-    and the median over batches of what DDP adds in the model (copies and exposed
-    all-reduce); where either step does not grow with the batch across the sweep (a few small
+    and the median over batches of what DDP adds in the model (copies, exposed all-reduce and
+    the waits counted outside it); where either step does not grow with the batch across the sweep (a few small
     batches on a busy machine), there is no line to extend, and ``predicted`` is read along the
     model's own speedups as ``measured`` is (``predicted_from``: ``"lines"`` or ``"sweep"``).
     ``choice``: the measured throughput of the model's choice (DDP or not) over the better one

@@ -10,7 +10,9 @@ own median step**, counted from rank 0's timeline of the buckets' launches and c
 (:class:`labkit.ddp.train.CommTimeline`): :func:`count`, each bucket from the latest of its
 launch and the completion before it (on a rank with no core to spare, from backward's last
 gradient at the earliest: before it the core was computing backward, and an all-reduce
-waiting for it then is the one job after the other that the model prices already). A law about one all-reduce over
+waiting for it then is the one job after the other that the model prices already). A thread
+that loses its core loses it wherever it is: :func:`outside` counts the same waits in the
+parts of that step outside the all-reduces. A law about one all-reduce over
 several calls compares transfers instead, the profile's against the calls' transfer (the median
 of those that waited for nothing), with how often the calls waited beside it:
 :func:`allreduce_law`.
@@ -121,9 +123,20 @@ OUTSIDE_PARTS = ("forward", "backward", "launch", "after the all-reduces")
 
 def _outside_parts(row, j: int) -> dict | None:
     """Rank 0's step ``j`` outside its all-reduces (seconds): forward (to backward's start),
-    backward (to its last gradient), the launch (what lay between backward's last gradient
-    and the all-reduces that followed it with none in flight: DDP's last bucket copy and
-    launch) and what came after the last all-reduce (the copies back and the optimizer)."""
+    backward (to its last gradient), the launch (what lay after backward's last gradient with
+    no all-reduce in flight before the last one completed: DDP's last bucket copies and
+    launches) and what came after the last all-reduce (the copies back and the optimizer).
+    None where the row's timeline lacks the step.
+
+    Backward from 1 to 5 ms; one bucket done during it (at 4 ms), one launched 0.2 ms after
+    it and done at 6.5 ms; the step ends at 7.5 ms:
+
+    >>> row = {"timeline_backward_start_s": [0.001], "timeline_backward_end_s": [0.005],
+    ...        "timeline_step_end_s": [0.0075],
+    ...        "comm_intervals_s": [[[0.003, 0.004], [0.0052, 0.0065]]]}
+    >>> {k: round(v * 1e3, 2) for k, v in _outside_parts(row, 0).items()}
+    {'forward': 1.0, 'backward': 4.0, 'launch': 0.2, 'after the all-reduces': 1.0}
+    """
     try:
         start = float(row["timeline_backward_start_s"][j])
         end = float(row["timeline_backward_end_s"][j])
@@ -139,6 +152,26 @@ def _outside_parts(row, j: int) -> dict | None:
     return dict(zip(OUTSIDE_PARTS, (start, end - start, gap, stop - before)))
 
 
+def _others_behind(ranks, steps: int) -> list[float] | None:
+    """Per timed step, the slowest other rank's step less rank 0's, from ``ranks`` (one list
+    of step times a rank, rank 0 first); None unless every rank holds ``steps`` numbers.
+
+    >>> _others_behind([[0.010, 0.011], [0.012, 0.010]], 2)
+    [0.002, -0.001]
+    >>> _others_behind([[0.010, 0.011], [0.012]], 2), _others_behind(float("nan"), 2)
+    (None, None)
+    """
+    if not isinstance(ranks, list) or len(ranks) < 2:
+        return None
+    try:
+        table = [[float(t) for t in r] for r in ranks]
+    except (TypeError, ValueError):
+        return None
+    if any(len(r) != steps for r in table) or any(t != t for r in table for t in r):
+        return None
+    return [round(max(r[j] for r in table[1:]) - table[0][j], 12) for j in range(steps)]
+
+
 def outside(row, *, threshold_s: float = WAIT_THRESHOLD_S) -> dict | None:
     """The scheduler waits of the row's median step outside its all-reduces: each part of
     rank 0's step (:data:`OUTSIDE_PARTS`; backward only where no all-reduce was launched during
@@ -146,11 +179,14 @@ def outside(row, *, threshold_s: float = WAIT_THRESHOLD_S) -> dict | None:
     the slowest other rank's step beyond rank 0's (a wait on another rank once the all-reduces
     were done, which rank 0's timeline cannot see); a part waited when it took longer than its
     median by the counting margin (:func:`labkit.machine.formulas.counted_waits`).
-    ``count``, ``where`` (the parts that waited), ``excess_s`` (what they took beyond their
-    medians, summed). None without a timeline of every timed step.
+    The other ranks' part is the slowest other rank's step less rank 0's, against its median
+    over the timed steps: a rank that is always slower is imbalance, not a wait. ``count``,
+    ``where`` (the parts that waited), ``excess_s`` (what they took beyond their medians,
+    summed). None without a timeline of every timed step; one timed step is its own median
+    and never waited.
 
-    Five steps whose launch takes 0.2 ms, but 4.6 ms in the median step (rank 0's thread lost
-    its core between backward's last gradient and the all-reduce):
+    Five steps whose launches took 4.6, 0, 0, 0.2 and 5.0 ms, the first the median step (rank
+    0's thread lost its core between backward's last gradient and the all-reduce):
 
     >>> step = lambda launch: [[0.005 + launch, 0.0065 + launch]]
     >>> row = {"step_times_s": [0.011, 0.008, 0.012, 0.009, 0.013],
@@ -175,11 +211,10 @@ def outside(row, *, threshold_s: float = WAIT_THRESHOLD_S) -> dict | None:
     durations = [parts[k][name] for name in chosen]
     medians = [median([p[name] for p in parts]) for name in chosen]
     names = [f"rank 0: {name}" for name in chosen]
-    ranks = row.get("rank_step_times_s") or []
-    if len(ranks) > 1 and all(len(r) > k for r in ranks):
-        # the slowest other rank against rank 0, in the median step
-        durations.append(max(float(r[k]) for r in ranks[1:]) - float(ranks[0][k]))
-        medians.append(0.0)
+    behind = _others_behind(row.get("rank_step_times_s"), len(parts))
+    if behind:
+        durations.append(behind[k])
+        medians.append(median(behind))
         names.append("another rank after the all-reduces")
     got = counted_waits(durations, medians, threshold_s=threshold_s)
     return {"count": got["count"], "excess_s": sum(got["excess_s"]),
