@@ -112,6 +112,40 @@ def choose_backend(ranks_per_node: int, requested: str | None = None, *,
     return "gloo", found.count > 0
 
 
+def sweep_backend(ranks_per_node, requested: str | None = None, *,
+                  found: Gpus | None = None) -> tuple[str | None, bool]:
+    """One backend for every launch of a sweep (``ranks_per_node``: each launch's): (the
+    backend each launch is given, None where each chooses its own; whether gloo was chosen
+    for all of them because the node's GPUs are too few for the largest). A sweep's world
+    sizes are compared with each other (speedups, the model's crossover), so where its small
+    launches would run on the GPUs and its large ones fall back to gloo on the CPU, all of them
+    run on the CPU, with a :class:`GlooFallbackWarning`, and their rows are marked
+    ``gloo_fallback``.
+
+    >>> with warnings.catch_warnings(record=True) as said:
+    ...     sweep_backend([1, 2], found=Gpus(1))
+    ('gloo', True)
+    >>> str(said[0].message)[:60]
+    '2 ranks per node but 1 GPUs: every launch of this sweep runs'
+    >>> sweep_backend([1, 2], found=Gpus(2)), sweep_backend([1, 2], found=Gpus(0))
+    ((None, False), (None, False))
+    >>> sweep_backend([1, 2], "nccl", found=Gpus(1))  # asked for: each launch is refused or not
+    ('nccl', False)
+    """
+    sizes = [int(n) for n in ranks_per_node]
+    if requested is not None or len(sizes) < 2:
+        return requested, False
+    found = gpus() if found is None else found
+    chosen = {choose_backend(n, found=found, warn=False)[0] for n in sizes}
+    if len(chosen) < 2:
+        return None, False
+    warnings.warn(f"{max(sizes)} ranks per node but {found.count} GPUs: every launch of this "
+                  "sweep runs on gloo on the CPU, so that its world sizes compare like for like, "
+                  "and its rows are marked gloo_fallback (use --nproc up to "
+                  f"{found.count} for the GPUs)", GlooFallbackWarning, stacklevel=3)
+    return "gloo", True
+
+
 def check_device_memory(bytes_per_rank: float, *, world_size: int,
                         found: Gpus | None = None) -> None:
     """Refuse an nccl launch whose rank cannot fit its estimated bytes in one device's memory

@@ -25,7 +25,9 @@ Guarantees:
 * **Backend.** nccl when CUDA devices >= ranks per node, else gloo; overridable
   (:func:`labkit.devices.choose_backend`: nccl with more ranks than GPUs is refused before
   launch, gloo chosen on a node whose GPUs are too few is warned about and its rows are marked
-  ``gloo_fallback``). On nccl the lab's memory estimate is checked against the GPU's memory.
+  ``gloo_fallback``). A sweep whose small launches would run on the GPUs and its large ones
+  on gloo runs all of them on gloo (:func:`labkit.devices.sweep_backend`): its world sizes are
+  compared with each other. On nccl the lab's memory estimate is checked against the GPU's memory.
 * **No orphans.** Every process of a launch carries ``LABKIT_LAUNCH_ID`` in its environment.
   The agent puts each rank in a session of its own, so killing the agent's process group is
   not enough: on timeout, Ctrl-C or any error the launcher terminates the agent's group, then
@@ -53,7 +55,7 @@ import warnings
 from pathlib import Path
 
 from labkit.config import to_dict
-from labkit.devices import check_device_memory, choose_backend
+from labkit.devices import check_device_memory, choose_backend, sweep_backend
 from labkit.diagnose import (
     collect_logs,
     echo_rank0,
@@ -137,10 +139,13 @@ def launch_lab(worker: str, config, launch: LaunchOptions | None = None,
     check_backend = getattr(config, "check_backend", None)
     estimate = getattr(config, "memory_bytes_per_rank", None)
     specs = []
+    # one backend for the whole sweep: its world sizes are compared with each other
+    together, forced = sweep_backend(launch.nprocs, launch.backend)
+    settings = {**launch.settings(), "backend": together}
     for nproc, n in zip(launch.nprocs, launch.world_sizes):
         if check is not None:
             check(n)
-        backend, _ = choose_backend(nproc, launch.backend, warn=False)
+        backend, _ = choose_backend(nproc, together, warn=False)
         if check_backend is not None:
             check_backend(backend)
         need = float(estimate(n)) if estimate is not None else None
@@ -149,10 +154,12 @@ def launch_lab(worker: str, config, launch: LaunchOptions | None = None,
         elif need is not None:
             check_memory(need, nproc, world_size=n)
         specs.append(LaunchSpec(worker=worker, nproc=nproc, config=to_dict(config),
-                                memory_estimate_bytes_per_rank=need, **launch.settings()))
+                                memory_estimate_bytes_per_rank=need, **settings))
     if store is not None:
         check_writable(store)
     results = _run_specs(specs, progress=launch.progress, echo=launch.echo)
+    if forced:
+        results = [dataclasses.replace(r, gloo_fallback=True) for r in results]
     if launch.rows_elsewhere == "raise" and results and all(r.payload is None for r in results):
         raise rows_on_another_node(results)
     return results

@@ -131,13 +131,20 @@ def test_two_ranks_match_one_process_and_hold_half(tmp_path):
                                                         rel=0.10)
     assert z1.param_bytes_per_rank == z1.ddp_param_bytes_per_rank
     assert df.device_memory_peak_bytes.isna().all()  # gloo on the CPU: no device memory
-    # FSDP2's step with its collectives local was timed (its own work), and no other variant's
-    assert f.local_step_time_p50_s > 0
+    # FSDP2's step with its collectives local was timed (its own work), and no other variant's;
+    # its collectives are found in torch 2.13's internals (labkit.fsdp.record.fsdp_collectives),
+    # and on another torch the time is NaN, as documented
+    import torch
+
+    own_work = torch.torch_version.TorchVersion(torch.__version__) >= "2.13"
+    assert (f.local_step_time_p50_s > 0) == own_work
     assert df[df.variant != "fsdp"].local_step_time_p50_s.isna().all()
-    # each variant's Adam alone: torch's over all Ψ for DDP and FSDP2 (the same number), the
-    # hand-written update of ZeRO-1's Ψ/N slice for ZeRO-1
+    # each variant's Adam alone: torch's over all Ψ for DDP, and for FSDP2 where its own work
+    # was timed against the plain model (the same number; else FSDP2's Adam steps its Ψ/N
+    # slice, as ZeRO-1's does), the hand-written update of ZeRO-1's Ψ/N slice for ZeRO-1
     d = report.one(df, "ddp")
-    assert d.optimizer_time_s > 0 and f.optimizer_time_s == d.optimizer_time_s
+    assert d.optimizer_time_s > 0
+    assert f.optimizer_time_s == (d.optimizer_time_s if own_work else z1.optimizer_time_s)
     assert 0 < z1.optimizer_time_s != d.optimizer_time_s
     assert results.undeclared(df.to_dict("records"), report.COLUMNS) == []
     stored = results.read_rows(store)

@@ -175,6 +175,38 @@ def test_a_sweep_is_checked_whole_before_its_first_launch(monkeypatch, tmp_path)
     assert started == []  # nothing was launched
 
 
+@dataclasses.dataclass(frozen=True)
+class _Empty:
+    """A config with no fields, for launches that never start."""
+
+
+def test_a_sweep_too_large_for_the_gpus_runs_every_launch_on_gloo(monkeypatch):
+    """One GPU, launches of 1 and 2 ranks: the 1-rank launch would run on the GPU and the
+    2-rank one on gloo on the CPU, so both run on gloo (its world sizes compare like for like),
+    warned once, every launch marked gloo_fallback; with two GPUs each keeps its own."""
+    from labkit import devices
+
+    started = []
+
+    def fake_run(spec, **kw):
+        started.append(spec)
+        return L.LaunchResult(spec=spec, backend=spec.backend or "nccl", threads_per_rank=1,
+                              oversubscribed=False, payload=None, logs={}, wall_time_s=0.0,
+                              command=())
+
+    monkeypatch.setattr(L, "run_spec", fake_run)
+    monkeypatch.setattr(devices, "gpus", lambda **kw: devices.Gpus(1))
+    with pytest.warns(devices.GlooFallbackWarning, match="every launch of this sweep"):
+        got = L.launch_lab("selftest", _Empty(), L.LaunchOptions(nprocs=(1, 2), progress=False))
+    assert [s.backend for s in started] == ["gloo", "gloo"]
+    assert [r.gloo_fallback for r in got] == [True, True]
+    started.clear()
+    monkeypatch.setattr(devices, "gpus", lambda **kw: devices.Gpus(2))
+    got = L.launch_lab("selftest", _Empty(), L.LaunchOptions(nprocs=(1, 2), progress=False))
+    assert [s.backend for s in started] == [None, None]
+    assert [r.gloo_fallback for r in got] == [False, False]
+
+
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_or_sigterm_kills_the_whole_launch(signame):
     """SIGINT (Ctrl-C) or SIGTERM (`timeout`, a batch system) to the host process must take every
