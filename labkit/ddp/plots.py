@@ -108,7 +108,7 @@ def speedup_vs_batch(df, world_size: int | None = None, title: str | None = None
     ax = axes[0][0]
     ax.plot(frame["batch"], frame["measured"], "o-", color="C0", label="measured")
     ax.plot(frame["batch"], frame["predicted"], "s", color="C1", mfc="none",
-            label="model at each batch: N t_no_DDP / (t_alone s + copies + exposed all-reduce + waits outside it)")
+            label="model at each batch: N t_no_DDP / the model's t_DDP")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.axhline(n, color="gray", ls=":", lw=0.8, label=f"ideal: {n}")
     if len(frame) >= 2:
