@@ -356,8 +356,7 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     copies = row_value(row, "bucket_copy_time_p50_s")
     buckets = [b for b in (row.get("bucket_bytes") or []) if isinstance(b, (int, float))]
     ar = measured_allreduce_s(row, buckets or [row_value(row, "grad_bytes")], transfers=True)
-    counted = row.get("allreduce_waits_measured_s")
-    waited = float(counted) if isinstance(counted, (int, float)) and counted == counted else 0.0
+    waited = _measured_or_zero(row, "allreduce_waits_measured_s")
     slower, k = 0.0, waits.median_step(row)
     if k is not None:
         ends = row.get("timeline_backward_end_s")
@@ -365,7 +364,7 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
         paid = sum(waits.bucket_times(row["comm_intervals_s"][k], backward_end_s=end))
         slower = max(0.0, paid - ar - waited)
     wait = imbalance_s(row.get("rank_step_times_s") or [])
-    more = _outside_measured_s(row)
+    more = _measured_or_zero(row, "outside_waits_measured_s")
     terms = {"compute": compute * scale, "copies": copies * scale, TRANSFERS_TERM: ar * scale,
              WAITS_TERM: waited * scale, SLOWER_TERM: slower * scale, OUTSIDE_TERM: more * scale,
              "imbalance": wait * scale}
@@ -375,10 +374,10 @@ def measured_split(row: dict, *, scale: float = 1.0) -> dict:
     return terms
 
 
-def _outside_measured_s(row) -> float:
-    """What the waits counted outside the all-reduces took (s); 0 where none were counted."""
-    more = row.get("outside_waits_measured_s")
-    return float(more) if isinstance(more, (int, float)) and more == more else 0.0
+def _measured_or_zero(row, key: str) -> float:
+    """What the waits counted in ``key`` took (s); 0 where none were counted (None, NaN)."""
+    v = row_value(row, key)
+    return 0.0 if math.isnan(v) else v
 
 
 def measured_overlap(row: dict) -> float:
@@ -396,7 +395,8 @@ def measured_overlap(row: dict) -> float:
     ar = measured_allreduce_s(row, buckets or [row_value(row, "grad_bytes")])
     exposed = (row_value(row, "step_time_p50_s") - row_value(row, "nosync_step_time_p50_s")
                - row_value(row, "bucket_copy_time_p50_s")
-               - imbalance_s(row.get("rank_step_times_s") or []) - _outside_measured_s(row))
+               - imbalance_s(row.get("rank_step_times_s") or [])
+               - _measured_or_zero(row, "outside_waits_measured_s"))
     if not (ar > 0 and math.isfinite(exposed)):
         return math.nan
     return min(1.0, max(0.0, 1.0 - exposed / ar))

@@ -141,15 +141,13 @@ def _outside_parts(row, j: int) -> dict | None:
         start = float(row["timeline_backward_start_s"][j])
         end = float(row["timeline_backward_end_s"][j])
         stop = float(row["timeline_step_end_s"][j])
-        spans = row["comm_intervals_s"][j]
+        spans = [(float(a), float(b)) for a, b in row["comm_intervals_s"][j]]
     except (KeyError, IndexError, TypeError, ValueError):
         return None
-    gap, before = 0.0, end
-    for a, b in sorted(((float(a), float(b)) for a, b in spans), key=lambda s: s[1]):
-        if b > end:
-            gap += max(0.0, a - before)
-        before = max(before, b)
-    return dict(zip(OUTSIDE_PARTS, (start, end - start, gap, stop - before)))
+    # after backward the step paid each all-reduce (bucket_times) or waited for a launch
+    last = max([end] + [b for _, b in spans])
+    gap = max(0.0, last - end - sum(bucket_times(spans, backward_end_s=end)))
+    return dict(zip(OUTSIDE_PARTS, (start, end - start, gap, stop - last)))
 
 
 def _others_behind(ranks, steps: int) -> list[float] | None:
