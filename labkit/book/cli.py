@@ -159,6 +159,11 @@ def cmd_lab(args) -> int:
     print(f"{len(contradictions)} computed sentence(s) contradict the numbers beside them")
     for c in contradictions:
         print(f"  {c['notebook']} cell {c['cell']}: {c['problem']}")
+    from labkit.book import drift
+
+    moved = drift.of_run(args.executed)
+    if moved is not None:
+        print(drift.sentence(moved[0], minutes=moved[1]))
     site_t0 = time.perf_counter()
     if not args.no_site:
         from concurrent.futures import ThreadPoolExecutor

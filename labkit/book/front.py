@@ -68,11 +68,26 @@ def _table(df) -> str:
     return md_table(*parse_md_table(laws.markdown(df)))
 
 
-def quarto_markdown(df) -> str:
-    """The section for the Quarto front page ('' without rows)."""
+def drift_markdown(moved) -> list[str]:
+    """How far the machine moved during the run (:func:`labkit.book.drift.of_run`'s answer; None:
+    nothing) as the front page's lines: a sentence and its table, folded."""
+    if moved is None:
+        return []
+    from labkit.book import drift
+
+    rows, minutes = moved
+    return [_plain(drift.sentence(rows, minutes=minutes)), "",
+            "<details><summary>The machine profile at the run's start and its end</summary>",
+            "", drift.markdown(rows), "", "</details>", ""]
+
+
+def quarto_markdown(df, moved=None) -> str:
+    """The section for the Quarto front page ('' without rows); ``moved``: the run's drift
+    (:func:`labkit.book.drift.of_run`), said after the law counts."""
     if df.empty:
         return ""
-    out = ["## What this run measured", "", laws.counts_markdown(df), "", _held_line(df), ""]
+    out = (["## What this run measured", "", laws.counts_markdown(df), ""]
+           + drift_markdown(moved) + [_held_line(df), ""])
     for m in misses(df):
         out.append(f"- [{m['notebook']}](notebooks/{m['notebook']}.ipynb): "
                    f"**{_plain(m['law'])}**: {_plain(m['reason'])}")
@@ -81,16 +96,19 @@ def quarto_markdown(df) -> str:
     return "\n".join(out)
 
 
-def preview_html(df) -> str:
+def preview_html(df, moved=None) -> str:
     """The same section for the preview's front page ('' without rows)."""
     if df.empty:
         return ""
+    from labkit.book import drift
     table = laws.html(df)
     counts, _, full = table.partition('<table class="laws">')
     counts = counts.replace("How well each law held on this machine", "What this run measured")
     items = "".join(f'<li><a href="{_html.escape(m["notebook"])}.html">'
                     f'{_html.escape(m["notebook"])}</a>: <b>{_html.escape(m["law"])}</b>: '
                     f"{_html.escape(m['reason'])}</li>" for m in misses(df))
+    if moved is not None:
+        counts += f"<p>{_html.escape(drift.sentence(moved[0], minutes=moved[1]))}</p>"
     return (f"{counts}<p>{_html.escape(_held_line(df))}</p><ul class=\"misses\">{items}</ul>"
             f"<details><summary>Every law of this run ({len(df)} rows)</summary>"
             f'<div class="labkit-table" style="overflow-x:auto"><table class="laws">{full}'

@@ -7,7 +7,9 @@ others; the site still builds (the failed page shows papermill's error banner) a
 exits 1. ``_executed/lab.json`` records what ran and how long it took. Before the first
 notebook the run measures this machine's profile (:mod:`labkit.machine`) into
 ``_executed/machine_profile.json`` and points every notebook at it (``$LABKIT_MACHINE_PROFILE``),
-so all of them predict from the same numbers, taken minutes before.
+so all of them predict from the same numbers, taken minutes before. After the last notebook it
+measures the profile again (``_executed/machine_profile_end.json``): how far the machine itself
+moved while the laws were judged (:mod:`labkit.book.drift`, on the front page and in the report).
 
 The same tutorials by hand (``labkit notebook``, ``make notebook``): :func:`jupyterlab_command`
 is JupyterLab of this environment on the tutorials, with the ``labkit-python3`` kernel
@@ -47,12 +49,18 @@ def select(only=None, folder=NOTEBOOK_DIR) -> list[Path]:
 
 
 def run_lab(notebooks: list[Path], out_dir, *, progress: bool = True,
-            cell_timeout_s: float | None = None) -> list[dict]:
-    """Execute ``notebooks`` in order with their defaults into ``out_dir``; rows per notebook."""
+            cell_timeout_s: float | None = None, profile_again: bool = True) -> list[dict]:
+    """Execute ``notebooks`` in order with their defaults into ``out_dir``; rows per notebook.
+    ``profile_again``: measure the machine's profile once more after the last notebook, into
+    :data:`labkit.book.drift.END_FILE`: how far the machine moved while the models' laws were
+    judged against the first (:mod:`labkit.book.drift`)."""
     from tqdm.auto import tqdm
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from labkit.book.drift import END_FILE
+
+    (out_dir / END_FILE).unlink(missing_ok=True)  # a last run's: not this run's end
     rows = [measure_profile(out_dir, progress=progress)]
     bar = tqdm(notebooks, desc="lab", unit="notebook", disable=not progress, file=sys.stderr)
     for nb in bar:
@@ -71,34 +79,42 @@ def run_lab(notebooks: list[Path], out_dir, *, progress: bool = True,
             bar.write(f"  {res['error']}", file=sys.stderr)
         write_json(out_dir / "lab.json", {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                           "notebooks": rows})
+    if profile_again:
+        rows.append(measure_profile(out_dir, progress=progress, file=END_FILE, export=False))
+        write_json(out_dir / "lab.json", {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                          "notebooks": rows})
     return rows
 
 
-def measure_profile(out_dir: Path, *, progress: bool = True) -> dict:
-    """This run's machine profile, measured afresh into ``out_dir`` and named in the
-    environment the notebooks' kernels inherit; its row of ``lab.json``. A failed measurement
-    leaves each notebook to measure its own (:func:`labkit.machine.profile`)."""
+def measure_profile(out_dir: Path, *, progress: bool = True, file: str | None = None,
+                    export: bool = True) -> dict:
+    """This run's machine profile, measured afresh into ``out_dir/file`` (default
+    :data:`labkit.machine.FILE`) and, with ``export``, named in the environment the notebooks'
+    kernels inherit; its row of ``lab.json``. A failed measurement leaves each notebook to
+    measure its own (:func:`labkit.machine.profile`)."""
     from labkit import machine
     from labkit.errors import LabkitError
     from labkit.launch import LaunchOptions
     from labkit.machine.config import MachineConfig
     from labkit.machine.run import run
 
-    path = out_dir / machine.FILE
+    path = out_dir / (file or machine.FILE)
+    label = "machine profile" if export else "machine profile, again"
     path.unlink(missing_ok=True)
-    os.environ.pop(machine.ENV, None)
+    if export:
+        os.environ.pop(machine.ENV, None)
     t0 = time.perf_counter()
     try:
         run(MachineConfig(), launch=LaunchOptions(nprocs=(2,), progress=False), store=path)
     except LabkitError as e:
-        return {"notebook": "machine profile", "ok": False,
+        return {"notebook": label, "ok": False,
                 "elapsed_s": round(time.perf_counter() - t0, 2), "error": str(e)}
-    os.environ[machine.ENV] = str(path.resolve())
+    if export:
+        os.environ[machine.ENV] = str(path.resolve())
     elapsed = time.perf_counter() - t0
     if progress:
-        print(f"machine profile: measured in {elapsed:.1f} s into {path}", file=sys.stderr)
-    return {"notebook": "machine profile", "ok": True, "elapsed_s": round(elapsed, 2),
-            "error": None}
+        print(f"{label}: measured in {elapsed:.1f} s into {path}", file=sys.stderr)
+    return {"notebook": label, "ok": True, "elapsed_s": round(elapsed, 2), "error": None}
 
 
 def running_as_root() -> bool:

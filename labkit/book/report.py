@@ -345,7 +345,7 @@ def scaling_section(runs: list[doc.Run], folder: Path, threshold: float) -> list
 def laws_section(runs: list[doc.Run]) -> list[tuple]:
     import pandas as pd
 
-    from labkit.book import laws
+    from labkit.book import drift, laws
 
     blocks = [("h", 2, "How well each law held, by kind")]
     with_laws = [r for r in runs if r.laws]
@@ -355,7 +355,12 @@ def laws_section(runs: list[doc.Run]) -> list[tuple]:
             table["kind"] = "model"
         table = table.sort_values("notebook", kind="stable") if "notebook" in table else table
         blocks += [("h", 3, run.label), ("p", laws.counts_sentence(table) + "."),
-                   ("md_table", laws.counts_markdown(table)), ("md_table", laws.markdown(table))]
+                   ("md_table", laws.counts_markdown(table))]
+        moved = drift.of_run(run.where) if run.kind == "lab run" else None
+        if moved is not None:  # the machine measured again at the run's end
+            blocks += [("p", drift.sentence(moved[0], minutes=moved[1])),
+                       ("md_table", drift.markdown(moved[0]))]
+        blocks.append(("md_table", laws.markdown(table)))
     if not with_laws:
         blocks.append(("p", "No laws.json among these runs."))
     return blocks

@@ -241,14 +241,16 @@ def build_preview(executed_dir, out_dir, *, node_modules: Path = NODE_MODULES,
             body = re.sub(r"(<body[^>]*>)", lambda m, nav=nav: m.group(1) + nav, body, count=1)
             body = a11y.page(body.replace("</head>", f"<style>{_STYLE}</style></head>", 1))
             (tmp / pages[i]["html"]).write_text(body, encoding="utf-8")
-        from labkit.book import laws
+        from labkit.book import drift, laws
 
         name, link = _report_name(report), _report_link(report)
         link = link.replace(f"[{name}]({name})", f'<a href="{name}">{name}</a>')
         _copy_report(report, tmp)
         (tmp / "index.html").write_text(_index_html(pages, time.strftime("%Y-%m-%d %H:%M"),
                                                     (f"<p>{link}</p>" if link else "")
-                                                    + front.preview_html(laws.gather(executed_dir))),
+                                                    + front.preview_html(
+                                                        laws.gather(executed_dir),
+                                                        drift.of_run(executed_dir))),
                                         encoding="utf-8")
         _swap_in(tmp, out_dir)
     finally:
@@ -376,13 +378,14 @@ def render_quarto(executed_dir, out_dir=None, *, node_modules: Path = NODE_MODUL
             nbformat.write(page, stage / "notebooks" / nb.name)
         for extra in ("index.qmd",):
             shutil.copy2(REPO_ROOT / extra, stage / extra)
-        from labkit.book import laws
+        from labkit.book import drift, laws
 
         table = laws.gather(executed_dir)
         if len(table):  # what this run measured, in the front page's first screen
             head, sep, rest = (REPO_ROOT / "index.qmd").read_text().partition("\n---\n")
             link = _report_link(report)  # the file joins the site once both are made
-            (stage / "index.qmd").write_text(head + sep + "\n" + front.quarto_markdown(table)
+            moved = drift.of_run(executed_dir)
+            (stage / "index.qmd").write_text(head + sep + "\n" + front.quarto_markdown(table, moved)
                                              + ("\n" + link + "\n" if link else "")
                                              + "\n" + rest)
         figure = front_figure(executed_dir)
