@@ -179,6 +179,12 @@ def test_calibrate_measures_and_a_notebook_reads_it(tmp_path, monkeypatch, capsy
     assert all(r["context"] == "idle" and r["transfer_s"] > 0 for r in repeated)
     p = machine.profile(tmp_path, measure=False)
     assert not p.warnings and p.compute_slowdown(2) > 0 and p.allreduce_s(1024) > 0
+    # the training step's rounds, each together over its alone: the co-run slowdown's samples
+    together = [r for r in doc["rows"] if r["measurement"] == "step"
+                and r["context"] == "together"]
+    assert all(len(r["paired_slowdowns"]) == 3 and min(r["paired_slowdowns"]) > 0
+               for r in together)
+    assert min(x for r in together for x in r["paired_slowdowns"]) <= p.co_run_slowdown
     assert p.transfer_s(8, one_buffer=True) == pytest.approx(repeated[0]["transfer_s"])
     # every size once more, its calls back to back, idle and busy: the collectives lab's way
     steady = [r for r in doc["rows"] if r["measurement"] == "allreduce_steady"]
@@ -324,6 +330,12 @@ def test_step_rate_by_batch_and_the_median_co_run_over_batches():
     assert p.step_flop_per_s(batch=4) == pytest.approx(20e9)  # not extrapolated
     assert p.step_flop_per_s() == pytest.approx(40e9)  # the largest batch's
     assert p.step_flop_per_s(together=True, batch=16) == pytest.approx(20e9 / 1.1)
+    # where every round's ratio is kept, the co-run slowdown is their median over every batch:
+    # one batch's burst (2.0 in its p50s, 1.8-2.2 a round) moves it less than it moved the p50s'
+    paired = {16: [1.0, 1.05, 1.1], 64: [1.02, 1.06, 1.08], 128: [1.8, 2.0, 2.2]}
+    rows = [{**r, "paired_slowdowns": paired[r["batch"]]} if r["context"] == "together" else r
+            for r in steps]
+    assert Profile.from_rows(base + rows).co_run_slowdown == pytest.approx(1.08)
     # a profile of one step row without its batch (written before batches were timed)
     old = Profile.from_rows(synthetic_rows(co_run=1.25))
     assert old.step_flop_per_s(batch=16) == old.step_flop_per_s() == pytest.approx(1e11)

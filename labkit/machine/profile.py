@@ -93,8 +93,16 @@ class Profile:
     def co_run_slowdown(self) -> float:
         """t_together / t_alone of the miniature training step (an MLP's forward and backward:
         products, elementwise ops, autograd's memory traffic), the slowdown the step models
-        carry: the median over the batches timed, each timed alone and together in turn (one
-        batch's ratio swings by a tenth from second to second on a shared host)."""
+        carry: the median of every round's together over that round's alone (``paired_slowdowns``,
+        each pair a second apart), over every batch timed. Paired, a burst of a neighbour's
+        that falls on some rounds moves the median less than it moves a ratio of two medians:
+        in six profiles back to back on the 2-vCPU VM the paired median read 1.06-1.23, the
+        ratio of the p50s 1.06-1.36. A profile without the pairs (written before they were
+        kept): the median over the batches of their p50s' ratios."""
+        paired = [x for r in self.rows if r.get("measurement") == "step"
+                  and r.get("context") == "together" for x in (r.get("paired_slowdowns") or [])]
+        if paired:
+            return formulas.median(paired)
         alone, together = self._steps("alone"), self._steps("together")
         return statistics.median(formulas.slowdown(t_together_s=together[b][0],
                                                    t_alone_s=alone[b][0])

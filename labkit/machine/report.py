@@ -32,6 +32,8 @@ COLUMNS = (
     Column("wait_excess_s", "s", "messages: what each call that waited took beyond the "
                                  "transfer (a list)"),
     Column("flop_per_s", "flop/s", "2 n^3 / time of the matrix product"),
+    Column("paired_slowdowns", "", "step, together: each round's time together over that "
+           "round's alone (the co-run slowdown's samples)"),
     Column("bytes_per_s", "B/s", "bytes moved per second (a copy counts read + write)"),
 )
 

@@ -93,12 +93,14 @@ class Interleaved:
                                                         device=rt.device)
 
     def medians(self) -> list[tuple[float, float]]:
-        """(alone, together) p50 seconds of one call each. Collective: call on every rank."""
-        out = []
+        """(alone, together) p50 seconds of one call each. Collective: call on every rank.
+        Also sets :attr:`paired`: per call, each round's together over its alone (rank 0's)."""
+        out, self.paired = [], []
         for a, t, reps in zip(self.alone, self.together, self.counts):
             steps, _ = timing.slowest_step_times(t)
-            a = a or [1.0]  # rank 0's numbers are the ones kept
+            a = a or [1.0] * len(steps)  # rank 0's numbers are the ones kept
             out.append((_p50(a) / reps, _p50(steps) / reps))
+            self.paired.append([round(float(x / y), 6) for x, y in zip(steps, a)])
         return out
 
 
@@ -294,11 +296,13 @@ def on_rank(rt: runtime.Runtime, cfg: MachineConfig) -> dict:
         for context, t in (("alone", alone), ("together", together)):
             rows.append({"measurement": "matmul", "context": context, "n": n, "time_p50_s": t,
                          "flop_per_s": 2 * n ** 3 / t})
-    for b, (alone, together) in zip(cfg.step_batches, timed[len(mats):]):
+    for b, (alone, together), paired in zip(cfg.step_batches, timed[len(mats):],
+                                            compute.paired[len(mats):]):
         flop = 6 * 2 * b * cfg.step_width ** 2  # forward 2 products, backward 4
         for context, t in (("alone", alone), ("together", together)):
             rows.append({"measurement": "step", "context": context, "n": cfg.step_width,
-                         "batch": b, "time_p50_s": t, "flop_per_s": flop / t})
+                         "batch": b, "time_p50_s": t, "flop_per_s": flop / t,
+                         **({"paired_slowdowns": paired} if context == "together" else {})})
     if rt.rank != 0:
         return {}
     return {"rows": [{"n": None, "batch": None, "size_bytes": None, **r} for r in rows]}
