@@ -100,7 +100,6 @@ def preview_html(df, moved=None) -> str:
     """The same section for the preview's front page ('' without rows)."""
     if df.empty:
         return ""
-    from labkit.book import drift
     table = laws.html(df)
     counts, _, full = table.partition('<table class="laws">')
     counts = counts.replace("How well each law held on this machine", "What this run measured")
@@ -108,6 +107,8 @@ def preview_html(df, moved=None) -> str:
                     f'{_html.escape(m["notebook"])}</a>: <b>{_html.escape(m["law"])}</b>: '
                     f"{_html.escape(m['reason'])}</li>" for m in misses(df))
     if moved is not None:
+        from labkit.book import drift
+
         counts += f"<p>{_html.escape(drift.sentence(moved[0], minutes=moved[1]))}</p>"
     return (f"{counts}<p>{_html.escape(_held_line(df))}</p><ul class=\"misses\">{items}</ul>"
             f"<details><summary>Every law of this run ({len(df)} rows)</summary>"

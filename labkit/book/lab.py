@@ -77,13 +77,17 @@ def run_lab(notebooks: list[Path], out_dir, *, progress: bool = True,
                   file=sys.stderr)
         if not res["ok"]:
             bar.write(f"  {res['error']}", file=sys.stderr)
-        write_json(out_dir / "lab.json", {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                                          "notebooks": rows})
+        _record(out_dir, rows)
     if profile_again:
         rows.append(measure_profile(out_dir, progress=progress, file=END_FILE, export=False))
-        write_json(out_dir / "lab.json", {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                                          "notebooks": rows})
+        _record(out_dir, rows)
     return rows
+
+
+def _record(out_dir: Path, rows: list[dict]) -> None:
+    """``lab.json``: what ran so far, rewritten after each step (a killed run keeps its rows)."""
+    write_json(out_dir / "lab.json", {"finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                      "notebooks": rows})
 
 
 def measure_profile(out_dir: Path, *, progress: bool = True, file: str | None = None,
